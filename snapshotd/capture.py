@@ -1,0 +1,515 @@
+"""Tree capture: the worktree as ``git add -A && git write-tree`` would record it.
+
+The cold path copies the user's index (keeping its mtime, which git's racy
+check depends on) to a private ``GIT_INDEX_FILE`` and asks git once, with a
+tagged ``ls-files``, which tracked paths changed, which were removed, which
+entries are flagged assume-unchanged or skip-worktree, and which untracked
+paths are not ignored. Only those paths are then hashed, in-process, and the
+tree is written from an in-memory index with pygit2. Where libgit2 cannot
+match git (split or sparse index, clean filters, CRLF conversion) git does
+that part instead.
+
+The phases follow jj's working copy: scan (git or the watcher names the
+paths), process each path's file state, write the tree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import stat
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+import trio
+
+from .errors import GitError
+from .gitproc import GitTarget, run_git, run_git_sync
+from .worktree import WorktreeInfo
+
+MODE_FILE = 0o100644
+MODE_EXEC = 0o100755
+MODE_LINK = 0o120000
+MODE_GITLINK = 0o160000
+MODE_TREE = 0o040000
+
+LS_FILES = ["ls-files", "-z", "-v", "-c", "-m", "-d", "-o", "--exclude-standard"]
+_INTERESTING = re.compile(rb"(?:^|\0)([^H\0]) ([^\0]*)")
+_ATTRIBUTES = re.compile(rb"(?:^|\0). (?:[^\0]*/)?\.gitattributes(?=\0|$)")
+
+thread_limiter = trio.CapacityLimiter(max(2, len(os.sched_getaffinity(0))))
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What lstat said when the content was hashed, and the fence it was hashed under."""
+
+    mtime_ns: int
+    ctime_ns: int
+    size: int
+    ino: int
+    mode: int
+    uid: int
+    gid: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileState:
+        return cls(st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid, st.st_gid)
+
+
+@dataclass
+class CachedBlob:
+    state: FileState
+    fence_ns: int
+    oid: pygit2.Oid
+
+
+@dataclass
+class StatCache:
+    """Hashes of files keyed by path; an entry counts only while its stat data match.
+
+    An entry is trusted only if the file's mtime is strictly older than the
+    fence (the mtime of a file this process wrote just before hashing), so a
+    write in the same timestamp tick as the hash is never missed.
+    """
+
+    entries: dict[str, CachedBlob] = field(default_factory=dict)
+
+    def lookup(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
+        cached = self.entries.get(path)
+        if cached is None:
+            return None
+        if cached.state != FileState.of(st) or st.st_mtime_ns >= cached.fence_ns:
+            return None
+        return cached.oid
+
+    def store(self, path: str, st: os.stat_result, fence_ns: int, oid: pygit2.Oid) -> None:
+        self.entries[path] = CachedBlob(FileState.of(st), fence_ns, oid)
+
+    def forget(self, path: str) -> None:
+        self.entries.pop(path, None)
+
+
+@dataclass
+class CaptureStats:
+    ms: float = 0.0
+    processes: int = 0
+    scan: str = "full"
+    hashed: int = 0
+    skipped: list[str] = field(default_factory=list)
+    fallback: str | None = None
+
+    def to_wire(self) -> dict:
+        return {
+            "ms": round(self.ms, 3),
+            "processes": self.processes,
+            "scan": self.scan,
+            "hashed": self.hashed,
+            "skipped": sorted(set(self.skipped)),
+        }
+
+
+@dataclass
+class CaptureResult:
+    tree: str
+    stats: CaptureStats
+    index: pygit2.Index | None  # the in-memory index the tree was written from
+    flagged: set[str]  # assume-unchanged / skip-worktree paths of the user's index
+    pristine: pygit2.Index | None = None  # the user's index as it was read
+    settings: Settings | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Per-repository switches that change how a file is recorded."""
+
+    trust_exec: bool
+    trust_symlinks: bool
+    filters: bool  # CRLF, eol or attributes may change content: let git hash files
+
+    @classmethod
+    def read(cls, repo: pygit2.Repository, listing: bytes, info: WorktreeInfo) -> Settings:
+        config = repo.config
+
+        def flag(name: str, default: bool) -> bool:
+            try:
+                return config.get_bool(name)
+            except (KeyError, pygit2.GitError, ValueError):
+                return default
+
+        def present(name: str) -> bool:
+            try:
+                return bool(config[name])
+            except (KeyError, pygit2.GitError, ValueError):
+                return False
+
+        autocrlf = False
+        with contextlib.suppress(KeyError, pygit2.GitError, ValueError):
+            autocrlf = str(config["core.autocrlf"]).lower() in ("true", "input", "1", "yes", "on")
+        attributes_file = Path(info.common_dir or info.store_dir, "info", "attributes")
+        filters = (
+            autocrlf
+            or present("core.eol")
+            or present("core.attributesFile")
+            or attributes_file.exists()
+            or bool(_ATTRIBUTES.search(listing))
+            or Path(os.path.expanduser("~"), ".config", "git", "attributes").exists()
+        )
+        return cls(flag("core.fileMode", True), flag("core.symlinks", True), filters)
+
+
+def git_target(info: WorktreeInfo) -> GitTarget:
+    return GitTarget(git_dir=info.git_dir or info.store_dir, work_tree=info.path)
+
+
+def make_fence(folder: str) -> int:
+    """The mtime the file system gives a file written now: the racy-timestamp fence."""
+    path = os.path.join(folder, f"fence-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, b"f")
+        return os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
+        os.unlink(path)
+
+
+def file_mode(st: os.stat_result, previous_mode: int | None, settings: Settings) -> int | None:
+    """The git mode of a file as ``git add`` records it, or None for what git cannot add."""
+    if stat.S_ISLNK(st.st_mode):
+        if not settings.trust_symlinks and previous_mode in (MODE_FILE, MODE_EXEC):
+            return previous_mode
+        return MODE_LINK
+    if stat.S_ISREG(st.st_mode):
+        if not settings.trust_symlinks and previous_mode == MODE_LINK:
+            return MODE_LINK
+        if not settings.trust_exec:
+            return previous_mode if previous_mode in (MODE_FILE, MODE_EXEC) else MODE_FILE
+        return MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
+    return None
+
+
+def gitlink_head(path: str) -> pygit2.Oid | None:
+    """The commit a nested repository has checked out, or None (no commit, not a repository)."""
+    dotgit = os.path.join(path, ".git")
+    if not os.path.lexists(dotgit):
+        return None
+    try:
+        nested = pygit2.Repository(path, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        if nested.head_is_unborn:
+            return None
+        return nested.head.target
+    except (pygit2.GitError, KeyError, ValueError):
+        pass
+    try:
+        out = run_git_sync(
+            GitTarget(git_dir=dotgit, work_tree=path), ["rev-parse", "--verify", "-q", "HEAD"], ok_codes=(0, 1)
+        )
+    except GitError:
+        return None
+    text = out.decode().strip()
+    return pygit2.Oid(hex=text) if len(text) == 40 else None
+
+
+class _Walker:
+    """Per-capture memo of which parent folders are real folders (not symlinks)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._real: dict[str, bool] = {"": True}
+
+    def parent_is_real(self, path: str) -> bool:
+        parent = path.rpartition("/")[0]
+        known = self._real.get(parent)
+        if known is None:
+            if not self.parent_is_real(parent):
+                known = False
+            else:
+                try:
+                    known = stat.S_ISDIR(os.lstat(os.path.join(self.root, parent)).st_mode)
+                except OSError:
+                    known = False
+            self._real[parent] = known
+        return known
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        if not self.parent_is_real(path):
+            return None
+        try:
+            return os.lstat(os.path.join(self.root, path))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+
+class TreeBuilder:
+    """Applies per-path file states to an in-memory index and writes the tree."""
+
+    def __init__(
+        self,
+        repo: pygit2.Repository,
+        info: WorktreeInfo,
+        index: pygit2.Index,
+        settings: Settings,
+        cache: StatCache,
+        stats: CaptureStats,
+        size_cap: int,
+        fence_ns: int,
+    ) -> None:
+        self.repo = repo
+        self.info = info
+        self.index = index
+        self.settings = settings
+        self.cache = cache
+        self.stats = stats
+        self.size_cap = size_cap
+        self.fence_ns = fence_ns
+        self.walker = _Walker(info.path)
+        self._git_hash: list[tuple[str, os.stat_result, int]] = []
+
+    def _entry_mode(self, path: str) -> int | None:
+        entry = self._get(path)
+        return None if entry is None else int(entry.mode)
+
+    def _get(self, path: str) -> pygit2.IndexEntry | None:
+        try:
+            return self.index[path]
+        except (KeyError, ValueError):
+            return None
+
+    def _remove(self, path: str) -> None:
+        with contextlib.suppress(OSError, KeyError, ValueError, pygit2.GitError):
+            self.index.remove(path)
+
+    def _hash(self, path: str, st: os.stat_result, mode: int) -> pygit2.Oid | None:
+        cached = self.cache.lookup(path, st)
+        if cached is not None:
+            return cached
+        absolute = os.path.join(self.info.path, path)
+        if mode == MODE_LINK and stat.S_ISLNK(st.st_mode):
+            oid = self.repo.create_blob(os.readlink(os.fsencode(absolute)))
+        elif self.settings.filters:
+            self._git_hash.append((path, st, mode))
+            return None
+        else:
+            oid = self._stable_blob(absolute, st)
+            if oid is None:
+                return None
+        self.stats.hashed += 1
+        self.cache.store(path, st, self.fence_ns, oid)
+        return oid
+
+    def _stable_blob(self, absolute: str, st: os.stat_result) -> pygit2.Oid | None:
+        """Hash a file, again if it changed while being read, so the blob is never torn."""
+        for _ in range(5):
+            try:
+                oid = self.repo.create_blob_fromdisk(absolute)
+                after = os.lstat(absolute)
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+                return None
+            if FileState.of(after) == FileState.of(st):
+                return oid
+            st = after
+        return oid
+
+    def apply(self, path: str, *, untracked: bool, keep_if_missing: bool = False) -> None:
+        """Record ``path`` as it is on disk now (or drop it if it is gone)."""
+        st = self.walker.lstat(path)
+        if st is None:
+            if not keep_if_missing:
+                self._remove(path)
+                self.cache.forget(path)
+            return
+        previous = self._entry_mode(path)
+        if stat.S_ISDIR(st.st_mode):
+            if previous == MODE_GITLINK or untracked:
+                head = gitlink_head(os.path.join(self.info.path, path))
+                if head is not None:
+                    self.index.add(pygit2.IndexEntry(path, head, MODE_GITLINK))
+                elif untracked:
+                    self.stats.skipped.append(path + "/")
+                return
+            self._remove(path)  # a file that became a folder; its contents are listed apart
+            return
+        mode = file_mode(st, previous, self.settings)
+        if mode is None:
+            self.stats.skipped.append(path)  # FIFOs, sockets, devices: git cannot add them
+            return
+        if untracked and self.size_cap and st.st_size > self.size_cap and mode != MODE_LINK:
+            self.stats.skipped.append(path)
+            self._remove(path)
+            return
+        oid = self._hash(path, st, mode)
+        if oid is not None:
+            self.index.add(pygit2.IndexEntry(path, oid, mode))
+
+    def finish(self) -> str:
+        """Hash what needs git's filters, then write the tree."""
+        if self._git_hash:
+            target = git_target(self.info)
+            paths = b"".join(os.fsencode(path) + b"\n" for path, _, _ in self._git_hash)
+            if any("\n" in path for path, _, _ in self._git_hash):
+                raise GitError("A file name with a newline cannot be hashed through git's filters.")
+            out = run_git_sync(target, ["hash-object", "-w", "--stdin-paths"], input=paths)
+            self.stats.processes += 1
+            for (path, st, mode), line in zip(self._git_hash, out.split(), strict=True):
+                oid = pygit2.Oid(hex=line.decode())
+                self.stats.hashed += 1
+                self.cache.store(path, st, self.fence_ns, oid)
+                self.index.add(pygit2.IndexEntry(path, oid, mode))
+            self._git_hash.clear()
+        return str(self.index.write_tree(self.repo))
+
+
+def parse_listing(listing: bytes) -> tuple[set[str], set[str], set[str], set[str]]:
+    """Split tagged ``ls-files`` output into modified, removed, untracked and flagged paths."""
+    modified: set[str] = set()
+    removed: set[str] = set()
+    untracked: set[str] = set()
+    flagged: set[str] = set()
+    for match in _INTERESTING.finditer(listing):
+        tag = match.group(1)
+        path = os.fsdecode(match.group(2))
+        if tag == b"?":
+            untracked.add(path)
+        elif tag == b"C":
+            modified.add(path)
+        elif tag == b"R":
+            removed.add(path)
+        elif tag == b"S" or tag.islower():
+            flagged.add(path)
+        else:
+            modified.add(path)  # unmerged ("M") and other tags: let the disk decide
+    return modified, removed, untracked, flagged
+
+
+def open_repo(info: WorktreeInfo) -> pygit2.Repository:
+    return pygit2.Repository(info.store_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+
+
+def _build(
+    info: WorktreeInfo,
+    index_path: str | None,
+    listing: bytes,
+    cache: StatCache,
+    stats: CaptureStats,
+    size_cap: int,
+    fence_ns: int,
+    keep_pristine: bool,
+) -> CaptureResult:
+    repo = open_repo(info)
+    settings = Settings.read(repo, listing, info)
+    modified, removed, untracked, flagged = parse_listing(listing)
+    try:
+        index = pygit2.Index(index_path) if index_path else pygit2.Index()
+        pristine = (pygit2.Index(index_path) if index_path else pygit2.Index()) if keep_pristine else None
+    except pygit2.GitError as exc:
+        stats.fallback = f"index not readable in-process ({exc})"
+        return _build_with_git(info, index_path, modified | removed, untracked, flagged, stats, size_cap)
+    builder = TreeBuilder(repo, info, index, settings, cache, stats, size_cap, fence_ns)
+    conflicts = index.conflicts
+    if conflicts is not None:
+        conflicted = set()
+        for ancestor, ours, theirs in conflicts:
+            for side in (ancestor, ours, theirs):
+                if side is not None:
+                    conflicted.add(side.path)
+        for path in conflicted:
+            del conflicts[path]
+        modified |= conflicted
+    for path in modified | removed:
+        builder.apply(path, untracked=False, keep_if_missing=path in flagged)
+    for path in flagged - modified - removed:
+        builder.apply(path, untracked=False, keep_if_missing=True)
+    for path in untracked:
+        nested = path.endswith("/")
+        builder.apply(path.rstrip("/") if nested else path, untracked=True)
+    tree = builder.finish()
+    return CaptureResult(tree=tree, stats=stats, index=index, flagged=flagged, pristine=pristine, settings=settings)
+
+
+def _build_with_git(
+    info: WorktreeInfo,
+    index_path: str | None,
+    changed: set[str],
+    untracked: set[str],
+    flagged: set[str],
+    stats: CaptureStats,
+    size_cap: int,
+) -> CaptureResult:
+    """The same result through git alone, for indexes libgit2 cannot read."""
+    target = git_target(info)
+    walker = _Walker(info.path)
+    paths = []
+    for path in sorted(changed | flagged):
+        paths.append(path)
+    for raw in sorted(untracked):
+        path = raw.rstrip("/")
+        st = walker.lstat(path)
+        if st is None:
+            continue
+        if raw.endswith("/") and gitlink_head(os.path.join(info.path, path)) is None:
+            stats.skipped.append(raw)
+            continue
+        if size_cap and stat.S_ISREG(st.st_mode) and st.st_size > size_cap:
+            stats.skipped.append(path)
+            continue
+        paths.append(path)
+    if paths:
+        listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
+        run_git_sync(
+            target,
+            ["update-index", "-z", "--add", "--remove", "--ignore-skip-worktree-entries", "--stdin"],
+            index_file=index_path,
+            input=listing,
+        )
+        stats.processes += 1
+        stats.hashed += len(paths)
+    tree = run_git_sync(target, ["write-tree"], index_file=index_path).decode().strip()
+    stats.processes += 1
+    return CaptureResult(tree=tree, stats=stats, index=None, flagged=flagged)
+
+
+async def capture_cold(
+    info: WorktreeInfo, cache: StatCache, size_cap: int, *, keep_pristine: bool = False
+) -> CaptureResult:
+    """One full capture: one ``ls-files`` process, hashing only what it names."""
+    started = time.perf_counter()
+    stats = CaptureStats(scan="full")
+    tmp_dir = os.path.join(info.state_dir, "tmp")
+    index_path = os.path.join(tmp_dir, f"index-{os.getpid()}-{secrets.token_hex(6)}")
+    user_index = os.path.join(info.git_dir, "index") if info.git_dir else None
+    try:
+        seeded = False
+        if user_index is not None:
+            try:
+                shutil.copy2(user_index, index_path)
+                seeded = True
+            except FileNotFoundError:
+                pass
+        fence_ns = make_fence(tmp_dir)
+        listing = await run_git(git_target(info), LS_FILES, index_file=index_path)
+        stats.processes += 1
+        result = await trio.to_thread.run_sync(
+            _build,
+            info,
+            index_path if seeded else None,
+            listing,
+            cache,
+            stats,
+            size_cap,
+            fence_ns,
+            keep_pristine,
+            limiter=thread_limiter,
+        )
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(index_path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(index_path + ".lock")
+    stats.ms = (time.perf_counter() - started) * 1000
+    return result

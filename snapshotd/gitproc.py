@@ -1,0 +1,121 @@
+"""Running git: one argv and environment policy for every git process.
+
+Every git the daemon starts goes through :func:`run_git`: a clean environment
+(no inherited ``GIT_DIR``, ``GIT_WORK_TREE`` or ``GIT_INDEX_FILE``), a C locale,
+``GIT_OPTIONAL_LOCKS=0`` so it never takes the user's index lock to refresh,
+``gc.auto=0`` so writing objects never starts a collection, and a bounded pool
+so a burst of captures cannot fork-bomb the machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from . import spawn
+from .errors import GitError
+
+# Variables a user may set that decide which configuration git reads; every
+# other GIT_* variable of the caller is dropped.
+_KEPT_VARIABLES = (
+    "PATH",
+    "HOME",
+    "XDG_CONFIG_HOME",
+    "GIT_CONFIG_GLOBAL",
+    "GIT_CONFIG_SYSTEM",
+    "GIT_CONFIG_NOSYSTEM",
+    "GIT_EXEC_PATH",
+    "TMPDIR",
+)
+
+GIT_TIMEOUT_S = 600.0
+
+_pool = trio.CapacityLimiter(max(2, 2 * (len(os.sched_getaffinity(0)) or 1)))
+
+
+@dataclass(frozen=True)
+class GitTarget:
+    """Where a git command runs: the repository and its work tree."""
+
+    git_dir: str
+    work_tree: str | None
+
+
+def git_env(target: GitTarget, index_file: str | None = None) -> dict[str, str]:
+    """The complete environment of a git process for ``target``."""
+    env = {name: os.environ[name] for name in _KEPT_VARIABLES if name in os.environ}
+    env.setdefault("PATH", os.defpath)
+    env.update(
+        LC_ALL="C",
+        LANG="C",
+        GIT_OPTIONAL_LOCKS="0",
+        GIT_TERMINAL_PROMPT="0",
+        GIT_DIR=target.git_dir,
+    )
+    if target.work_tree is not None:
+        env["GIT_WORK_TREE"] = target.work_tree
+    if index_file is not None:
+        env["GIT_INDEX_FILE"] = index_file
+    return env
+
+
+def git_argv(args: Sequence[str]) -> list[str]:
+    return ["git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "core.quotePath=false", *args]
+
+
+def _check(result: spawn.Completed, args: Sequence[str], ok_codes: Sequence[int]) -> bytes:
+    if result.returncode not in ok_codes:
+        detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        reason = detail[-1] if detail else f"exit status {result.returncode}"
+        raise GitError(f"git {args[0]} failed: {reason}", argv=list(args), status=result.returncode)
+    return result.stdout
+
+
+async def run_git(
+    target: GitTarget,
+    args: Sequence[str],
+    *,
+    index_file: str | None = None,
+    input: bytes | None = None,
+    ok_codes: Sequence[int] = (0,),
+    env_extra: Mapping[str, str] | None = None,
+) -> bytes:
+    """Run one git command and return its standard output, or raise GitError."""
+    env = git_env(target, index_file)
+    if env_extra:
+        env.update(env_extra)
+    cwd = target.work_tree or target.git_dir
+    async with _pool:
+        try:
+            result = await spawn.run(git_argv(args), cwd=cwd, env=env, input=input, timeout=GIT_TIMEOUT_S)
+        except spawn.SpawnTimeout as exc:
+            raise GitError(f"git {args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s and was stopped") from exc
+        except OSError as exc:
+            raise GitError(f"could not start git: {exc.strerror or exc}") from exc
+    return _check(result, args, ok_codes)
+
+
+def run_git_sync(
+    target: GitTarget,
+    args: Sequence[str],
+    *,
+    index_file: str | None = None,
+    input: bytes | None = None,
+    ok_codes: Sequence[int] = (0,),
+    env_extra: Mapping[str, str] | None = None,
+) -> bytes:
+    """The blocking twin of :func:`run_git`, for code already on a worker thread."""
+    env = git_env(target, index_file)
+    if env_extra:
+        env.update(env_extra)
+    cwd = target.work_tree or target.git_dir
+    try:
+        result = spawn.run_sync(git_argv(args), cwd=cwd, env=env, input=input, timeout=GIT_TIMEOUT_S)
+    except spawn.SpawnTimeout as exc:
+        raise GitError(f"git {args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s and was stopped") from exc
+    except OSError as exc:
+        raise GitError(f"could not start git: {exc.strerror or exc}") from exc
+    return _check(result, args, ok_codes)

@@ -1,0 +1,27 @@
+"""Settings resolved in one place: the argument, then the environment, then the default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_SIZE_CAP = 64 * 1024 * 1024
+VERSION = "0.1.0"
+
+
+def data_home(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """The daemon's own data folder: records of worktrees and repositories of plain folders."""
+    if explicit is not None:
+        return Path(explicit)
+    if os.environ.get("SNAPSHOTD_HOME"):
+        return Path(os.environ["SNAPSHOTD_HOME"])
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "snapshotd"
+
+
+def size_cap(explicit: int | None = None) -> int:
+    """Untracked files larger than this many bytes are left out of captures (0: no cap)."""
+    if explicit is not None:
+        return explicit
+    value = os.environ.get("SNAPSHOTD_SIZE_CAP")
+    return int(value) if value else DEFAULT_SIZE_CAP

@@ -1,0 +1,367 @@
+"""Checkpoints as git commits, kept alive by one ref per worktree and session.
+
+Layout, in the repository that holds the worktree's objects:
+
+* A **checkpoint** is a commit whose tree is the captured tree, whose parent is
+  the worktree's HEAD at capture time (so ``git show <id>`` shows the
+  uncommitted work), and whose message carries ``Snapshotd-*`` trailers: the
+  worktree id, session, label, seq, previous checkpoint, base, time and the
+  changed flag. The store can be rebuilt from git alone.
+* A **pin** is a small commit with the empty tree whose parents are the
+  checkpoint and the previous pin. ``refs/snapshotd/<worktree>/<session>``
+  points at the newest pin. Checkpoints never point at each other, so deleting
+  or collecting old ones only rewrites pins (internal, ids never shown) and
+  leaves every kept checkpoint's id unchanged; what is dropped becomes
+  unreachable and ``git gc`` frees it.
+
+Ref updates are compare-and-swap under libgit2's ref lock, so two writers
+(the daemon and an ``--embedded`` command) never lose each other's checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import json
+import os
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pygit2
+
+from .errors import Ambiguous, GitError, InvalidParams, NotFound
+
+REF_ROOT = "refs/snapshotd/"
+TRAILER = "Snapshotd-"
+IDENTITY = ("snapshotd", "snapshotd@localhost")
+MIN_PREFIX = 7
+STALE_LOCK_S = 30.0
+_SESSION_SAFE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
+_HEX = re.compile(r"^[0-9a-fA-F]+$")
+
+
+class RefRaced(Exception):
+    """The ref moved between reading and writing it; the caller retries."""
+
+
+def session_key(session: str | None) -> str:
+    """The ref name component of a session (any string maps to a valid, unique one)."""
+    if session is None:
+        return "default"
+    if _SESSION_SAFE.match(session) and not session.endswith(".lock") and ".." not in session:
+        return "s-" + session
+    return "x-" + session.encode("utf-8", "surrogateescape").hex()
+
+
+def ref_name(worktree_id: str, session: str | None) -> str:
+    return f"{REF_ROOT}{worktree_id}/{session_key(session)}"
+
+
+def validate_session(session: object, name: str = "session") -> str | None:
+    if session is None:
+        return None
+    if not isinstance(session, str) or not session or len(session) > 200:
+        raise InvalidParams(f"The parameter '{name}' must be a non-empty string of at most 200 characters.")
+    if any(ord(ch) < 32 for ch in session):
+        raise InvalidParams(f"The parameter '{name}' must not contain control characters.")
+    return session
+
+
+def now_iso() -> str:
+    moment = datetime.now(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    id: str
+    tree: str
+    parent: str | None
+    worktree: str
+    session: str | None
+    label: str | None
+    seq: int
+    created_at: str
+    base: str | None
+    changed: bool
+
+    def to_wire(self) -> dict:
+        return {
+            "id": self.id,
+            "tree": self.tree,
+            "parent": self.parent,
+            "worktree": self.worktree,
+            "session": self.session,
+            "label": self.label,
+            "seq": self.seq,
+            "created_at": self.created_at,
+            "base": self.base,
+            "changed": self.changed,
+        }
+
+
+def _signature(created_at: str) -> pygit2.Signature:
+    when = datetime.strptime(created_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return pygit2.Signature(IDENTITY[0], IDENTITY[1], int(when.timestamp()), 0)
+
+
+def _message(cp: Checkpoint) -> str:
+    subject = (cp.label or "snapshotd checkpoint").splitlines()[0][:200] or "snapshotd checkpoint"
+    trailers = {
+        "Worktree": cp.worktree,
+        "Session": json.dumps(cp.session),
+        "Label": json.dumps(cp.label),
+        "Seq": str(cp.seq),
+        "Previous": cp.parent or "none",
+        "Base": cp.base or "none",
+        "Created": cp.created_at,
+        "Changed": "true" if cp.changed else "false",
+    }
+    body = "\n".join(f"{TRAILER}{key}: {value}" for key, value in trailers.items())
+    return f"{subject}\n\n{body}\n"
+
+
+def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
+    """Read a checkpoint back from its commit, or None if the commit is not one."""
+    fields: dict[str, str] = {}
+    for line in commit.message.splitlines():
+        if line.startswith(TRAILER):
+            key, _, value = line[len(TRAILER) :].partition(": ")
+            fields[key] = value
+    if "Worktree" not in fields or "Seq" not in fields:
+        return None
+    try:
+        return Checkpoint(
+            id=str(commit.id),
+            tree=str(commit.tree_id),
+            parent=None if fields.get("Previous", "none") == "none" else fields["Previous"],
+            worktree=fields["Worktree"],
+            session=json.loads(fields.get("Session", "null")),
+            label=json.loads(fields.get("Label", "null")),
+            seq=int(fields["Seq"]),
+            created_at=fields.get("Created", ""),
+            base=None if fields.get("Base", "none") == "none" else fields["Base"],
+            changed=fields.get("Changed", "true") == "true",
+        )
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True)
+class Pin:
+    id: pygit2.Oid
+    checkpoint: pygit2.Oid
+    previous: pygit2.Oid | None
+    seq: int
+
+
+def _read_pin(repo: pygit2.Repository, oid: pygit2.Oid) -> Pin:
+    commit = repo[oid]
+    parents = commit.parent_ids
+    seq_text = commit.message.split()[-1] if commit.message.split() else "0"
+    return Pin(
+        id=oid,
+        checkpoint=parents[0],
+        previous=parents[1] if len(parents) > 1 else None,
+        seq=int(seq_text) if seq_text.isdigit() else 0,
+    )
+
+
+class Store:
+    """The checkpoints of the worktrees whose objects live in one repository."""
+
+    def __init__(self, repo: pygit2.Repository) -> None:
+        self.repo = repo
+
+    # --- reading -----------------------------------------------------------
+
+    def _ref_target(self, name: str) -> pygit2.Oid | None:
+        try:
+            ref = self.repo.references.get(name)
+        except (pygit2.GitError, ValueError):
+            return None
+        return None if ref is None else ref.target
+
+    def pins(self, name: str) -> Iterator[Pin]:
+        """Walk one session's pins, newest first."""
+        oid = self._ref_target(name)
+        while oid is not None:
+            pin = _read_pin(self.repo, oid)
+            yield pin
+            oid = pin.previous
+
+    def load(self, oid: pygit2.Oid | str) -> Checkpoint:
+        try:
+            commit = self.repo[oid]
+        except (KeyError, ValueError) as exc:
+            raise NotFound(f"No checkpoint {oid} exists.") from exc
+        checkpoint = parse_checkpoint(commit) if isinstance(commit, pygit2.Commit) else None
+        if checkpoint is None:
+            raise NotFound(f"The object {oid} is not a snapshotd checkpoint.")
+        return checkpoint
+
+    def session_refs(self, worktree_id: str) -> list[str]:
+        prefix = f"{REF_ROOT}{worktree_id}/"
+        return sorted(name for name in self.repo.references if name.startswith(prefix))
+
+    def head(self, worktree_id: str, session: str | None) -> Checkpoint | None:
+        for pin in self.pins(ref_name(worktree_id, session)):
+            return self.load(pin.checkpoint)
+        return None
+
+    def iter_session(self, name: str) -> Iterator[Checkpoint]:
+        for pin in self.pins(name):
+            yield self.load(pin.checkpoint)
+
+    def list(self, worktree_id: str, session: str | None, limit: int | None, all_sessions: bool) -> list[Checkpoint]:
+        """Newest first; across every session of the worktree when ``all_sessions``."""
+        if all_sessions:
+            streams = [self.iter_session(name) for name in self.session_refs(worktree_id)]
+            merged: Iterator[Checkpoint] = heapq.merge(
+                *streams, key=lambda cp: (cp.created_at, cp.seq), reverse=True
+            )
+        else:
+            merged = self.iter_session(ref_name(worktree_id, session))
+        out = []
+        for checkpoint in merged:
+            if limit is not None and len(out) >= limit:
+                break
+            out.append(checkpoint)
+        return out
+
+    def is_live(self, checkpoint: Checkpoint) -> bool:
+        """True while the checkpoint is still pinned (not deleted or collected)."""
+        for pin in self.pins(ref_name(checkpoint.worktree, checkpoint.session)):
+            if str(pin.checkpoint) == checkpoint.id:
+                return True
+            if pin.seq < checkpoint.seq:
+                return False
+        return False
+
+    def find(self, ref: str) -> Checkpoint:
+        """Resolve a full id or unique prefix (7+ hex digits) to a live checkpoint."""
+        if not _HEX.match(ref) or len(ref) < MIN_PREFIX or len(ref) > 40:
+            raise NotFound(f"'{ref}' is not a checkpoint id (7 to 40 hex digits).")
+        try:
+            obj = self.repo.revparse_single(ref) if len(ref) < 40 else self.repo[ref]
+        except KeyError as exc:
+            raise NotFound(f"No checkpoint matches '{ref}'.") from exc
+        except (ValueError, pygit2.GitError) as exc:
+            if "ambiguous" in str(exc).lower():
+                raise Ambiguous(f"The prefix '{ref}' matches more than one object; give more digits.") from exc
+            raise NotFound(f"No checkpoint matches '{ref}'.") from exc
+        if not isinstance(obj, pygit2.Commit):
+            raise NotFound(f"No checkpoint matches '{ref}'.")
+        checkpoint = parse_checkpoint(obj)
+        if checkpoint is None or not self.is_live(checkpoint):
+            raise NotFound(f"No checkpoint matches '{ref}'.")
+        return checkpoint
+
+    # --- writing -----------------------------------------------------------
+
+    def _empty_tree(self) -> pygit2.Oid:
+        return self.repo.TreeBuilder().write()
+
+    def _write_pin(self, checkpoint: pygit2.Oid, previous: pygit2.Oid | None, seq: int, created_at: str) -> pygit2.Oid:
+        signature = _signature(created_at)
+        parents = [checkpoint] + ([previous] if previous is not None else [])
+        return self.repo.create_commit(
+            None, signature, signature, f"snapshotd pin {seq}\n", self._empty_tree(), parents
+        )
+
+    def _swap(self, name: str, new: pygit2.Oid | None, expected: pygit2.Oid | None) -> None:
+        """Point ``name`` at ``new`` (or delete it) only if it still points at ``expected``."""
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                with self.repo.transaction() as txn:
+                    txn.lock_ref(name)
+                    if self._ref_target(name) != expected:
+                        raise RefRaced(name)
+                    if new is None:
+                        txn.remove(name)
+                    else:
+                        txn.set_target(name, new, message="snapshotd")
+                return
+            except pygit2.GitError as exc:
+                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise GitError(f"Could not update {name}: {exc}") from exc
+                self._clear_stale_lock(name)
+                time.sleep(0.005)
+
+    def _clear_stale_lock(self, name: str) -> None:
+        lock = os.path.join(self.repo.path, name + ".lock")
+        with contextlib.suppress(OSError):
+            if time.time() - os.stat(lock).st_mtime > STALE_LOCK_S:
+                os.unlink(lock)
+
+    def record(
+        self,
+        *,
+        worktree_id: str,
+        session: str | None,
+        label: str | None,
+        tree: str,
+        base: str | None,
+    ) -> Checkpoint:
+        """Write a checkpoint commit and pin it; retried if another writer raced us."""
+        name = ref_name(worktree_id, session)
+        while True:
+            head_pin = self._ref_target(name)
+            previous = _read_pin(self.repo, head_pin) if head_pin is not None else None
+            previous_cp = self.load(previous.checkpoint) if previous is not None else None
+            checkpoint = Checkpoint(
+                id="",
+                tree=tree,
+                parent=previous_cp.id if previous_cp else None,
+                worktree=worktree_id,
+                session=session,
+                label=label,
+                seq=(previous.seq if previous else 0) + 1,
+                created_at=now_iso(),
+                base=base,
+                changed=previous_cp is None or previous_cp.tree != tree,
+            )
+            signature = _signature(checkpoint.created_at)
+            parents = [pygit2.Oid(hex=base)] if base else []
+            commit_id = self.repo.create_commit(
+                None, signature, signature, _message(checkpoint), pygit2.Oid(hex=tree), parents
+            )
+            pin = self._write_pin(commit_id, head_pin, checkpoint.seq, checkpoint.created_at)
+            try:
+                self._swap(name, pin, head_pin)
+            except RefRaced:
+                continue
+            return self.load(commit_id)
+
+    def rewrite(self, name: str, keep: Sequence[Checkpoint] | None = None, drop: set[str] | None = None) -> int:
+        """Re-pin one session keeping only some checkpoints; return how many were dropped.
+
+        ``drop`` names checkpoints to remove; otherwise ``keep`` lists the ones to keep.
+        """
+        while True:
+            head_pin = self._ref_target(name)
+            pins = list(self.pins(name))
+            if drop is not None:
+                kept = [pin for pin in pins if str(pin.checkpoint) not in drop]
+            else:
+                keep_ids = {cp.id for cp in keep or ()}
+                kept = [pin for pin in pins if str(pin.checkpoint) in keep_ids]
+            dropped = len(pins) - len(kept)
+            if dropped == 0:
+                return 0
+            # Pins older than the oldest dropped one are reused as they are.
+            oldest_dropped = max(index for index, pin in enumerate(pins) if pin not in kept)
+            base_pin = pins[oldest_dropped].previous
+            new_head = base_pin
+            for pin in reversed([pin for pin in pins[:oldest_dropped] if pin in kept]):
+                created_at = self.load(pin.checkpoint).created_at
+                new_head = self._write_pin(pin.checkpoint, new_head, pin.seq, created_at)
+            try:
+                self._swap(name, new_head, head_pin)
+            except RefRaced:
+                continue
+            return dropped

@@ -1,0 +1,236 @@
+"""Worktree identity: where a folder's worktree is, its git dirs, and its stable id.
+
+A git worktree's id lives in its per-worktree git dir (``<git_dir>/snapshotd/id``),
+so it moves with the worktree. A plain folder's id lives in the daemon's records
+with the folder's device and inode, so a renamed folder is still recognised.
+The records (``$SNAPSHOTD_HOME/worktrees.json``) list every known worktree for
+``worktrees``, ``repair`` and for finding a checkpoint by id alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pygit2
+
+from .errors import NotADirectory, NotFound, PathOutsideWorktree, Unsupported
+from .fsutil import atomic_write, file_lock
+
+
+@dataclass(frozen=True)
+class WorktreeInfo:
+    """Where one worktree is and where its checkpoints are stored."""
+
+    id: str
+    path: str
+    kind: str  # "git" or "plain"
+    git_dir: str | None
+    common_dir: str | None
+    store_dir: str  # the repository holding the checkpoints
+    state_dir: str  # snapshotd's own per-worktree files (temp indexes, journals)
+
+    def to_wire(self, head: str | None, branch: str | None, watching: bool) -> dict:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "kind": self.kind,
+            "git_dir": self.git_dir,
+            "common_dir": self.common_dir,
+            "head": head,
+            "branch": branch,
+            "watching": watching,
+        }
+
+
+@dataclass(frozen=True)
+class Located:
+    """What walking up from a path found: the worktree root and its git dir, if any."""
+
+    root: str
+    git_dir: str | None
+    common_dir: str | None
+
+
+def new_worktree_id() -> str:
+    return "wt_" + secrets.token_hex(8)
+
+
+def _read_gitfile(dotgit: Path) -> str | None:
+    try:
+        text = dotgit.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    target = text[len("gitdir:") :].strip()
+    return os.path.normpath(os.path.join(dotgit.parent, target))
+
+
+def _common_dir(git_dir: str) -> str:
+    try:
+        rel = Path(git_dir, "commondir").read_text().strip()
+    except OSError:
+        return git_dir
+    return os.path.normpath(os.path.join(git_dir, rel))
+
+
+def locate(path: str) -> Located:
+    """Find the worktree holding ``path`` the way git discovers it (a ``.git`` above it)."""
+    real = os.path.realpath(path)
+    if not os.path.exists(real):
+        raise NotFound(f"The path {path} does not exist.")
+    if not os.path.isdir(real):
+        raise NotADirectory(f"The path {path} is not a folder.")
+    parts = Path(real).parts
+    if ".git" in parts:
+        raise PathOutsideWorktree(f"The path {path} is inside a .git folder, not a worktree.")
+    current = Path(real)
+    while True:
+        dotgit = current / ".git"
+        if dotgit.is_dir() and (dotgit / "HEAD").exists():
+            git_dir = str(dotgit)
+            return Located(str(current), git_dir, _common_dir(git_dir))
+        if dotgit.is_file():
+            git_dir = _read_gitfile(dotgit)
+            if git_dir and os.path.isdir(git_dir):
+                return Located(str(current), git_dir, _common_dir(git_dir))
+        if current.parent == current:
+            return Located(real, None, None)
+        current = current.parent
+
+
+def object_format(common_dir: str) -> str:
+    """The repository's object format ("sha1" or "sha256"), read from its config."""
+    try:
+        config = pygit2.Config(os.path.join(common_dir, "config"))
+        value = config["extensions.objectformat"]
+    except (KeyError, OSError, pygit2.GitError):
+        return "sha1"
+    return str(value).lower()
+
+
+class Records:
+    """The daemon's list of known worktrees, shared by every snapshotd process of a user."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.path = home / "worktrees.json"
+        self._lock_path = home / "worktrees.lock"
+
+    def _ensure(self) -> None:
+        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+
+    def load(self) -> dict[str, dict]:
+        try:
+            data = json.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def update(self, worktree_id: str, record: dict | None) -> None:
+        """Set (or with None, drop) one record under the records lock."""
+        self._ensure()
+        with file_lock(self._lock_path):
+            data = self.load()
+            if record is None:
+                data.pop(worktree_id, None)
+            else:
+                data[worktree_id] = record
+            atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
+
+
+def _read_id(id_file: Path) -> str | None:
+    try:
+        value = id_file.read_text().strip()
+    except OSError:
+        return None
+    return value if value.startswith("wt_") else None
+
+
+def _same_folder(record: dict, path: str) -> bool:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return record.get("dev") == st.st_dev and record.get("ino") == st.st_ino
+
+
+def identify(located: Located, records: Records) -> WorktreeInfo:
+    """Give the located worktree its stable id, creating one on first sight."""
+    home = records.home
+    root = located.root
+    st = os.stat(root)
+    known = records.load()
+    if located.git_dir is not None:
+        if object_format(located.common_dir or located.git_dir) != "sha1":
+            raise Unsupported(
+                f"The repository at {root} uses the SHA-256 object format, which snapshotd does not support yet."
+            )
+        state_dir = Path(located.git_dir, "snapshotd")
+        state_dir.mkdir(exist_ok=True)
+        id_file = state_dir / "id"
+        worktree_id = _read_id(id_file)
+        other = known.get(worktree_id) if worktree_id else None
+        if (
+            worktree_id
+            and other is not None
+            and other.get("path") != root
+            and _read_id(Path(other.get("git_dir") or "/nonexistent", "snapshotd", "id")) == worktree_id
+            and os.path.realpath(other.get("git_dir") or "") != os.path.realpath(located.git_dir)
+        ):
+            # A copy of a worktree (cp -r), not a move: both folders hold the id. Never share it.
+            worktree_id = None
+        if worktree_id is None:
+            worktree_id = new_worktree_id()
+            atomic_write(id_file, (worktree_id + "\n").encode())
+        info = WorktreeInfo(
+            id=worktree_id,
+            path=root,
+            kind="git",
+            git_dir=located.git_dir,
+            common_dir=located.common_dir,
+            store_dir=located.common_dir or located.git_dir,
+            state_dir=str(state_dir),
+        )
+    else:
+        worktree_id = None
+        for candidate_id, record in known.items():
+            if record.get("kind") == "plain" and record.get("path") == root:
+                worktree_id = candidate_id
+                break
+        if worktree_id is None:
+            for candidate_id, record in known.items():
+                if (
+                    record.get("kind") == "plain"
+                    and _same_folder(record, root)
+                    and not os.path.isdir(record.get("path", ""))
+                ):
+                    worktree_id = candidate_id  # the folder was renamed
+                    break
+        if worktree_id is None:
+            worktree_id = new_worktree_id()
+        store_dir = home / "repos" / f"{worktree_id}.git"
+        if not (store_dir / "HEAD").exists():
+            store_dir.parent.mkdir(parents=True, exist_ok=True)
+            pygit2.init_repository(str(store_dir), bare=True)
+        state_dir = home / "state" / worktree_id
+        info = WorktreeInfo(
+            id=worktree_id,
+            path=root,
+            kind="plain",
+            git_dir=None,
+            common_dir=None,
+            store_dir=str(store_dir),
+            state_dir=str(state_dir),
+        )
+    Path(info.state_dir, "tmp").mkdir(parents=True, exist_ok=True)
+    record = {**asdict(info), "dev": st.st_dev, "ino": st.st_ino}
+    if known.get(info.id) != record:
+        records.update(info.id, record)
+    return info
