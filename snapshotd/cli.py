@@ -1,0 +1,490 @@
+"""The ``snapshotd`` command line: parses, calls one method, prints.
+
+Each command maps to one method of the contract. It talks to the daemon when
+one answers on the socket (starting one in the background when none does),
+or runs the same engine in-process with ``--embedded``. ``--json`` prints the
+method's result object, or ``{"error": {...}}`` with exit status 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import click
+
+from .errors import SnapshotdError
+from .settings import VERSION
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+DAEMON_START_TIMEOUT_S = 10.0
+
+
+class Runner:
+    """Carries the global options and performs one call, embedded or through the daemon."""
+
+    def __init__(self, socket_path: str | None, embedded: bool, json_output: bool) -> None:
+        self.socket_path = socket_path
+        self.embedded = embedded
+        self.json = json_output
+
+    def call(self, method: str, params: dict[str, Any], *, progress: str | None = None) -> dict[str, Any]:
+        with _progress(progress if not self.json else None):
+            if self.embedded:
+                return _call_embedded(method, params)
+            return _call_daemon(self.socket_path, method, params)
+
+
+def _call_embedded(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    import trio
+
+    from .engine import Engine
+
+    async def run() -> dict[str, Any]:
+        engine = Engine()
+        try:
+            return await engine.call(method, params)
+        finally:
+            await engine.aclose()
+
+    return trio.run(run)
+
+
+def _call_daemon(socket_path: str | None, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    from .client import connect_or_none
+    from .protocol import resolve_socket_path
+
+    path = resolve_socket_path(socket_path)
+    client = connect_or_none(path)
+    if client is None:
+        if method == "shutdown":
+            return {}
+        _start_daemon(path)
+        deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
+        while client is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+            client = connect_or_none(path)
+        if client is None:
+            raise click.ClickException(f"The daemon did not start on {path}; try 'snapshotd serve' to see why.")
+    with client:
+        return client.call(method, **params)
+
+
+def _start_daemon(path: str) -> None:
+    """Start ``snapshotd serve`` detached from this terminal, logging to the socket's folder."""
+    folder = os.path.dirname(path)
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    log = open(os.path.join(folder, "snapshotd.log"), "ab")  # noqa: SIM115 - handed to the child
+    try:
+        subprocess.Popen(
+            [sys.executable, "-m", "snapshotd", "serve", "--socket", path],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+        )
+    finally:
+        log.close()
+
+
+@contextmanager
+def _progress(message: str | None) -> Iterator[None]:
+    """Show a ticking line on a terminal when the work takes longer than a second."""
+    if message is None or not sys.stderr.isatty():
+        yield
+        return
+    done = threading.Event()
+    started = time.monotonic()
+
+    def tick() -> None:
+        if done.wait(1.0):
+            return
+        while not done.wait(0.1):
+            click.echo(f"\r{message}… {time.monotonic() - started:.1f}s", nl=False, err=True)
+        click.echo("\r\033[K", nl=False, err=True)
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+
+
+def _emit(runner: Runner, result: dict[str, Any], human: Any) -> None:
+    if runner.json:
+        click.echo(json.dumps(result, indent=2, ensure_ascii=False))
+    else:
+        human(result)
+
+
+def _fail(runner: Runner, error: SnapshotdError) -> None:
+    if runner.json:
+        click.echo(json.dumps({"error": error.to_dict()}, ensure_ascii=False))
+    else:
+        click.echo(click.style("error: ", fg="red", bold=True) + error.message, err=True)
+    sys.exit(1)
+
+
+def _invoke(ctx: click.Context, method: str, params: dict[str, Any], human: Any, progress: str | None = None) -> dict[str, Any]:
+    runner: Runner = ctx.obj
+    if ctx.params.get("json_output"):
+        runner.json = True
+    params = {key: value for key, value in params.items() if value is not None}
+    try:
+        result = runner.call(method, params, progress=progress)
+    except SnapshotdError as error:
+        _fail(runner, error)
+    _emit(runner, result, human)
+    return result
+
+
+def _short(hex_id: str | None) -> str:
+    return hex_id[:12] if hex_id else "-"
+
+
+def _checkpoint_line(cp: dict[str, Any]) -> str:
+    mark = "" if cp.get("changed", True) else click.style(" (unchanged)", dim=True)
+    label = cp.get("label") or ""
+    session = cp.get("session") or "-"
+    return (
+        f"{click.style(_short(cp['id']), fg='yellow')}  #{cp['seq']:<4} {cp['created_at'][:19].replace('T', ' ')}"
+        f"  {session:<12} {label}{mark}"
+    )
+
+
+json_option = click.option("--json", "json_output", is_flag=True, help="Print the result as JSON.")
+
+
+@click.group(context_settings=CONTEXT)
+@click.option("--socket", "socket_path", metavar="PATH", help="The daemon's socket (default: $SNAPSHOTD_SOCKET, then the runtime folder).")
+@click.option("--embedded", is_flag=True, help="Run the operation in this process, without a daemon.")
+@json_option
+@click.version_option(VERSION, prog_name="snapshotd")
+@click.pass_context
+def main(ctx: click.Context, socket_path: str | None, embedded: bool, json_output: bool) -> None:
+    """Git snapshots and checkpoints of working trees, for agent servers and people.
+
+    Checkpoints are real git commits whose trees equal what `git add -A && git
+    write-tree` gives on a copy of your index; your index, HEAD, branches and
+    ignored files are never touched.
+    """
+    ctx.obj = Runner(socket_path, embedded, json_output)
+
+
+@main.command(context_settings=CONTEXT)
+@click.option("--socket", "socket_path", metavar="PATH", help="Listen on this socket.")
+@click.option("--allow-root", is_flag=True, help="Also serve connections from root.")
+@click.option("--size-cap", type=click.IntRange(min=0), metavar="BYTES", help="Leave out untracked files larger than this (0: no cap).")
+@click.option("--no-watch", is_flag=True, help="Do not watch worktrees; every capture scans.")
+@click.pass_context
+def serve(ctx: click.Context, socket_path: str | None, allow_root: bool, size_cap: int | None, no_watch: bool) -> None:
+    """Run the daemon in the foreground until stopped (SIGTERM, Ctrl-C or `snapshotd stop`)."""
+    from .daemon import run_daemon
+
+    runner: Runner = ctx.obj
+    run_daemon(socket_path or runner.socket_path, allow_root=allow_root, size_cap=size_cap, watch=not no_watch)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("path", default=".", type=click.Path(file_okay=False))
+@click.option("-m", "--label", metavar="LABEL", help="A label for the checkpoint.")
+@click.option("--session", metavar="S", help="The session (agent thread) the checkpoint belongs to.")
+@click.option("--exact", is_flag=True, help="Scan the whole worktree even when a watcher is warm.")
+@json_option
+@click.pass_context
+def checkpoint(ctx: click.Context, path: str, label: str | None, session: str | None, exact: bool, json_output: bool) -> None:
+    """Record the worktree holding PATH as a checkpoint."""
+
+    def human(result: dict[str, Any]) -> None:
+        cp, stats = result["checkpoint"], result["stats"]
+        click.echo(_checkpoint_line(cp))
+        detail = f"{stats['scan']} scan, {stats['hashed']} hashed, {stats['processes']} processes, {stats['ms']:.0f} ms"
+        click.echo(click.style(detail, dim=True))
+        for skipped in stats["skipped"]:
+            click.echo(click.style(f"skipped {skipped}", fg="magenta"), err=True)
+
+    params = {"path": os.path.abspath(path), "label": label, "session": session, "exact": exact or None}
+    _invoke(ctx, "checkpoint", params, human, progress="capturing")
+
+
+@main.command(name="list", context_settings=CONTEXT)
+@click.argument("path", default=".", type=click.Path(file_okay=False))
+@click.option("--session", metavar="S", help="Only this session's checkpoints.")
+@click.option("--limit", type=click.IntRange(min=0), metavar="N", help="At most N, newest first.")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, path: str, session: str | None, limit: int | None, json_output: bool) -> None:
+    """List the checkpoints of the worktree holding PATH, newest first."""
+
+    def human(result: dict[str, Any]) -> None:
+        if not result["checkpoints"]:
+            click.echo("no checkpoints")
+        for cp in result["checkpoints"]:
+            click.echo(_checkpoint_line(cp))
+
+    _invoke(ctx, "list", {"path": os.path.abspath(path), "session": session, "limit": limit}, human)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@json_option
+@click.pass_context
+def show(ctx: click.Context, checkpoint_id: str, json_output: bool) -> None:
+    """Show one checkpoint (a full id or a unique prefix of 7+ hex digits)."""
+
+    def human(result: dict[str, Any]) -> None:
+        cp = result["checkpoint"]
+        width = max(len(key) for key in cp)
+        for key, value in cp.items():
+            click.echo(f"{click.style(key.ljust(width), bold=True)}  {value if value is not None else '-'}")
+
+    _invoke(ctx, "show", {"checkpoint": checkpoint_id}, human)
+
+
+_STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
+_STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}
+
+
+def _print_patch(text: str) -> None:
+    for line in text.splitlines():
+        colour = None
+        if line.startswith(("+++", "---", "diff --git", "index ")):
+            click.echo(click.style(line, bold=True))
+            continue
+        if line.startswith("+"):
+            colour = "green"
+        elif line.startswith("-"):
+            colour = "red"
+        elif line.startswith("@@"):
+            colour = "cyan"
+        click.echo(click.style(line, fg=colour) if colour else line)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("source", metavar="FROM")
+@click.argument("target", metavar="[TO]", required=False, default="worktree")
+@click.argument("paths", nargs=-1, metavar="[-- PATHS...]")
+@click.option("--stat", "mode", flag_value="stat", help="Lines added and removed per file.")
+@click.option("--name-status", "mode", flag_value="name-status", default=True, help="One letter and a path per file (default).")
+@click.option("--patch", "mode", flag_value="patch", help="The unified patch.")
+@click.option("-U", "--context", type=click.IntRange(min=0), metavar="N", help="Lines of context in the patch.")
+@click.option("-C", "--path", "path", metavar="PATH", type=click.Path(file_okay=False), help="The worktree, when FROM or TO is 'worktree' (default: here).")
+@json_option
+@click.pass_context
+def diff(ctx: click.Context, source: str, target: str, paths: tuple[str, ...], mode: str, context: int | None, path: str | None, json_output: bool) -> None:
+    """Show what changed from FROM to TO (a checkpoint or 'worktree', the default TO)."""
+
+    def human(result: dict[str, Any]) -> None:
+        if mode == "patch":
+            _print_patch(result.get("patch", ""))
+            return
+        if not result["files"]:
+            click.echo("no changes")
+        width = max((len(f["path"]) for f in result["files"]), default=0)
+        for change in result["files"]:
+            letter = _STATUS_LETTERS.get(change["status"], "?")
+            name = change["path"] if not change.get("old_path") else f"{change['old_path']} -> {change['path']}"
+            if mode == "stat":
+                counts = "bin" if change["binary"] else f"+{change['additions']} -{change['deletions']}"
+                click.echo(f"{name.ljust(width)}  {counts}")
+            else:
+                click.echo(f"{click.style(letter, fg=_STATUS_COLOURS.get(letter))}  {name}")
+
+    needs_worktree = "worktree" in (source, target)
+    params = {
+        "from": source,
+        "to": target,
+        "paths": list(paths) or None,
+        "patch": True if mode == "patch" else None,
+        "context": context,
+        "path": os.path.abspath(path or ".") if needs_worktree or path else None,
+    }
+    _invoke(ctx, "diff", params, human, progress="comparing")
+
+
+def _print_changes(result: dict[str, Any], dry_run: bool) -> None:
+    verb = "would " if dry_run else ""
+    for path in result.get("written", []):
+        click.echo(f"{click.style('W', fg='green')}  {path}")
+    for path in result.get("deleted", []):
+        click.echo(f"{click.style('D', fg='red')}  {path}")
+    for item in result.get("conflicts", []) + result.get("skipped", []):
+        click.echo(f"{click.style('!', fg='magenta')}  {item['path']}: {item['reason']}")
+    summary = f"{verb}write {len(result.get('written', []))}, {verb}delete {len(result.get('deleted', []))}"
+    click.echo(click.style(summary, dim=True))
+    safety = result.get("safety_checkpoint")
+    if safety:
+        click.echo(f"undo with: snapshotd restore {safety['id'][:12]}")
+
+
+def _confirm_preview(ctx: click.Context, method: str, params: dict[str, Any], yes: bool) -> bool:
+    """At a terminal, show the dry run and ask before writing anything."""
+    runner: Runner = ctx.obj
+    interactive = sys.stdin.isatty() and sys.stdout.isatty() and not runner.json and not ctx.params.get("json_output")
+    if yes or params.get("dry_run") or not interactive:
+        return True
+    try:
+        preview = runner.call(method, {**{k: v for k, v in params.items() if v is not None}, "dry_run": True})
+    except SnapshotdError as error:
+        _fail(runner, error)
+    if not preview.get("written") and not preview.get("deleted"):
+        _print_changes(preview, True)
+        return False
+    _print_changes(preview, True)
+    return click.confirm("Go ahead?", default=False)
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@click.argument("paths", nargs=-1)
+@click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
+@click.option("--into", "into", metavar="PATH", type=click.Path(file_okay=False), help="Restore into this worktree (another than the checkpoint's own).")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation at a terminal.")
+@json_option
+@click.pass_context
+def restore(ctx: click.Context, checkpoint_id: str, paths: tuple[str, ...], dry_run: bool, into: str | None, yes: bool, json_output: bool) -> None:
+    """Make the worktree (or PATHS in it) equal CHECKPOINT again; a safety checkpoint comes first."""
+    params = {
+        "checkpoint": checkpoint_id,
+        "paths": [os.path.abspath(p) for p in paths] or None,
+        "dry_run": dry_run or None,
+        "path": os.path.abspath(into) if into else None,
+        "allow_other_worktree": True if into else None,
+    }
+    if not _confirm_preview(ctx, "restore", params, yes):
+        return
+    _invoke(ctx, "restore", params, lambda r: _print_changes(r, dry_run), progress="restoring")
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("source", metavar="FROM")
+@click.argument("rest", nargs=-1, metavar="[TO] [PATHS...]")
+@click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
+@click.option("--force", is_flag=True, help="Also take back paths changed since TO.")
+@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation at a terminal.")
+@json_option
+@click.pass_context
+def revert(ctx: click.Context, source: str, rest: tuple[str, ...], dry_run: bool, force: bool, yes: bool, json_output: bool) -> None:
+    """Undo the changes from FROM to TO (default: the session's newest), leaving other work alone."""
+    target = None
+    paths = list(rest)
+    if paths and len(paths[0]) >= 7 and all(c in "0123456789abcdefABCDEF" for c in paths[0]) and not os.path.exists(paths[0]):
+        target = paths.pop(0)
+    params = {
+        "from": source,
+        "to": target,
+        "paths": [os.path.abspath(p) for p in paths] or None,
+        "dry_run": dry_run or None,
+        "force": force or None,
+    }
+    if not _confirm_preview(ctx, "revert", params, yes):
+        return
+    _invoke(ctx, "revert", params, lambda r: _print_changes(r, dry_run), progress="reverting")
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("checkpoints", nargs=-1, metavar="[CHECKPOINT...]")
+@click.option("--session", metavar="S", help="Delete every checkpoint of this session.")
+@click.option("-C", "--path", "path", default=".", type=click.Path(file_okay=False), help="The worktree, with --session.")
+@json_option
+@click.pass_context
+def delete(ctx: click.Context, checkpoints: tuple[str, ...], session: str | None, path: str, json_output: bool) -> None:
+    """Delete checkpoints by id, or a whole session's."""
+    if bool(checkpoints) == bool(session):
+        raise click.UsageError("Give checkpoint ids or --session, not both and not neither.")
+    params: dict[str, Any] = {"checkpoints": list(checkpoints)} if checkpoints else {"session": session, "path": os.path.abspath(path)}
+    _invoke(ctx, "delete", params, lambda r: click.echo(f"deleted {r['deleted']} checkpoint(s)"))
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("path", required=False, type=click.Path(file_okay=False))
+@click.option("--keep", type=click.IntRange(min=0), metavar="N", help="Keep the newest N per session (default 50).")
+@click.option("--older-than", "older_than", type=click.IntRange(min=0), metavar="SECONDS", help="Delete only those older than this.")
+@json_option
+@click.pass_context
+def gc(ctx: click.Context, path: str | None, keep: int | None, older_than: int | None, json_output: bool) -> None:
+    """Delete old checkpoints (of PATH's worktree, or of every known one)."""
+    params = {"path": os.path.abspath(path) if path else None, "keep": keep, "older_than_s": older_than}
+    _invoke(ctx, "gc", params, lambda r: click.echo(f"deleted {r['deleted']} checkpoint(s)"), progress="collecting")
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("path", required=False, type=click.Path(file_okay=False))
+@json_option
+@click.pass_context
+def repair(ctx: click.Context, path: str | None, json_output: bool) -> None:
+    """Re-attach worktrees that moved (PATH: the new place of one), keeping ids and checkpoints."""
+
+    def human(result: dict[str, Any]) -> None:
+        if not result["moved"]:
+            click.echo("nothing moved")
+        for item in result["moved"]:
+            click.echo(f"{item['worktree']}  {item['from']} -> {item['to']}")
+
+    _invoke(ctx, "repair", {"path": os.path.abspath(path) if path else None}, human)
+
+
+@main.command(context_settings=CONTEXT)
+@json_option
+@click.pass_context
+def status(ctx: click.Context, json_output: bool) -> None:
+    """Show the daemon's worktrees and counters."""
+
+    def human(result: dict[str, Any]) -> None:
+        spawn_info = result.get("spawn", {})
+        helper = "native posix_spawn" if spawn_info.get("native") else f"fallback ({spawn_info.get('error')})"
+        click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}  spawn: {helper}")
+        for wt in result["worktrees"]:
+            watching = click.style("watching", fg="green") if wt["watching"] else "not watching"
+            click.echo(f"{wt['id']}  {wt['kind']:<5} {watching:<12} {wt['path']}")
+        counters = result["counters"]
+        if counters:
+            width = max(len(key) for key in counters)
+            for key in sorted(counters):
+                click.echo(f"  {key.ljust(width)}  {counters[key]}")
+
+    _invoke(ctx, "status", {}, human)
+
+
+@main.command(name="open", context_settings=CONTEXT)
+@click.argument("path", default=".", type=click.Path(file_okay=False))
+@json_option
+@click.pass_context
+def open_(ctx: click.Context, path: str, json_output: bool) -> None:
+    """Open (register) the worktree holding PATH and show it."""
+
+    def human(result: dict[str, Any]) -> None:
+        wt = result["worktree"]
+        click.echo(f"{wt['id']}  {wt['kind']}  {wt['path']}  {wt.get('branch') or ''} {_short(wt.get('head'))}")
+
+    _invoke(ctx, "open", {"path": os.path.abspath(path)}, human)
+
+
+@main.command(context_settings=CONTEXT)
+@json_option
+@click.pass_context
+def worktrees(ctx: click.Context, json_output: bool) -> None:
+    """List the worktrees the daemon has open."""
+    _invoke(ctx, "worktrees", {}, lambda r: [click.echo(f"{wt['id']}  {wt['path']}") for wt in r["worktrees"]])
+
+
+@main.command(context_settings=CONTEXT)
+@json_option
+@click.pass_context
+def stop(ctx: click.Context, json_output: bool) -> None:
+    """Stop the daemon cleanly."""
+    _invoke(ctx, "shutdown", {}, lambda r: click.echo("stopped"))
+
+
+if __name__ == "__main__":
+    main()

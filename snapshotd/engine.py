@@ -1,0 +1,737 @@
+"""The engine: every operation of the contract, on real worktrees and stores.
+
+One core, used two ways: the daemon serves it on the socket, and
+``snapshotd --embedded`` runs it in the command's own process. Both give the
+same results because they share this code and the on-disk state (git refs and
+the records file). Blocking work (pygit2, hashing) runs on worker threads
+behind a limiter so the trio loop stays responsive.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pygit2
+import trio
+
+from . import diff as diff_mod
+from . import restore as restore_mod
+from . import spawn
+from .capture import (
+    CaptureResult,
+    CaptureStats,
+    StatCache,
+    capture_cold,
+    make_fence,
+    open_repo,
+    thread_limiter,
+)
+from .errors import (
+    Ambiguous,
+    InvalidParams,
+    MethodNotFound,
+    NotFound,
+    SnapshotdError,
+    Unsupported,
+    WorktreeMismatch,
+)
+from .fsutil import remove_stale_temp_files
+from .paths import to_worktree_relative
+from .settings import VERSION, data_home
+from .settings import size_cap as resolve_size_cap
+from .store import Checkpoint, Store, ref_name, validate_session
+from .warm import WarmState, capture_warm, rule_sources, signature_of
+from .watch import Watcher
+from .worktree import Records, WorktreeInfo, identify, locate
+
+SAFETY_SESSION = "snapshotd:safety"
+WATCH_START_TIMEOUT_S = 5.0
+RECONCILE_IDLE_S = 5.0
+NOTIFY_DEBOUNCE_S = 0.05
+NOTIFY_MAX_PATHS = 1000
+
+
+@dataclass
+class WorktreeState:
+    """What the engine keeps for one open worktree."""
+
+    info: WorktreeInfo
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    cache: StatCache = field(default_factory=StatCache)
+    watcher: Watcher | None = None
+    warm: WarmState | None = None
+    needs_reconcile: bool = False
+    last_activity: float = field(default_factory=time.monotonic)
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    cancel: trio.CancelScope | None = None
+
+    @property
+    def watching(self) -> bool:
+        return self.watcher is not None and self.watcher.live
+
+
+@dataclass
+class Subscription:
+    """One client's interest in a worktree's changes, sent as debounced notifications."""
+
+    id: str
+    worktree: str
+    session: Any
+    pending: set[str] = field(default_factory=set)
+    overflow: bool = False
+    wake: trio.Event = field(default_factory=trio.Event)
+    cancel: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+
+def _head(info: WorktreeInfo) -> tuple[str | None, str | None]:
+    """HEAD commit and branch of a git worktree, read in-process."""
+    if info.git_dir is None:
+        return None, None
+    try:
+        repo = pygit2.Repository(info.git_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        if repo.head_is_unborn:
+            target = repo.references.get("HEAD")
+            branch = target.target.removeprefix("refs/heads/") if target is not None else None
+            return None, branch if isinstance(branch, str) else None
+        head = repo.head
+        branch = None if repo.head_is_detached else head.shorthand
+        return str(head.target), branch
+    except (pygit2.GitError, KeyError, ValueError):
+        return None, None
+
+
+def _param(params: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
+    value = params.get(name, default)
+    if value is None:
+        return default
+    if kind is int and isinstance(value, bool):
+        raise InvalidParams(f"The parameter '{name}' must be an integer.")
+    if not isinstance(value, kind):
+        expected = {str: "a string", int: "an integer", bool: "true or false", list: "a list"}.get(
+            kind if isinstance(kind, type) else list, "of another type"
+        )
+        raise InvalidParams(f"The parameter '{name}' must be {expected}.")
+    return value
+
+
+def _str_list(params: dict[str, Any], name: str) -> list[str] | None:
+    value = _param(params, name, list)
+    if value is None:
+        return None
+    if not all(isinstance(item, str) for item in value):
+        raise InvalidParams(f"The parameter '{name}' must be a list of strings.")
+    return value
+
+
+def _nonnegative(params: dict[str, Any], name: str) -> int | None:
+    value = _param(params, name, int)
+    if value is not None and value < 0:
+        raise InvalidParams(f"The parameter '{name}' must not be negative.")
+    return value
+
+
+class Engine:
+    """Owns the open worktrees and performs every method of the contract."""
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | None = None,
+        *,
+        size_cap: int | None = None,
+        nursery: trio.Nursery | None = None,
+        watch: bool = True,
+    ) -> None:
+        self.home = data_home(home)
+        self.nursery = nursery  # with one, worktrees are watched and captures can be warm
+        self.watch = watch and nursery is not None
+        self.size_cap = resolve_size_cap(size_cap)
+        self.records = Records(self.home)
+        self.worktrees: dict[str, WorktreeState] = {}
+        self.counters: Counter[str] = Counter()
+        self.started = time.monotonic()
+        self._on_shutdown: Callable[[], None] | None = None
+        self._handlers: dict[str, Callable[[dict[str, Any], Any], Awaitable[dict[str, Any]]]] = {
+            "ping": self._ping,
+            "open": self._open,
+            "worktrees": self._worktrees,
+            "checkpoint": self._checkpoint,
+            "list": self._list,
+            "show": self._show,
+            "diff": self._diff,
+            "restore": self._restore,
+            "revert": self._revert,
+            "delete": self._delete,
+            "gc": self._gc,
+            "repair": self._repair,
+            "status": self._status,
+            "shutdown": self._shutdown,
+            "subscribe": self._subscribe,
+            "unsubscribe": self._unsubscribe,
+        }
+        self._subscription_ids = iter(range(1, 1 << 62))
+        pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 1)
+
+    # --- the service face ------------------------------------------------------
+
+    async def call(self, method: str, params: dict[str, Any] | None = None, session: Any = None) -> dict[str, Any]:
+        """Run one method of the contract with its params (as they come off the wire)."""
+        handler = self._handlers.get(method)
+        if handler is None:
+            raise MethodNotFound(f"There is no method '{method}'.")
+        if params is None:
+            params = {}
+        if not isinstance(params, dict):
+            raise InvalidParams("The params must be a JSON object.")
+        self.counters[f"calls.{method}"] += 1
+        return await handler(params, session)
+
+    def on_shutdown(self, callback: Callable[[], None]) -> None:
+        self._on_shutdown = callback
+
+    async def aclose(self) -> None:
+        for state in self.worktrees.values():
+            if state.cancel is not None:
+                state.cancel.cancel()
+            for subscription in state.subscriptions.values():
+                subscription.cancel.cancel()
+        self.worktrees.clear()
+
+    # --- worktrees -------------------------------------------------------------
+
+    def open_path(self, path: str) -> WorktreeState:
+        info = identify(locate(path), self.records)
+        state = self.worktrees.get(info.id)
+        if state is None or state.info != info:
+            if state is None:
+                remove_stale_temp_files(Path(info.state_dir, "tmp"), "index-")
+                restore_mod.recover(os.path.join(info.state_dir, "journal"), info.path)
+                state = WorktreeState(info)
+            else:
+                state.info = info
+            self.worktrees[info.id] = state
+        return state
+
+    def _by_id(self, worktree_id: str) -> WorktreeState:
+        state = self.worktrees.get(worktree_id)
+        if state is not None:
+            return state
+        record = self.records.load().get(worktree_id)
+        if record is None:
+            raise NotFound(f"No worktree has the id {worktree_id}.")
+        if not os.path.isdir(record["path"]):
+            raise NotFound(
+                f"The worktree {worktree_id} is no longer at {record['path']}; run 'snapshotd repair' with its new path."
+            )
+        state = self.open_path(record["path"])
+        if state.info.id != worktree_id:
+            raise NotFound(f"The folder {record['path']} now holds a different worktree than {worktree_id}.")
+        return state
+
+    async def _resolve(self, params: dict[str, Any], required: bool = True) -> WorktreeState | None:
+        path = _param(params, "path", str)
+        worktree_id = _param(params, "worktree", str)
+        if path is not None:
+            state = await trio.to_thread.run_sync(self.open_path, path, limiter=thread_limiter)
+            if worktree_id is not None and worktree_id != state.info.id:
+                raise WorktreeMismatch(f"The path {path} belongs to worktree {state.info.id}, not {worktree_id}.")
+            await self._ensure_watch(state)
+            return state
+        if worktree_id is not None:
+            state = await trio.to_thread.run_sync(self._by_id, worktree_id, limiter=thread_limiter)
+            await self._ensure_watch(state)
+            return state
+        if required:
+            raise InvalidParams("Give either 'path' (a folder inside the worktree) or 'worktree' (its id).")
+        return None
+
+    def _wire_worktree(self, state: WorktreeState) -> dict[str, Any]:
+        head, branch = _head(state.info)
+        return state.info.to_wire(head, branch, state.watching)
+
+    # --- capture ---------------------------------------------------------------
+
+    async def capture(self, state: WorktreeState, *, exact: bool = False) -> CaptureResult:
+        """The worktree's tree now; callers hold ``state.lock``.
+
+        Warm when a live watcher's dirty set can be trusted, cold otherwise.
+        """
+        state.last_activity = time.monotonic()
+        watcher = state.watcher
+        if watcher is None or not watcher.live or state.warm is None or exact:
+            reason = "exact requested" if exact else ("no watcher" if watcher is None else "watcher not warm")
+            return await self._cold(state, reason)
+        if not await watcher.sync():
+            return await self._cold(state, "cookie wait timed out")
+        dirty, reasons = watcher.take()
+        signature = signature_of(rule_sources(state.info))
+        if reasons or signature != state.warm.signature:
+            return await self._cold(state, sorted(reasons)[0] if reasons else "ignore rules or user index changed")
+        started = time.perf_counter()
+        stats = CaptureStats(scan="watch")
+        if dirty:
+            fence_ns = make_fence(os.path.join(state.info.state_dir, "tmp"))
+            tree = await trio.to_thread.run_sync(
+                capture_warm, state.info, state.warm, dirty, state.cache, stats, self.size_cap, fence_ns,
+                limiter=thread_limiter,
+            )
+            if tree is None:
+                return await self._cold(state, "too many new paths")
+            state.needs_reconcile = True
+        stats.ms = (time.perf_counter() - started) * 1000
+        self.counters["processes"] += stats.processes
+        self.counters["captures.watch"] += 1
+        return CaptureResult(tree=state.warm.tree, stats=stats, index=None, flagged=set())
+
+    async def _cold(self, state: WorktreeState, reason: str) -> CaptureResult:
+        keep = state.watcher is not None and state.watcher.live
+        if keep:
+            self.counters[f"cold_reasons.{reason}"] += 1
+            state.watcher.take()  # the full scan covers everything the watcher saw so far
+        signature = signature_of(rule_sources(state.info))
+        index_mtime_ns = 0
+        if state.info.git_dir is not None:
+            try:
+                index_mtime_ns = os.stat(os.path.join(state.info.git_dir, "index")).st_mtime_ns
+            except OSError:
+                index_mtime_ns = 0
+        result = await capture_cold(state.info, state.cache, self.size_cap, keep_pristine=keep)
+        state.warm = WarmState.from_cold(result, index_mtime_ns, signature) if keep else None
+        self.counters["processes"] += result.stats.processes
+        self.counters[f"captures.{result.stats.scan}"] += 1
+        if result.stats.fallback:
+            self.counters["fallbacks.git_index"] += 1
+        return result
+
+    # --- watching ----------------------------------------------------------------
+
+    async def _ensure_watch(self, state: WorktreeState) -> None:
+        if not self.watch or self.nursery is None or state.watcher is not None:
+            return
+        watcher = Watcher(state.info, on_change=lambda paths, overflow: self._changed(state, paths, overflow))
+        state.watcher = watcher
+        self.nursery.start_soon(self._run_worktree, state, watcher)
+        if not await watcher.wait_started(WATCH_START_TIMEOUT_S):
+            self.counters["watch_failures"] += 1
+
+    async def _run_worktree(self, state: WorktreeState, watcher: Watcher) -> None:
+        """The worktree's own tasks: its watcher and the idle reconciliation."""
+        with trio.CancelScope() as scope:
+            state.cancel = scope
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watcher.run)
+                nursery.start_soon(self._reconcile_when_idle, state)
+        if state.watcher is watcher:
+            state.watcher = None
+            state.warm = None
+
+    async def _reconcile_when_idle(self, state: WorktreeState) -> None:
+        """After warm captures, once the worktree is quiet, check the warm tree against a full scan.
+
+        Every difference is a change the watcher missed; it is counted as
+        ``watch_miss`` (which must stay 0) and the full scan's result is kept.
+        """
+        while True:
+            await trio.sleep(RECONCILE_IDLE_S / 2)
+            quiet = time.monotonic() - state.last_activity >= RECONCILE_IDLE_S
+            if not (state.needs_reconcile and quiet and state.watcher and state.watcher.live):
+                continue
+            if state.lock.locked():
+                continue
+            async with state.lock:
+                warm = await self.capture(state)
+                if warm.stats.scan != "watch":
+                    state.needs_reconcile = False
+                    continue
+                cold = await self._cold(state, "idle reconciliation")
+                state.needs_reconcile = False
+                self.counters["reconciliations"] += 1
+                if cold.tree != warm.tree:
+                    repo = open_repo(state.info)
+                    missed = diff_mod.diff_trees(repo, warm.tree, cold.tree, find_renames=False)["files"]
+                    self.counters["watch_miss"] += max(1, len(missed))
+            state.last_activity = time.monotonic()
+
+    def _changed(self, state: WorktreeState, paths: set[str], overflow: bool) -> None:
+        state.last_activity = time.monotonic()
+        for subscription in state.subscriptions.values():
+            if len(subscription.pending) + len(paths) > NOTIFY_MAX_PATHS:
+                subscription.overflow = True
+            else:
+                subscription.pending |= paths
+            subscription.overflow |= overflow
+            subscription.wake.set()
+
+    async def _subscribe(self, params: dict[str, Any], session: Any) -> dict[str, Any]:
+        if session is None or self.nursery is None:
+            raise Unsupported("subscribe needs the daemon: notifications are sent on a connection.")
+        state = await self._resolve(params)
+        assert state is not None
+        subscription = Subscription(id=f"sub_{next(self._subscription_ids)}", worktree=state.info.id, session=session)
+        state.subscriptions[subscription.id] = subscription
+        session.on_close(subscription.cancel.cancel)
+        self.nursery.start_soon(self._notify_loop, state, subscription)
+        return {"subscription": subscription.id}
+
+    async def _unsubscribe(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        subscription_id = _param(params, "subscription", str)
+        for state in self.worktrees.values():
+            subscription = state.subscriptions.get(subscription_id or "")
+            if subscription is not None:
+                subscription.cancel.cancel()
+                return {}
+        raise NotFound(f"No subscription {subscription_id} exists.")
+
+    async def _notify_loop(self, state: WorktreeState, subscription: Subscription) -> None:
+        with subscription.cancel:
+            try:
+                while True:
+                    await subscription.wake.wait()
+                    await trio.sleep(NOTIFY_DEBOUNCE_S)
+                    subscription.wake = trio.Event()
+                    paths, overflow = sorted(subscription.pending), subscription.overflow
+                    subscription.pending, subscription.overflow = set(), False
+                    await subscription.session.notify(
+                        "changed",
+                        {"subscription": subscription.id, "worktree": state.info.id, "paths": paths, "overflow": overflow},
+                    )
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
+        state.subscriptions.pop(subscription.id, None)
+
+    def _record(self, state: WorktreeState, session: str | None, label: str | None, tree: str) -> Checkpoint:
+        base, _ = _head(state.info)
+        store = Store(open_repo(state.info))
+        return store.record(worktree_id=state.info.id, session=session, label=label, tree=tree, base=base)
+
+    async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        session = validate_session(params.get("session"))
+        label = _param(params, "label", str)
+        exact = _param(params, "exact", bool, False)
+        state = await self._resolve(params)
+        assert state is not None
+        started = time.perf_counter()
+        async with state.lock:
+            result = await self.capture(state, exact=exact)
+            checkpoint = await trio.to_thread.run_sync(
+                self._record, state, session, label, result.tree, limiter=thread_limiter
+            )
+        result.stats.ms = (time.perf_counter() - started) * 1000
+        return {"checkpoint": checkpoint.to_wire(), "stats": result.stats.to_wire()}
+
+    # --- reading checkpoints ---------------------------------------------------
+
+    def _stores(self, preferred: WorktreeState | None) -> list[tuple[str, str]]:
+        """(store_dir, worktree id) pairs to search for a checkpoint, preferred first."""
+        seen: dict[str, str] = {}
+        if preferred is not None:
+            seen[preferred.info.store_dir] = preferred.info.id
+        for worktree_id, record in self.records.load().items():
+            store_dir = record.get("store_dir")
+            if store_dir and os.path.isdir(store_dir):
+                seen.setdefault(store_dir, worktree_id)
+        return list(seen.items())
+
+    def _find(self, ref: object, preferred: WorktreeState | None, name: str = "checkpoint") -> tuple[Store, Checkpoint]:
+        if not isinstance(ref, str):
+            raise InvalidParams(f"The parameter '{name}' must be a checkpoint id (a string).")
+        found: list[tuple[Store, Checkpoint]] = []
+        errors: list[SnapshotdError] = []
+        for store_dir, _ in self._stores(preferred):
+            try:
+                repo = pygit2.Repository(store_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+            except pygit2.GitError:
+                continue
+            store = Store(repo)
+            try:
+                found.append((store, store.find(ref)))
+            except NotFound:
+                continue
+            except SnapshotdError as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+        distinct = {cp.id for _, cp in found}
+        if len(distinct) > 1:
+            raise Ambiguous(f"The prefix '{ref}' matches {len(distinct)} checkpoints; give more digits.")
+        if not found:
+            raise NotFound(f"No checkpoint matches '{ref}'.")
+        return found[0]
+
+    async def _list(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        session = validate_session(params.get("session"))
+        limit = _nonnegative(params, "limit")
+        state = await self._resolve(params)
+        assert state is not None
+
+        def run() -> list[dict]:
+            store = Store(open_repo(state.info))
+            found = store.list(state.info.id, session, limit, all_sessions=session is None)
+            return [cp.to_wire() for cp in found]
+
+        return {"checkpoints": await trio.to_thread.run_sync(run, limiter=thread_limiter)}
+
+    async def _show(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        preferred = await self._resolve(params, required=False)
+        _, checkpoint = await trio.to_thread.run_sync(
+            self._find, params.get("checkpoint"), preferred, limiter=thread_limiter
+        )
+        return {"checkpoint": checkpoint.to_wire()}
+
+    # --- diff --------------------------------------------------------------------
+
+    async def _tree_of(self, ref: object, preferred: WorktreeState | None, name: str) -> tuple[str, str, WorktreeState | None, Checkpoint | None]:
+        """(tree, store_dir, worktree state for 'worktree', checkpoint) for one side of a diff."""
+        if ref == "worktree":
+            if preferred is None:
+                raise InvalidParams(f"'{name}' is 'worktree' but no worktree was given; add 'path' or a checkpoint.")
+            async with preferred.lock:
+                result = await self.capture(preferred)
+            return result.tree, preferred.info.store_dir, preferred, None
+        store, checkpoint = await trio.to_thread.run_sync(self._find, ref, preferred, name, limiter=thread_limiter)
+        return checkpoint.tree, store.repo.path, None, checkpoint
+
+    async def _diff(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        if "from" not in params:
+            raise InvalidParams("The parameter 'from' is required (a checkpoint id or 'worktree').")
+        source, target = params.get("from"), params.get("to", "worktree")
+        paths = _str_list(params, "paths")
+        patch = _param(params, "patch", bool, False)
+        context = _nonnegative(params, "context")
+        preferred = await self._resolve(params, required=False)
+        if preferred is None:
+            for ref in (source, target):
+                if ref != "worktree":
+                    _, checkpoint = await trio.to_thread.run_sync(self._find, ref, None, limiter=thread_limiter)
+                    preferred = await trio.to_thread.run_sync(self._by_id, checkpoint.worktree, limiter=thread_limiter)
+                    break
+        old_tree, old_store, _, old_cp = await self._tree_of(source, preferred, "from")
+        new_tree, new_store, _, new_cp = await self._tree_of(target, preferred, "to")
+        if os.path.realpath(old_store) != os.path.realpath(new_store):
+            raise Unsupported("The two sides of this diff are stored in different repositories; diff them with git.")
+        rel_paths = [to_worktree_relative(preferred.info.path, p) for p in paths] if paths and preferred else paths
+
+        def run() -> dict[str, Any]:
+            repo = pygit2.Repository(old_store, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+            return diff_mod.diff_trees(
+                repo, old_tree, new_tree, paths=rel_paths, patch=patch, context=3 if context is None else context
+            )
+
+        result = await trio.to_thread.run_sync(run, limiter=thread_limiter)
+        worktrees = {cp.worktree for cp in (old_cp, new_cp) if cp is not None}
+        if preferred is not None and (source == "worktree" or target == "worktree"):
+            worktrees.add(preferred.info.id)
+        if len(worktrees) > 1:
+            result["cross_worktree"] = True
+        return result
+
+    # --- restore and revert ------------------------------------------------------
+
+    async def _safety_and_plan(
+        self,
+        state: WorktreeState,
+        plan_fn: Callable[[pygit2.Repository, str], restore_mod.Plan],
+        dry_run: bool,
+        label: str,
+    ) -> dict[str, Any]:
+        async with state.lock:
+            current = await self.capture(state)
+
+            def plan_and_apply() -> dict[str, Any]:
+                repo = open_repo(state.info)
+                plan = plan_fn(repo, current.tree)
+                safety = None
+                if not dry_run and (plan.writes or plan.deletes):
+                    store = Store(repo)
+                    base, _ = _head(state.info)
+                    safety = store.record(
+                        worktree_id=state.info.id, session=SAFETY_SESSION, label=label, tree=current.tree, base=base
+                    ).to_wire()
+                    restore_mod.apply_plan(repo, state.info.path, plan, os.path.join(state.info.state_dir, "journal"))
+                    for path in [p for p, _ in plan.writes] + list(plan.deletes):
+                        state.cache.forget(path)
+                return {
+                    "safety_checkpoint": safety,
+                    "written": sorted(p for p, _ in plan.writes),
+                    "deleted": sorted(plan.deletes),
+                    "conflicts": list(plan.conflicts),
+                }
+
+            return await trio.to_thread.run_sync(plan_and_apply, limiter=thread_limiter)
+
+    async def _restore(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        paths = _str_list(params, "paths")
+        dry_run = _param(params, "dry_run", bool, False)
+        allow_other = _param(params, "allow_other_worktree", bool, False)
+        target = await self._resolve(params, required=False)
+        store, checkpoint = await trio.to_thread.run_sync(
+            self._find, params.get("checkpoint"), target, limiter=thread_limiter
+        )
+        if target is None:
+            target = await trio.to_thread.run_sync(self._by_id, checkpoint.worktree, limiter=thread_limiter)
+        if target.info.id != checkpoint.worktree and not allow_other:
+            raise WorktreeMismatch(
+                f"Checkpoint {checkpoint.id[:12]} belongs to worktree {checkpoint.worktree}, not {target.info.id}; "
+                "pass allow_other_worktree to restore it here."
+            )
+        if os.path.realpath(store.repo.path) != os.path.realpath(target.info.store_dir):
+            raise Unsupported("The checkpoint is stored in another repository than the target worktree's.")
+        rel_paths = [to_worktree_relative(target.info.path, p) for p in paths] if paths is not None else None
+        result = await self._safety_and_plan(
+            target,
+            lambda repo, current: restore_mod.plan_restore(repo, current, checkpoint.tree, rel_paths, target.info.path),
+            dry_run,
+            f"before restore {checkpoint.id}",
+        )
+        if not result["conflicts"]:
+            result.pop("conflicts")
+        else:
+            result["skipped"] = result.pop("conflicts")
+        return result
+
+    async def _revert(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        paths = _str_list(params, "paths")
+        dry_run = _param(params, "dry_run", bool, False)
+        force = _param(params, "force", bool, False)
+        if "from" not in params:
+            raise InvalidParams("The parameter 'from' is required (a checkpoint id).")
+        preferred = await self._resolve(params, required=False)
+        store, source = await trio.to_thread.run_sync(self._find, params.get("from"), preferred, "from", limiter=thread_limiter)
+        if params.get("to") is not None:
+            _, target_cp = await trio.to_thread.run_sync(self._find, params.get("to"), preferred, "to", limiter=thread_limiter)
+        else:
+            target_cp = await trio.to_thread.run_sync(lambda: store.head(source.worktree, source.session))
+            assert target_cp is not None
+        if target_cp.worktree != source.worktree:
+            raise WorktreeMismatch("'from' and 'to' belong to different worktrees.")
+        state = preferred or await trio.to_thread.run_sync(self._by_id, source.worktree, limiter=thread_limiter)
+        if state.info.id != source.worktree:
+            raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to worktree {source.worktree}, not {state.info.id}.")
+        rel_paths = [to_worktree_relative(state.info.path, p) for p in paths] if paths is not None else None
+        return await self._safety_and_plan(
+            state,
+            lambda repo, current: restore_mod.plan_revert(
+                repo, current, source.tree, target_cp.tree, rel_paths, force, state.info.path
+            ),
+            dry_run,
+            f"before revert {source.id}..{target_cp.id}",
+        )
+
+    # --- delete and gc -----------------------------------------------------------
+
+    async def _delete(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        refs = _str_list(params, "checkpoints")
+        if refs is None and "session" not in params:
+            raise InvalidParams("Give 'checkpoints' (a list of ids) or 'session' with 'path' or 'worktree'.")
+        preferred = await self._resolve(params, required=refs is None)
+        if refs is None:
+            session = validate_session(params.get("session"))
+            assert preferred is not None
+
+            def drop_session() -> int:
+                store = Store(open_repo(preferred.info))
+                name = ref_name(preferred.info.id, session)
+                count = sum(1 for _ in store.pins(name))
+                if count:
+                    store.rewrite(name, keep=[])
+                return count
+
+            async with preferred.lock:
+                return {"deleted": await trio.to_thread.run_sync(drop_session, limiter=thread_limiter)}
+
+        def drop_ids() -> int:
+            targets = [self._find(ref, preferred) for ref in refs]
+            groups: dict[tuple[str, str], tuple[Store, set[str]]] = {}
+            for store, checkpoint in targets:
+                key = (store.repo.path, ref_name(checkpoint.worktree, checkpoint.session))
+                groups.setdefault(key, (store, set()))[1].add(checkpoint.id)
+            return sum(store.rewrite(name, drop=ids) for (_, name), (store, ids) in groups.items())
+
+        return {"deleted": await trio.to_thread.run_sync(drop_ids, limiter=thread_limiter)}
+
+    async def _gc(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        keep = _nonnegative(params, "keep")
+        older_than = _nonnegative(params, "older_than_s")
+        if keep is None and older_than is None:
+            keep = 50
+        state = await self._resolve(params, required=False)
+        states = [state] if state is not None else []
+        if state is None:
+            for worktree_id, record in self.records.load().items():
+                if os.path.isdir(record.get("path", "")):
+                    try:
+                        states.append(await trio.to_thread.run_sync(self._by_id, worktree_id, limiter=thread_limiter))
+                    except SnapshotdError:
+                        continue
+        cutoff = None
+        if older_than is not None:
+            cutoff = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - older_than))
+
+        def collect(state: WorktreeState) -> int:
+            store = Store(open_repo(state.info))
+            deleted = 0
+            for name in store.session_refs(state.info.id):
+                checkpoints = list(store.iter_session(name))
+                kept = [
+                    cp
+                    for index, cp in enumerate(checkpoints)
+                    if (keep is not None and index < keep) or (cutoff is not None and cp.created_at[:19] >= cutoff)
+                ]
+                deleted += store.rewrite(name, keep=kept)
+            return deleted
+
+        total = 0
+        for each in states:
+            async with each.lock:
+                total += await trio.to_thread.run_sync(collect, each, limiter=thread_limiter)
+        return {"deleted": total}
+
+    # --- repair ------------------------------------------------------------------
+
+    async def _repair(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        from .repair import repair
+
+        path = _param(params, "path", str)
+        moved = await repair(self, path)
+        return {"moved": moved}
+
+    # --- daemon-level ------------------------------------------------------------
+
+    async def _ping(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        return {"version": VERSION, "pid": os.getpid(), "uptime_s": round(time.monotonic() - self.started, 3)}
+
+    async def _open(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        state = await self._resolve(params)
+        assert state is not None
+        return {"worktree": self._wire_worktree(state)}
+
+    async def _worktrees(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        return {"worktrees": [self._wire_worktree(state) for state in self.worktrees.values()]}
+
+    async def _status(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        counters = dict(self.counters)
+        counters["processes_started"] = spawn.spawned_total()
+        counters.setdefault("watch_miss", 0)
+        for state in self.worktrees.values():
+            if state.watcher is not None:
+                counters["watcher.events"] = counters.get("watcher.events", 0) + state.watcher.events
+                counters["watcher.cookie_waits"] = counters.get("watcher.cookie_waits", 0) + state.watcher.cookie_waits
+        return {
+            "worktrees": [self._wire_worktree(state) for state in self.worktrees.values()],
+            "counters": counters,
+            "spawn": {"native": spawn.NATIVE, "error": spawn.NATIVE_ERROR},
+            "version": VERSION,
+            "pid": os.getpid(),
+            "size_cap": self.size_cap,
+            "home": str(self.home),
+        }
+
+    async def _shutdown(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        if self._on_shutdown is not None:
+            self._on_shutdown()
+        return {}

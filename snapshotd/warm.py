@@ -1,0 +1,224 @@
+"""The warm path: a capture from the watcher's dirty set, with no full scan.
+
+After one cold capture the daemon keeps its in-memory index (the last tree's
+entries) and the user's index as it was read (which paths git tracks, their
+stat data and flags). A warm capture re-examines only the paths the watcher
+named: known paths are lstat'ed and re-hashed only when their stat data say
+so, without any process. Paths the daemon has never seen (new files, new or
+moved-in folders) are put to git in one ``ls-files`` run, because only git
+knows git's ignore rules exactly (libgit2 differs on nested negations).
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass, field
+
+import pygit2
+
+from .capture import (
+    CaptureResult,
+    CaptureStats,
+    Settings,
+    StatCache,
+    TreeBuilder,
+    git_target,
+    open_repo,
+)
+from .gitproc import run_git_sync
+from .worktree import WorktreeInfo
+
+C = pygit2.C
+ffi = pygit2.ffi
+
+MAX_UNKNOWN_PATHS = 2000  # more new paths than this and a full scan is cheaper
+MAX_ARGV_BYTES = 512 * 1024
+
+
+def _entry_at(index: pygit2.Index, position: int):
+    return C.git_index_get_byindex(index._index, position)
+
+
+def entries_under(index: pygit2.Index, folder: str) -> list[str]:
+    """Paths of ``index`` inside ``folder``, found by binary search (entries are sorted)."""
+    prefix = os.fsencode(folder) + b"/"
+    count = len(index)
+    low, high = 0, count
+    while low < high:
+        middle = (low + high) // 2
+        if ffi.string(_entry_at(index, middle).path) < prefix:
+            low = middle + 1
+        else:
+            high = middle
+    found = []
+    while low < count:
+        path = ffi.string(_entry_at(index, low).path)
+        if not path.startswith(prefix):
+            break
+        found.append(os.fsdecode(path))
+        low += 1
+    return found
+
+
+def pristine_oid(pristine: pygit2.Index, path: str, st: os.stat_result, index_mtime_ns: int) -> pygit2.Oid | None:
+    """The user's index entry for ``path`` if its stat data prove the file unchanged."""
+    entry = C.git_index_get_bypath(pristine._index, os.fsencode(path), 0)
+    if entry == ffi.NULL:
+        return None
+    mtime_ns = entry.mtime.seconds * 1_000_000_000 + entry.mtime.nanoseconds
+    if (
+        entry.mtime.seconds != (st.st_mtime_ns // 1_000_000_000) & 0xFFFFFFFF
+        or entry.mtime.nanoseconds != st.st_mtime_ns % 1_000_000_000
+        or entry.file_size != st.st_size & 0xFFFFFFFF
+        or entry.ino != st.st_ino & 0xFFFFFFFF
+        or mtime_ns >= index_mtime_ns
+    ):
+        return None
+    return pygit2.Oid(raw=bytes(ffi.buffer(ffi.addressof(entry, "id"))[:20]))
+
+
+@dataclass
+class WarmState:
+    """What a warm capture starts from: the last capture's index and the user's."""
+
+    index: pygit2.Index
+    pristine: pygit2.Index
+    flagged: set[str]
+    settings: Settings
+    tree: str
+    index_mtime_ns: int
+    signature: tuple
+    not_ignored: set[str] = field(default_factory=set)
+
+    @classmethod
+    def from_cold(cls, result: CaptureResult, index_mtime_ns: int, signature: tuple) -> WarmState | None:
+        if result.index is None or result.pristine is None or result.settings is None:
+            return None
+        return cls(
+            index=result.index,
+            pristine=result.pristine,
+            flagged=result.flagged,
+            settings=result.settings,
+            tree=result.tree,
+            index_mtime_ns=index_mtime_ns,
+            signature=signature,
+        )
+
+
+def rule_sources(info: WorktreeInfo) -> list[str]:
+    """Files whose change can change what is ignored or tracked: re-checked by stat each capture."""
+    home = os.path.expanduser("~")
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    sources = [
+        os.path.join(xdg, "git", "ignore"),
+        os.path.join(xdg, "git", "config"),
+        os.path.join(home, ".gitconfig"),
+    ]
+    if os.environ.get("GIT_CONFIG_GLOBAL"):
+        sources.append(os.environ["GIT_CONFIG_GLOBAL"])
+    common = info.common_dir or info.store_dir
+    sources += [os.path.join(common, "info", "exclude"), os.path.join(common, "config")]
+    if info.git_dir is not None:
+        sources += [os.path.join(info.git_dir, "index"), os.path.join(info.git_dir, "config.worktree")]
+    return sources
+
+
+def signature_of(paths: list[str]) -> tuple:
+    out = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            out.append(None)
+            continue
+        out.append((st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino))
+    return tuple(out)
+
+
+class WarmBuilder(TreeBuilder):
+    """A TreeBuilder that also trusts the user's index stat data for tracked files."""
+
+    def __init__(self, warm: WarmState, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.warm = warm
+
+    def _hash(self, path: str, st: os.stat_result, mode: int) -> pygit2.Oid | None:
+        if self.cache.lookup(path, st) is None and mode != 0o120000:
+            oid = pristine_oid(self.warm.pristine, path, st, self.warm.index_mtime_ns)
+            if oid is not None:
+                entry = self.warm.pristine[path]
+                if int(entry.mode) == mode:
+                    return oid
+        return super()._hash(path, st, mode)
+
+    def known(self, path: str) -> bool:
+        return path in self.index or path in self.warm.pristine
+
+    def drop(self, path: str) -> None:
+        """A path is gone: remove it and everything under it, keeping flagged entries."""
+        self._remove(path)
+        self.cache.forget(path)
+        for inner in entries_under(self.index, path):
+            self._remove(inner)
+        for flagged in self.warm.flagged:
+            if flagged == path or flagged.startswith(path + "/"):
+                entry = self.warm.pristine[flagged]
+                self.index.add(pygit2.IndexEntry(flagged, entry.id, entry.mode))
+
+
+def capture_warm(
+    info: WorktreeInfo,
+    warm: WarmState,
+    dirty: set[str],
+    cache: StatCache,
+    stats: CaptureStats,
+    size_cap: int,
+    fence_ns: int,
+) -> str | None:
+    """Apply the dirty paths to the warm index; the new tree, or None when a full scan is needed."""
+    repo = open_repo(info)
+    builder = WarmBuilder(warm, repo, info, warm.index, warm.settings, cache, stats, size_cap, fence_ns)
+    unknown: list[str] = []
+    for path in sorted(dirty):
+        st = builder.walker.lstat(path)
+        if st is None:
+            builder.drop(path)
+        elif stat.S_ISDIR(st.st_mode):
+            unknown.append(path)
+        elif builder.known(path):
+            builder.apply(path, untracked=path not in warm.pristine, keep_if_missing=path in warm.flagged)
+        elif path in warm.not_ignored:
+            builder.apply(path, untracked=True)
+        else:
+            unknown.append(path)
+    if unknown:
+        if len(unknown) > MAX_UNKNOWN_PATHS or sum(len(p) + 1 for p in unknown) > MAX_ARGV_BYTES:
+            return None
+        listing = run_git_sync(
+            git_target(info),
+            ["ls-files", "-z", "-t", "-c", "-o", "--exclude-standard", "--", *unknown],
+            env_extra={"GIT_LITERAL_PATHSPECS": "1"},
+        )
+        stats.processes += 1
+        listed: dict[str, bool] = {}
+        for record in listing.split(b"\0"):
+            if len(record) > 2:
+                listed[os.fsdecode(record[2:])] = record[:1] == b"?"
+        for path in unknown:
+            st = builder.walker.lstat(path)
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                for inner in entries_under(builder.index, path):
+                    if inner not in listed:
+                        builder.drop(inner)
+                if path in builder.index:  # a file that became a folder
+                    builder.drop(path)
+        for raw, untracked in sorted(listed.items()):
+            nested = raw.endswith("/")
+            path = raw.rstrip("/") if nested else raw
+            if untracked and not nested:
+                warm.not_ignored.add(path)
+            builder.apply(path, untracked=untracked and path not in warm.pristine, keep_if_missing=path in warm.flagged)
+    tree = builder.finish()
+    warm.tree = tree
+    return tree

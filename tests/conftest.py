@@ -1,0 +1,72 @@
+"""Shared test set-up: a clean git environment and unwrapped trio errors."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Tests run real git; make it independent of the machine's own configuration.
+_GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "Test User",
+    "GIT_AUTHOR_EMAIL": "test@example.invalid",
+    "GIT_COMMITTER_NAME": "Test User",
+    "GIT_COMMITTER_EMAIL": "test@example.invalid",
+    "LC_ALL": "C",
+}
+
+
+@pytest.fixture(autouse=True)
+def _isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path_factory.mktemp("home")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(home / "run"))
+    monkeypatch.setenv("SNAPSHOTD_HOME", str(home / "snapshotd-home"))
+    monkeypatch.delenv("SNAPSHOTD_SOCKET", raising=False)
+    for name in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_CONFIG_GLOBAL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in _GIT_ENV.items():
+        monkeypatch.setenv(name, value)
+    os.makedirs(home / "run", mode=0o700, exist_ok=True)
+    (home / ".gitconfig").write_text("[init]\n\tdefaultBranch = main\n")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Unwrap single-exception groups from pytest-trio so failures read plainly."""
+    outcome = yield
+    excinfo = outcome.excinfo
+    if excinfo is None:
+        return
+    exc = excinfo[1]
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if exc is not excinfo[1]:
+        outcome.force_exception(exc)
+
+
+@pytest.fixture
+async def engine():
+    """An embedded engine (no watcher): every capture takes the cold path."""
+    from snapshotd.engine import Engine
+
+    eng = Engine()
+    try:
+        yield eng
+    finally:
+        await eng.aclose()
+
+
+@pytest.fixture
+async def watched_engine(nursery):
+    """An engine with a nursery: worktrees are watched and captures go warm."""
+    from snapshotd.engine import Engine
+
+    eng = Engine(nursery=nursery)
+    try:
+        yield eng
+    finally:
+        await eng.aclose()
