@@ -42,6 +42,8 @@ LS_FILES = ["ls-files", "-z", "-v", "-c", "-m", "-d", "-o", "--exclude-standard"
 _INTERESTING = re.compile(rb"(?:^|\0)([^H\0]) ([^\0]*)")
 _ATTRIBUTES = re.compile(rb"(?:^|\0). (?:[^\0]*/)?\.gitattributes(?=\0|$)")
 
+STREAM_ABOVE = 32 * 1024 * 1024  # larger files are hashed by libgit2 straight from disk
+
 thread_limiter = trio.CapacityLimiter(max(2, len(os.sched_getaffinity(0))))
 
 
@@ -103,6 +105,7 @@ class CaptureStats:
     hashed: int = 0
     skipped: list[str] = field(default_factory=list)
     fallback: str | None = None
+    objects_written: int = 0
 
     def to_wire(self) -> dict:
         return {
@@ -269,6 +272,7 @@ class TreeBuilder:
         self.size_cap = size_cap
         self.fence_ns = fence_ns
         self.walker = _Walker(info.path)
+        self.odb = repo.odb
         self._git_hash: list[tuple[str, os.stat_result, int]] = []
 
     def _entry_mode(self, path: str) -> int | None:
@@ -303,13 +307,29 @@ class TreeBuilder:
         self.cache.store(path, st, self.fence_ns, oid)
         return oid
 
+    def _write_blob(self, absolute: str, size: int) -> pygit2.Oid:
+        """Store a file's bytes as a blob, writing the object only if it is new."""
+        if size > STREAM_ABOVE:
+            return self.repo.create_blob_fromdisk(absolute)
+        fd = os.open(absolute, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                data = handle.read()
+        finally:
+            os.close(fd)
+        oid = pygit2.hash(data)
+        if oid not in self.odb:
+            self.odb.write(pygit2.enums.ObjectType.BLOB, data)
+            self.stats.objects_written += 1
+        return oid
+
     def _stable_blob(self, absolute: str, st: os.stat_result) -> pygit2.Oid | None:
         """Hash a file, again if it changed while being read, so the blob is never torn."""
         for _ in range(5):
             try:
-                oid = self.repo.create_blob_fromdisk(absolute)
+                oid = self._write_blob(absolute, st.st_size)
                 after = os.lstat(absolute)
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+            except (FileNotFoundError, NotADirectoryError, IsADirectoryError, OSError):
                 return None
             if FileState.of(after) == FileState.of(st):
                 return oid

@@ -20,9 +20,7 @@ from typing import Any
 import pygit2
 import trio
 
-from . import diff as diff_mod
-from . import restore as restore_mod
-from . import spawn
+from . import diff as diff_mod, restore as restore_mod, spawn
 from .capture import (
     CaptureResult,
     CaptureStats,
@@ -43,8 +41,7 @@ from .errors import (
 )
 from .fsutil import remove_stale_temp_files
 from .paths import to_worktree_relative
-from .settings import VERSION, data_home
-from .settings import size_cap as resolve_size_cap
+from .settings import VERSION, data_home, size_cap as resolve_size_cap
 from .store import Checkpoint, Store, ref_name, validate_session
 from .warm import WarmState, capture_warm, rule_sources, signature_of
 from .watch import Watcher
@@ -175,7 +172,6 @@ class Engine:
             "unsubscribe": self._unsubscribe,
         }
         self._subscription_ids = iter(range(1, 1 << 62))
-        pygit2.option(pygit2.enums.Option.ENABLE_FSYNC_GITDIR, 1)
 
     # --- the service face ------------------------------------------------------
 

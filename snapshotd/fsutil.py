@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import fcntl
 import os
 import secrets
@@ -70,3 +72,17 @@ def remove_stale_temp_files(folder: Path, prefix: str) -> list[str]:
                     os.unlink(entry.path)
                 removed.append(entry.name)
     return removed
+
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def sync_filesystem(path: str | os.PathLike[str]) -> None:
+    """Flush the file system holding ``path`` (syncfs): objects reach disk before a ref names them."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if _libc.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+    finally:
+        os.close(fd)

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 import pygit2
 
 from .errors import Ambiguous, GitError, InvalidParams, NotFound
+from .fsutil import sync_filesystem
 
 REF_ROOT = "refs/snapshotd/"
 TRAILER = "Snapshotd-"
@@ -331,6 +332,8 @@ class Store:
                 None, signature, signature, _message(checkpoint), pygit2.Oid(hex=tree), parents
             )
             pin = self._write_pin(commit_id, head_pin, checkpoint.seq, checkpoint.created_at)
+            if checkpoint.changed:
+                sync_filesystem(self.repo.path)  # new blobs and trees are on disk before the ref
             try:
                 self._swap(name, pin, head_pin)
             except RefRaced:
