@@ -133,6 +133,20 @@ class Records:
             return {}
         return data if isinstance(data, dict) else {}
 
+    def claim_plain(self, root: str, st: os.stat_result) -> str:
+        """Find or create the id of a plain folder, under the records lock so two processes agree."""
+        self._ensure()
+        with file_lock(self._lock_path):
+            data = self.load()
+            worktree_id = _plain_id_for(data, root)
+            if worktree_id is None:
+                worktree_id = new_worktree_id()
+            record = data.get(worktree_id, {})
+            if record.get("path") != root or record.get("kind") != "plain":
+                data[worktree_id] = {**record, "kind": "plain", "path": root, "dev": st.st_dev, "ino": st.st_ino}
+                atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
+            return worktree_id
+
     def update(self, worktree_id: str, record: dict | None) -> None:
         """Set (or with None, drop) one record under the records lock."""
         self._ensure()
@@ -145,12 +159,43 @@ class Records:
             atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
 
 
+def _plain_id_for(known: dict[str, dict], root: str) -> str | None:
+    """The id of the plain folder at ``root``: by path, or by device and inode after a rename."""
+    for candidate_id, record in known.items():
+        if record.get("kind") == "plain" and record.get("path") == root:
+            return candidate_id
+    for candidate_id, record in known.items():
+        if record.get("kind") == "plain" and _same_folder(record, root) and not os.path.isdir(record.get("path", "")):
+            return candidate_id
+    return None
+
+
 def _read_id(id_file: Path) -> str | None:
     try:
         value = id_file.read_text().strip()
     except OSError:
         return None
     return value if value.startswith("wt_") else None
+
+
+def _claim_id(id_file: Path, *, replace: bool) -> str:
+    """Give a worktree a new id; two processes meeting it at once agree on one."""
+    worktree_id = new_worktree_id()
+    if replace:
+        atomic_write(id_file, (worktree_id + "\n").encode())
+        return worktree_id
+    tmp = id_file.with_name(f".id-{os.getpid()}-{secrets.token_hex(4)}")
+    tmp.write_text(worktree_id + "\n")
+    try:
+        os.link(tmp, id_file)  # atomic create-if-absent
+    except FileExistsError:
+        existing = _read_id(id_file)
+        if existing is None:
+            raise
+        return existing
+    finally:
+        tmp.unlink()
+    return worktree_id
 
 
 def _same_folder(record: dict, path: str) -> bool:
@@ -187,8 +232,7 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             # A copy of a worktree (cp -r), not a move: both folders hold the id. Never share it.
             worktree_id = None
         if worktree_id is None:
-            worktree_id = new_worktree_id()
-            atomic_write(id_file, (worktree_id + "\n").encode())
+            worktree_id = _claim_id(id_file, replace=id_file.exists())
         info = WorktreeInfo(
             id=worktree_id,
             path=root,
@@ -199,22 +243,7 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             state_dir=str(state_dir),
         )
     else:
-        worktree_id = None
-        for candidate_id, record in known.items():
-            if record.get("kind") == "plain" and record.get("path") == root:
-                worktree_id = candidate_id
-                break
-        if worktree_id is None:
-            for candidate_id, record in known.items():
-                if (
-                    record.get("kind") == "plain"
-                    and _same_folder(record, root)
-                    and not os.path.isdir(record.get("path", ""))
-                ):
-                    worktree_id = candidate_id  # the folder was renamed
-                    break
-        if worktree_id is None:
-            worktree_id = new_worktree_id()
+        worktree_id = records.claim_plain(root, st)
         store_dir = home / "repos" / f"{worktree_id}.git"
         if not (store_dir / "HEAD").exists():
             store_dir.parent.mkdir(parents=True, exist_ok=True)
