@@ -1,0 +1,204 @@
+"""Tree-to-tree diffs as the protocol's FileChange records, and git-style patches.
+
+The diff is computed in-process with libgit2 (pygit2): rename detection with
+``find_similar`` (renames only, git's default threshold), type changes between
+file, symlink and gitlink kept as one ``type_changed`` record. libgit2 prints a
+type change as a mode change with no hunks and counts no lines for it, whereas
+git shows the old side deleted and the new side added; so line counts and
+patch text of type changes come from a second diff without type changes, which
+splits each into exactly that pair.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import pygit2
+from pygit2.enums import DeltaStatus, DiffFind, DiffOption
+
+from snapshotd.errors import InvalidParams, NotFound
+from snapshotd.paths import path_matches
+
+__all__ = ["diff_trees", "load_tree"]
+
+_ZERO_OID = "0" * 40
+
+_STATUS = {
+    DeltaStatus.ADDED: "added",
+    DeltaStatus.DELETED: "deleted",
+    DeltaStatus.MODIFIED: "modified",
+    DeltaStatus.RENAMED: "renamed",
+    DeltaStatus.TYPECHANGE: "type_changed",
+}
+
+
+def load_tree(repo: pygit2.Repository, tree_hex: str | None) -> pygit2.Tree | None:
+    """The tree named by ``tree_hex`` (a commit is peeled to its tree); None stays None.
+
+    Raises NotFound when the repository holds no such tree.
+    """
+    if tree_hex is None:
+        return None
+    try:
+        obj = repo.get(tree_hex)
+    except (ValueError, TypeError) as exc:
+        raise NotFound(f"{tree_hex!r} is not a valid object id.", oid=str(tree_hex)) from exc
+    if obj is None:
+        raise NotFound(f"The tree {tree_hex} is not in the repository.", oid=tree_hex)
+    try:
+        tree = obj.peel(pygit2.Tree)
+    except (pygit2.GitError, ValueError) as exc:
+        raise NotFound(f"The object {tree_hex} is not a tree.", oid=tree_hex) from exc
+    return tree
+
+
+def _mode(mode: int) -> str | None:
+    return f"{mode:06o}" if mode else None
+
+
+def _oid(oid: pygit2.Oid) -> str | None:
+    text = str(oid)
+    return None if text == _ZERO_OID else text
+
+
+def _tree_diff(
+    old: pygit2.Tree | None,
+    new: pygit2.Tree | None,
+    flags: DiffOption,
+    context: int,
+) -> pygit2.Diff | None:
+    if old is not None and new is not None:
+        return old.diff_to_tree(new, flags=flags, context_lines=context)
+    if old is not None:
+        return old.diff_to_tree(flags=flags, context_lines=context)
+    if new is not None:
+        return new.diff_to_tree(flags=flags, context_lines=context, swap=True)
+    return None
+
+
+def _patch_text(part: pygit2.Patch) -> str:
+    """The patch text of one file, with git's tab after ---/+++ names that hold a space."""
+    text = part.text or ""
+    old_spaced = b" " in part.delta.old_file.raw_path
+    new_spaced = b" " in part.delta.new_file.raw_path
+    if not (old_spaced or new_spaced):
+        return text
+    head, sep, body = text.partition("\n@@ ")
+    lines = head.split("\n")
+    for i, line in enumerate(lines):
+        if line.endswith("\t") or line in ("--- /dev/null", "+++ /dev/null"):
+            continue
+        if (line.startswith("--- ") and old_spaced) or (line.startswith("+++ ") and new_spaced):
+            lines[i] = line + "\t"
+    return "\n".join(lines) + sep + body
+
+
+def _split_type_changes(
+    old: pygit2.Tree | None, new: pygit2.Tree | None, paths: set[str], context: int
+) -> dict[str, list[pygit2.Patch]]:
+    """For each type-changed path, its deletion and addition patches, in that order."""
+    split = _tree_diff(old, new, DiffOption.NORMAL, context)
+    found: dict[str, list[pygit2.Patch]] = {path: [] for path in paths}
+    if split is None:
+        return found
+    for index, delta in enumerate(split.deltas):
+        added = delta.status == DeltaStatus.ADDED
+        path = os.fsdecode(delta.new_file.raw_path if added else delta.old_file.raw_path)
+        if path in found:
+            patch = split[index]
+            if patch is not None:
+                found[path].append(patch)
+    for pair in found.values():
+        pair.sort(key=lambda p: p.delta.status != DeltaStatus.DELETED)
+    return found
+
+
+def diff_trees(
+    repo: pygit2.Repository,
+    old_tree: str | None,
+    new_tree: str | None,
+    *,
+    paths: Sequence[str] | None = None,
+    patch: bool = False,
+    context: int = 3,
+    find_renames: bool = True,
+) -> dict[str, Any]:
+    """The changes from ``old_tree`` to ``new_tree`` (hex ids; None is the empty tree).
+
+    Returns ``{"files": [FileChange, ...]}`` in git's order, plus ``"patch"``
+    (a unified git-style patch of the listed files) when ``patch`` is true.
+    ``paths`` keeps only files selected by those relative paths (a rename is
+    kept when either side is selected); None keeps everything.
+    """
+    if isinstance(context, bool) or not isinstance(context, int) or context < 0:
+        raise InvalidParams("context must be a non-negative integer.", context=context)
+    old = load_tree(repo, old_tree)
+    new = load_tree(repo, new_tree)
+
+    result: dict[str, Any] = {"files": []}
+    if patch:
+        result["patch"] = ""
+    if old is not None and new is not None and old.id == new.id:
+        return result
+    diff = _tree_diff(old, new, DiffOption.INCLUDE_TYPECHANGE, context)
+    if diff is None:
+        return result
+    if find_renames:
+        diff.find_similar(flags=DiffFind.FIND_RENAMES)
+
+    selected: list[tuple[int, pygit2.DiffDelta, str, str]] = []
+    for index, delta in enumerate(diff.deltas):
+        if delta.status not in _STATUS:
+            continue
+        new_path = os.fsdecode(delta.new_file.raw_path)
+        old_path = os.fsdecode(delta.old_file.raw_path)
+        path = old_path if delta.status == DeltaStatus.DELETED else new_path
+        if paths is not None and not (
+            path_matches(path, paths)
+            or (delta.status == DeltaStatus.RENAMED and path_matches(old_path, paths))
+        ):
+            continue
+        selected.append((index, delta, path, old_path))
+
+    type_changed = {
+        path for _, delta, path, _ in selected if delta.status == DeltaStatus.TYPECHANGE
+    }
+    split = _split_type_changes(old, new, type_changed, context) if type_changed else {}
+
+    files: list[dict[str, Any]] = []
+    texts: list[str] = []
+    for index, delta, path, old_path in selected:
+        if delta.status == DeltaStatus.TYPECHANGE:
+            parts = split[path]
+        else:
+            one = diff[index]
+            parts = [one] if one is not None else []
+        additions = deletions = 0
+        binary = False
+        for part in parts:
+            _, added, deleted = part.line_stats
+            additions += added
+            deletions += deleted
+            binary = binary or part.delta.is_binary
+            if patch:
+                texts.append(_patch_text(part))
+        files.append(
+            {
+                "path": path,
+                "old_path": old_path if delta.status == DeltaStatus.RENAMED else None,
+                "status": _STATUS[delta.status],
+                "old_mode": _mode(delta.old_file.mode),
+                "new_mode": _mode(delta.new_file.mode),
+                "old_oid": _oid(delta.old_file.id),
+                "new_oid": _oid(delta.new_file.id),
+                "binary": binary,
+                "additions": 0 if binary else additions,
+                "deletions": 0 if binary else deletions,
+            }
+        )
+    result["files"] = files
+    if patch:
+        result["patch"] = "".join(texts)
+    return result

@@ -1,0 +1,960 @@
+"""Planning and safely applying restore and revert.
+
+A plan is computed from trees alone, plus a look at the disk for what no tree
+records: ``current_tree`` is a safety checkpoint taken just before, so it holds
+exactly the non-ignored content of the worktree. Paths equal in the current
+tree and the wanted tree are never touched (identical files keep their inode
+and mtime); anything on disk that the current tree does not hold (ignored
+files, untracked files over the size cap, ignored folders, symlinks nobody
+recorded) is never written, deleted or followed, and a write that needs its
+spot is skipped and reported as a conflict.
+
+Applying walks the worktree from a directory descriptor, one component at a
+time with ``O_NOFOLLOW``, so no symlink is ever followed and nothing outside the
+worktree is written or removed. Each file is written to a temporary name in its
+folder, synced and renamed over the target, and every temporary name is listed
+beforehand in a journal so that :func:`recover` can remove leftovers after a
+crash: no half-written file ever sits under a real name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import secrets
+import stat
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pygit2
+
+from snapshotd.diff import load_tree
+from snapshotd.errors import InternalError, InvalidParams, NotADirectory, NotFound
+from snapshotd.paths import could_match_under, is_git_dir_name, path_matches
+
+__all__ = [
+    "TEMP_PREFIX",
+    "Entry",
+    "Plan",
+    "apply_plan",
+    "flatten_tree",
+    "plan_restore",
+    "plan_revert",
+    "recover",
+]
+
+TEMP_PREFIX = ".snapshotd-tmp-"
+_JOURNAL_SUFFIX = ".journal"
+_JOURNAL_TEMP_PREFIX = ".journal-tmp-"
+
+MODE_TREE = 0o040000
+MODE_FILE = 0o100644
+MODE_EXEC = 0o100755
+MODE_LINK = 0o120000
+MODE_GITLINK = 0o160000
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+REASON_CHANGED = "changed since the checkpoint"
+REASON_IN_THE_WAY = "ignored or untracked file in the way"
+REASON_OUTSIDE_SELECTION = "a file not part of this change is in the way"
+REASON_SYMLINK = "a symlink stands where a folder is needed"
+REASON_FILE = "a file stands where a folder is needed"
+REASON_NESTED = "inside a nested repository"
+REASON_NESTED_KEPT = "nested repository left in place"
+REASON_NESTED_COMMIT = "nested repository not moved to another commit"
+REASON_UNSAFE = "unsafe path refused"
+REASON_CHANGED_ON_DISK = "changed on disk while restoring"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A blob, symlink or gitlink as a tree records it: object id (hex) and git mode."""
+
+    oid: str
+    mode: int
+
+
+@dataclass
+class Plan:
+    """What a restore or revert will do.
+
+    ``writes`` puts each entry at its path, ``deletes`` removes files, links and
+    empty nested-repository folders (and then the folders they leave empty),
+    ``conflicts`` lists what was left alone and why. ``chmod_only`` names the
+    writes whose content is already on disk, so only the mode changes.
+    :func:`apply_plan` updates the plan to what it actually did.
+    """
+
+    writes: list[tuple[str, Entry]] = field(default_factory=list)
+    deletes: list[str] = field(default_factory=list)
+    conflicts: list[dict[str, str]] = field(default_factory=list)
+    chmod_only: set[str] = field(default_factory=set)
+
+
+# ---------------------------------------------------------------------------
+# trees
+
+
+def _is_file_mode(mode: int) -> bool:
+    return mode & 0o170000 == 0o100000
+
+
+def _safe_name(name: str) -> bool:
+    return (
+        name not in ("", ".", "..")
+        and "/" not in name
+        and "\0" not in name
+        and not is_git_dir_name(name)
+    )
+
+
+def _children(tree: pygit2.Tree | None) -> dict[str, tuple[int, str]]:
+    if tree is None:
+        return {}
+    return {entry.name: (entry.filemode, str(entry.id)) for entry in tree}
+
+
+def _subtree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
+    try:
+        tree = repo[oid]
+    except (KeyError, ValueError) as exc:
+        raise NotFound(f"The tree {oid} is missing from the repository.", oid=oid) from exc
+    if not isinstance(tree, pygit2.Tree):
+        raise NotFound(f"The object {oid} is not a tree.", oid=oid)
+    return tree
+
+
+def _walk_changes(
+    repo: pygit2.Repository,
+    old: pygit2.Tree | None,
+    new: pygit2.Tree | None,
+    paths: Sequence[str] | None,
+    unsafe: list[str],
+    prefix: str = "",
+) -> Iterator[tuple[str, Entry | None, Entry | None]]:
+    """Yield ``(path, old_entry, new_entry)`` for every leaf that differs.
+
+    Subtrees with equal ids are skipped without reading them; a folder on one
+    side and a leaf on the other yield every leaf of the folder. Names that are
+    unsafe to create on disk are collected in ``unsafe`` instead.
+    """
+    a = _children(old)
+    b = _children(new)
+    for name in sorted(a.keys() | b.keys()):
+        left = a.get(name)
+        right = b.get(name)
+        if left == right:
+            continue
+        path = f"{prefix}{name}"
+        if not _safe_name(name):
+            if paths is None or path_matches(path, paths) or could_match_under(path, paths):
+                unsafe.append(path)
+            continue
+        left_tree = left is not None and left[0] == MODE_TREE
+        right_tree = right is not None and right[0] == MODE_TREE
+        if (left_tree or right_tree) and (paths is None or could_match_under(path, paths)):
+            yield from _walk_changes(
+                repo,
+                _subtree(repo, left[1]) if left_tree and left else None,
+                _subtree(repo, right[1]) if right_tree and right else None,
+                paths,
+                unsafe,
+                path + "/",
+            )
+        old_leaf = Entry(left[1], left[0]) if left is not None and not left_tree else None
+        new_leaf = Entry(right[1], right[0]) if right is not None and not right_tree else None
+        if (old_leaf or new_leaf) and (paths is None or path_matches(path, paths)):
+            yield path, old_leaf, new_leaf
+
+
+def flatten_tree(repo: pygit2.Repository, tree_hex: str | None) -> dict[str, Entry]:
+    """Every blob, symlink and gitlink of a tree by path (None: the empty tree).
+
+    Names that could not be created safely on disk (``.git`` in any case,
+    ``..``) are left out, as a restore would refuse them.
+    """
+    tree = load_tree(repo, tree_hex)
+    unsafe: list[str] = []
+    return {
+        path: entry
+        for path, _, entry in _walk_changes(repo, None, tree, None, unsafe)
+        if entry is not None
+    }
+
+
+def _lookup(repo: pygit2.Repository, tree: pygit2.Tree | None, path: str) -> Entry | None:
+    """The leaf entry at ``path`` in ``tree``, or None (absent, or a folder)."""
+    if tree is None:
+        return None
+    try:
+        obj = tree[path]
+    except (KeyError, ValueError, pygit2.GitError):
+        return None
+    if obj.filemode == MODE_TREE:
+        return None
+    return Entry(str(obj.id), obj.filemode)
+
+
+class _TreeIndex:
+    """Cached path lookups in one tree: leaves and folders."""
+
+    def __init__(self, repo: pygit2.Repository, tree: pygit2.Tree | None) -> None:
+        self._repo = repo
+        self._tree = tree
+        self._leaves: dict[str, Entry | None] = {}
+
+    def leaf(self, path: str) -> Entry | None:
+        if path not in self._leaves:
+            self._leaves[path] = _lookup(self._repo, self._tree, path)
+        return self._leaves[path]
+
+
+# ---------------------------------------------------------------------------
+# looking at the disk while planning (never following a symlink)
+
+
+def _kind(st_mode: int) -> str:
+    if stat.S_ISDIR(st_mode):
+        return "dir"
+    if stat.S_ISLNK(st_mode):
+        return "link"
+    if stat.S_ISREG(st_mode):
+        return "file"
+    return "other"
+
+
+class _DiskView:
+    """Lexical, non-following lstat of worktree paths, cached, for planning."""
+
+    def __init__(self, workdir: str) -> None:
+        self.workdir = workdir
+        self._kinds: dict[str, str | None] = {}
+
+    def kind(self, path: str) -> str | None:
+        """Kind of the path ("dir", "file", "link", "other") or None when absent.
+
+        Only called once every ancestor is known to be a real folder.
+        """
+        if path not in self._kinds:
+            try:
+                st = os.lstat(os.path.join(self.workdir, path))
+            except (FileNotFoundError, NotADirectoryError):
+                self._kinds[path] = None
+            else:
+                self._kinds[path] = _kind(st.st_mode)
+        return self._kinds[path]
+
+    def blocking_ancestor(self, path: str) -> tuple[str, str] | None:
+        """The first ancestor of ``path`` that exists and is not a real folder."""
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            ancestor = "/".join(parts[:depth])
+            kind = self.kind(ancestor)
+            if kind is None:
+                return None
+            if kind != "dir":
+                return ancestor, kind
+        return None
+
+    def leaves_under(self, folder: str) -> Iterator[tuple[str, str]]:
+        """Every non-folder under a real folder (empty folders yield nothing)."""
+        full = os.path.join(self.workdir, folder)
+        try:
+            names = sorted(os.listdir(full))
+        except OSError:
+            return
+        for name in names:
+            child = f"{folder}/{name}"
+            kind = self.kind(child)
+            if kind == "dir":
+                yield from self.leaves_under(child)
+            elif kind is not None:
+                yield child, kind
+
+
+# ---------------------------------------------------------------------------
+# planning
+
+
+def _build_plan(
+    changes: Iterable[tuple[str, Entry | None, Entry | None]],
+    current: _TreeIndex,
+    workdir: str,
+    conflicts: list[dict[str, str]],
+) -> Plan:
+    """Turn wanted changes ``(path, current_entry, wanted_entry)`` into a safe plan."""
+    disk = _DiskView(workdir)
+    deletes: set[str] = set()
+    writes: dict[str, Entry] = {}
+    chmod_only: set[str] = set()
+    refused: dict[str, str] = {}
+
+    changes = list(changes)
+    # First the removals (and the gitlinks that cannot be removed).
+    for path, cur, want in changes:
+        if cur is None:
+            continue
+        if cur.mode == MODE_GITLINK:
+            if want is not None and want.mode == MODE_GITLINK:
+                refused[path] = REASON_NESTED_COMMIT
+                continue
+            if _nonempty_folder(disk, path):
+                refused[path] = REASON_NESTED_KEPT
+                continue
+            deletes.add(path)
+        elif want is None or want.mode == MODE_GITLINK:
+            deletes.add(path)
+
+    for path, cur, want in changes:
+        if want is None or path in refused:
+            continue
+        if (
+            cur is not None
+            and _is_file_mode(cur.mode)
+            and _is_file_mode(want.mode)
+            and cur.oid == want.oid
+        ):
+            chmod_only.add(path)
+        reason = _write_blocker(path, want, cur, disk, current, deletes)
+        if reason is not None:
+            refused[path] = reason
+            chmod_only.discard(path)
+            continue
+        writes[path] = want
+
+    for path, reason in refused.items():
+        conflicts.append({"path": path, "reason": reason})
+    conflicts.sort(key=lambda c: c["path"])
+    return Plan(
+        writes=sorted(writes.items()),
+        deletes=sorted(deletes, key=lambda p: (-p.count("/"), p)),
+        conflicts=conflicts,
+        chmod_only=chmod_only,
+    )
+
+
+def _nonempty_folder(disk: _DiskView, path: str) -> bool:
+    """Whether ``path`` is a real folder (reached without symlinks) holding anything."""
+    if disk.blocking_ancestor(path) is not None or disk.kind(path) != "dir":
+        return False
+    try:
+        return bool(os.listdir(os.path.join(disk.workdir, path)))
+    except OSError:
+        return True
+
+
+def _blocked_reason(path: str, current: _TreeIndex) -> str:
+    return REASON_OUTSIDE_SELECTION if current.leaf(path) is not None else REASON_IN_THE_WAY
+
+
+def _write_blocker(
+    path: str,
+    want: Entry,
+    cur: Entry | None,
+    disk: _DiskView,
+    current: _TreeIndex,
+    deletes: set[str],
+) -> str | None:
+    """Why a write at ``path`` must be skipped, or None when its spot is free or ours."""
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        ancestor = "/".join(parts[:depth])
+        kind = disk.kind(ancestor)
+        if kind is None:
+            return None  # the rest is created by the write
+        recorded = current.leaf(ancestor)
+        if kind == "dir":
+            if recorded is not None and recorded.mode == MODE_GITLINK and ancestor not in deletes:
+                return REASON_NESTED
+            continue
+        if ancestor in deletes and recorded is not None and recorded.mode != MODE_GITLINK:
+            return None  # a recorded file or link that the plan removes first
+        if recorded is not None:
+            return REASON_OUTSIDE_SELECTION
+        return REASON_SYMLINK if kind == "link" else REASON_IN_THE_WAY
+
+    kind = disk.kind(path)
+    if kind is None:
+        return None
+    if kind != "dir":
+        if cur is not None and cur.mode != MODE_GITLINK:
+            return None  # replaced atomically, or removed first for a gitlink
+        if path in deletes:
+            return None
+        return REASON_IN_THE_WAY
+    if want.mode == MODE_GITLINK:
+        return None  # an existing folder is kept as it is
+    # A folder stands where a file or link goes: it must hold nothing but what
+    # the plan removes (and empty folders).
+    for leaf, _ in disk.leaves_under(path):
+        if leaf not in deletes:
+            return _blocked_reason(leaf, current)
+    return None
+
+
+def _unsafe_conflicts(unsafe: list[str]) -> list[dict[str, str]]:
+    return [{"path": path, "reason": REASON_UNSAFE} for path in unsafe]
+
+
+def plan_restore(
+    repo: pygit2.Repository,
+    current_tree: str,
+    target_tree: str,
+    paths: Sequence[str] | None,
+    workdir: str,
+) -> Plan:
+    """Plan making the worktree under ``paths`` (None: all of it) equal ``target_tree``.
+
+    ``current_tree`` is the safety checkpoint's tree, taken just before.
+    """
+    current = load_tree(repo, current_tree)
+    target = load_tree(repo, target_tree)
+    unsafe: list[str] = []
+    changes = list(_walk_changes(repo, current, target, paths, unsafe))
+    return _build_plan(changes, _TreeIndex(repo, current), workdir, _unsafe_conflicts(unsafe))
+
+
+def plan_revert(
+    repo: pygit2.Repository,
+    current_tree: str,
+    from_tree: str,
+    to_tree: str,
+    paths: Sequence[str] | None,
+    force: bool,
+    workdir: str,
+) -> Plan:
+    """Plan undoing the changes from ``from_tree`` to ``to_tree`` under ``paths``.
+
+    A path that still holds its ``to_tree`` content goes back to its
+    ``from_tree`` content; one that already holds the ``from_tree`` content is
+    left as is; any other is a conflict ("changed since the checkpoint") unless
+    ``force``. No other path is touched.
+    """
+    current = load_tree(repo, current_tree)
+    start = load_tree(repo, from_tree)
+    end = load_tree(repo, to_tree)
+    index = _TreeIndex(repo, current)
+    unsafe: list[str] = []
+    conflicts: list[dict[str, str]] = []
+    changes: list[tuple[str, Entry | None, Entry | None]] = []
+    for path, before, after in _walk_changes(repo, start, end, paths, unsafe):
+        cur = index.leaf(path)
+        if cur == before:
+            continue
+        if cur != after and not force:
+            conflicts.append({"path": path, "reason": REASON_CHANGED})
+            continue
+        changes.append((path, cur, before))
+    conflicts.extend(_unsafe_conflicts(unsafe))
+    return _build_plan(changes, index, workdir, conflicts)
+
+
+# ---------------------------------------------------------------------------
+# applying
+
+
+class _Blocked(Exception):
+    """A path component is not a real folder (a symlink or a file)."""
+
+    def __init__(self, path: str, is_link: bool) -> None:
+        super().__init__(path)
+        self.path = path
+        self.reason = REASON_SYMLINK if is_link else REASON_FILE
+
+
+def _blocked(dir_fd: int, name: str, path: str) -> _Blocked:
+    try:
+        is_link = stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        is_link = False
+    return _Blocked(path, is_link)
+
+
+def _split(path: str) -> list[str]:
+    parts = path.split("/")
+    if not all(_safe_name(part) for part in parts):
+        raise InvalidParams(f"The path {path!r} is not a safe worktree path.", path=path)
+    return parts
+
+
+def _open_dir(root_fd: int, parts: Sequence[str], *, create: bool) -> int:
+    """Open the folder ``parts`` under ``root_fd``, never following a symlink.
+
+    Missing folders are created when ``create``; a component that is not a real
+    folder raises _Blocked, a missing one FileNotFoundError (unless created).
+    """
+    fd = os.dup(root_fd)
+    try:
+        for depth, name in enumerate(parts):
+            try:
+                child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=fd)
+                try:
+                    child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise _blocked(fd, name, "/".join(parts[: depth + 1])) from exc
+                    raise
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise _blocked(fd, name, "/".join(parts[: depth + 1])) from exc
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_umask() -> int:
+    """The process umask, read without changing it (os.umask is not thread-safe)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def _file_permissions(mode: int, existing: os.stat_result | None, umask: int) -> int:
+    """Permission bits for a file of git ``mode``: the old file's, with the exec bits as recorded."""
+    executable = bool(mode & 0o100)
+    if existing is not None and stat.S_ISREG(existing.st_mode):
+        perm = stat.S_IMODE(existing.st_mode) & 0o777
+    else:
+        perm = (0o777 if executable else 0o666) & ~umask
+    if executable:
+        return perm | ((perm & 0o444) >> 2)
+    return perm & ~0o111
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def _remove_empty_tree(dir_fd: int, name: str) -> bool:
+    """Remove a folder that holds nothing but empty folders; False if anything else is in it."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        for child in os.listdir(fd):
+            st = _lstat_at(fd, child)
+            if st is None:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or not _remove_empty_tree(fd, child):
+                return False
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
+
+
+def _fsync_dir(root_fd: int, parts: Sequence[str]) -> None:
+    try:
+        fd = _open_dir(root_fd, parts, create=False)
+    except (OSError, _Blocked):
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fail(path: str, exc: OSError) -> InternalError:
+    reason = os.strerror(exc.errno) if exc.errno else str(exc)
+    return InternalError(
+        f"Could not update {path!r} in the worktree: {reason}.",
+        path=path,
+        errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
+    )
+
+
+def _validate(repo: pygit2.Repository, plan: Plan) -> dict[str, bytes]:
+    """Check every path and object of the plan before anything is touched.
+
+    Returns the link targets (small) by path. Raises NotFound for a missing or
+    wrong object, InvalidParams for an unsafe path or an unknown mode.
+    """
+    links: dict[str, bytes] = {}
+    for path in plan.deletes:
+        _split(path)
+    for path, entry in plan.writes:
+        _split(path)
+        if entry.mode == MODE_GITLINK:
+            continue
+        if not (_is_file_mode(entry.mode) or entry.mode == MODE_LINK):
+            raise InvalidParams(f"Cannot write {path!r} with mode {entry.mode:06o}.", path=path)
+        try:
+            kind, _ = repo.odb.read_header(entry.oid)
+        except (KeyError, ValueError, pygit2.GitError) as exc:
+            raise NotFound(
+                f"The object {entry.oid} for {path!r} is not in the repository.",
+                oid=entry.oid,
+                path=path,
+            ) from exc
+        if kind != pygit2.enums.ObjectType.BLOB:
+            raise NotFound(f"The object {entry.oid} for {path!r} is not a blob.", oid=entry.oid)
+        if entry.mode == MODE_LINK:
+            target = repo[entry.oid].data
+            if not target or b"\0" in target:
+                raise InvalidParams(f"The symlink {path!r} has an invalid target.", path=path)
+            links[path] = target
+    return links
+
+
+def _write_journal(journal_dir: str, workdir: str, temps: dict[str, str]) -> str:
+    """Record the temporary names about to be created; written atomically and synced."""
+    os.makedirs(journal_dir, mode=0o700, exist_ok=True)
+    token = secrets.token_hex(8)
+    body = json.dumps(
+        {
+            "version": 1,
+            "workdir": workdir,
+            "pid": os.getpid(),
+            "entries": [{"target": target, "temp": temp} for target, temp in temps.items()],
+        }
+    ).encode("ascii")
+    final = os.path.join(journal_dir, f"apply-{token}{_JOURNAL_SUFFIX}")
+    temp = os.path.join(journal_dir, f"{_JOURNAL_TEMP_PREFIX}{token}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        _write_all(fd, body)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(temp, final)
+    dir_fd = os.open(journal_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+    return final
+
+
+def _remove_temp(root_fd: int, temp: str) -> bool:
+    """Remove a leftover temporary file (never a folder, never through a symlink)."""
+    parts = temp.split("/")
+    if not parts[-1].startswith(TEMP_PREFIX) or not all(_safe_name(p) for p in parts):
+        return False
+    try:
+        fd = _open_dir(root_fd, parts[:-1], create=False)
+    except (OSError, _Blocked):
+        return False
+    try:
+        st = _lstat_at(fd, parts[-1])
+        if st is None or stat.S_ISDIR(st.st_mode):
+            return False
+        os.unlink(parts[-1], dir_fd=fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+class _Applier:
+    def __init__(self, repo: pygit2.Repository, root_fd: int, plan: Plan) -> None:
+        self.repo = repo
+        self.root_fd = root_fd
+        self.plan = plan
+        self.umask = _read_umask()
+        self.skipped: dict[str, str] = {}
+        self.synced: set[tuple[str, ...]] = set()
+
+    def skip(self, path: str, reason: str) -> None:
+        self.skipped.setdefault(path, reason)
+
+    # deletes -------------------------------------------------------------
+
+    def delete(self, path: str) -> None:
+        parts = path.split("/")
+        try:
+            fd = _open_dir(self.root_fd, parts[:-1], create=False)
+        except FileNotFoundError:
+            return  # its folder is gone, so is it
+        except _Blocked as blocked:
+            self.skip(path, blocked.reason)
+            return
+        try:
+            st = _lstat_at(fd, parts[-1])
+            if st is None:
+                return
+            if stat.S_ISDIR(st.st_mode):
+                # A nested repository's folder (or a race): only ever removed empty.
+                try:
+                    os.rmdir(parts[-1], dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                        self.skip(path, REASON_CHANGED_ON_DISK)
+                        return
+                    raise _fail(path, exc) from exc
+            else:
+                os.unlink(parts[-1], dir_fd=fd)
+            self.synced.add(tuple(parts[:-1]))
+        except OSError as exc:
+            raise _fail(path, exc) from exc
+        finally:
+            os.close(fd)
+
+    def prune_folders(self, deleted: Iterable[str], keep: set[str]) -> None:
+        """Remove folders the deletes left empty, deepest first, except those still needed."""
+        folders: set[str] = set()
+        for path in deleted:
+            parts = path.split("/")
+            for depth in range(1, len(parts)):
+                folders.add("/".join(parts[:depth]))
+        for folder in sorted(folders, key=lambda p: (-p.count("/"), p)):
+            if folder in keep:
+                continue
+            parts = folder.split("/")
+            try:
+                fd = _open_dir(self.root_fd, parts[:-1], create=False)
+            except (OSError, _Blocked):
+                continue
+            try:
+                os.rmdir(parts[-1], dir_fd=fd)
+                self.synced.add(tuple(parts[:-1]))
+            except OSError:
+                pass  # not empty, not a folder, or gone: left as it is
+            finally:
+                os.close(fd)
+
+    # writes --------------------------------------------------------------
+
+    def write(self, path: str, entry: Entry, temp: str | None, link: bytes | None) -> None:
+        parts = path.split("/")
+        name = parts[-1]
+        try:
+            fd = _open_dir(self.root_fd, parts[:-1], create=True)
+        except _Blocked as blocked:
+            self.skip(path, blocked.reason)
+            return
+        except OSError as exc:
+            raise _fail(path, exc) from exc
+        try:
+            self._write_at(fd, path, name, entry, temp, link)
+        except OSError as exc:
+            raise _fail(path, exc) from exc
+        finally:
+            os.close(fd)
+        self.synced.add(tuple(parts[:-1]))
+
+    def _write_at(
+        self, fd: int, path: str, name: str, entry: Entry, temp: str | None, link: bytes | None
+    ) -> None:
+        existing = _lstat_at(fd, name)
+        if entry.mode == MODE_GITLINK:
+            if existing is None:
+                os.mkdir(name, 0o777, dir_fd=fd)
+            elif not stat.S_ISDIR(existing.st_mode):
+                self.skip(path, REASON_CHANGED_ON_DISK)
+            return
+        if (
+            path in self.plan.chmod_only
+            and existing is not None
+            and stat.S_ISREG(existing.st_mode)
+            and self._chmod(fd, name, entry.mode, existing)
+        ):
+            return
+        if existing is not None and stat.S_ISDIR(existing.st_mode):
+            if not _remove_empty_tree(fd, name):
+                self.skip(path, REASON_IN_THE_WAY)
+                return
+            existing = None
+        assert temp is not None
+        tmp_name = temp.rsplit("/", 1)[-1]
+        if entry.mode == MODE_LINK:
+            assert link is not None
+            os.symlink(link, os.fsencode(tmp_name), dir_fd=fd)
+        else:
+            data = self.repo[entry.oid].data
+            out = os.open(
+                tmp_name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=fd,
+            )
+            try:
+                _write_all(out, data)
+                os.fchmod(out, _file_permissions(entry.mode, existing, self.umask))
+                os.fsync(out)
+            finally:
+                os.close(out)
+        try:
+            os.rename(tmp_name, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name, dir_fd=fd)
+            if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                self.skip(path, REASON_CHANGED_ON_DISK)
+                return
+            raise
+
+    def _chmod(self, dir_fd: int, name: str, mode: int, existing: os.stat_result) -> bool:
+        """Change only the exec bits of the regular file there; False if it must be rewritten."""
+        try:
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+            )
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (
+                existing.st_dev,
+                existing.st_ino,
+            ):
+                return False
+            os.fchmod(fd, _file_permissions(mode, st, self.umask))
+            return True
+        finally:
+            os.close(fd)
+
+    def sync(self) -> None:
+        for parts in self.synced:
+            _fsync_dir(self.root_fd, parts)
+
+
+def apply_plan(repo: pygit2.Repository, workdir: str, plan: Plan, journal_dir: str) -> None:
+    """Carry out ``plan`` in ``workdir``: deletes (deepest first), then atomic writes.
+
+    The whole plan is validated first (NotFound for a missing object,
+    InvalidParams for an unsafe path), so a bad plan touches nothing. What turns
+    out to be unsafe on disk while applying (a symlink or a foreign file where
+    the plan expected otherwise) is skipped and moved from ``writes``/``deletes``
+    to ``conflicts``, so the plan afterwards tells what was done. A filesystem
+    error raises InternalError; files already renamed into place stay, and no
+    temporary file is left behind.
+    """
+    links = _validate(repo, plan)
+    try:
+        root_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except FileNotFoundError as exc:
+        raise NotFound(f"The worktree {workdir} does not exist.", path=workdir) from exc
+    except NotADirectoryError as exc:
+        raise NotADirectory(f"The worktree {workdir} is not a folder.", path=workdir) from exc
+
+    applier = _Applier(repo, root_fd, plan)
+    temps: dict[str, str] = {}
+    for path, entry in plan.writes:
+        if entry.mode != MODE_GITLINK:
+            folder, _, _ = path.rpartition("/")
+            temp_name = f"{TEMP_PREFIX}{secrets.token_hex(8)}"
+            temps[path] = f"{folder}/{temp_name}" if folder else temp_name
+    journal: str | None = None
+    try:
+        if temps:
+            journal = _write_journal(journal_dir, os.path.abspath(workdir), temps)
+        for path in plan.deletes:
+            applier.delete(path)
+        keep: set[str] = set()
+        for path, entry in plan.writes:
+            parts = path.split("/")
+            keep.update("/".join(parts[:depth]) for depth in range(1, len(parts)))
+            if entry.mode == MODE_GITLINK:
+                keep.add(path)
+        applier.prune_folders(plan.deletes, keep)
+        for path, entry in plan.writes:
+            applier.write(path, entry, temps.get(path), links.get(path))
+        applier.sync()
+    finally:
+        for temp in temps.values():
+            _remove_temp(root_fd, temp)
+        if journal is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(journal)
+        os.close(root_fd)
+        if applier.skipped:
+            plan.writes = [(p, e) for p, e in plan.writes if p not in applier.skipped]
+            plan.deletes = [p for p in plan.deletes if p not in applier.skipped]
+            plan.chmod_only -= applier.skipped.keys()
+            known = {c["path"] for c in plan.conflicts}
+            plan.conflicts.extend(
+                {"path": p, "reason": r} for p, r in applier.skipped.items() if p not in known
+            )
+            plan.conflicts.sort(key=lambda c: c["path"])
+
+
+def _journals(journal_dir: str) -> list[str]:
+    try:
+        return sorted(os.listdir(journal_dir))
+    except FileNotFoundError:
+        return []
+
+
+def _same_folder(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+def recover(journal_dir: str, workdir: str) -> list[str]:
+    """After a crash, remove the temporary files an interrupted apply left in ``workdir``.
+
+    Reads every journal in ``journal_dir`` that names ``workdir``, removes the
+    temporary files it lists (never a folder, never through a symlink, only
+    names carrying the temporary prefix) and then the journal. Returns the
+    worktree-relative paths removed. Targets never need repair: they are only
+    ever replaced whole by a rename.
+    """
+    cleaned: list[str] = []
+    names = _journals(journal_dir)
+    for name in names:
+        if name.startswith(_JOURNAL_TEMP_PREFIX):
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(journal_dir, name))
+    names = [n for n in names if n.endswith(_JOURNAL_SUFFIX)]
+    if not names:
+        return cleaned
+    try:
+        root_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return cleaned
+    try:
+        for name in names:
+            full = os.path.join(journal_dir, name)
+            try:
+                with open(full, encoding="ascii") as handle:
+                    record: dict[str, Any] = json.load(handle)
+            except (OSError, ValueError):
+                continue
+            if not isinstance(record, dict) or not _same_folder(
+                str(record.get("workdir", "")), workdir
+            ):
+                continue
+            for item in record.get("entries", []):
+                temp = item.get("temp") if isinstance(item, dict) else None
+                if isinstance(temp, str) and _remove_temp(root_fd, temp):
+                    cleaned.append(temp)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(full)
+    finally:
+        os.close(root_fd)
+    return sorted(cleaned)
