@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pygit2
 import trio
+from pygit2.errors import check_error
 
 from .errors import GitError
 from .gitproc import GitTarget, run_git, run_git_sync
@@ -407,6 +408,19 @@ def parse_listing(listing: bytes) -> tuple[set[str], set[str], set[str], set[str
     return modified, removed, untracked, flagged
 
 
+def read_index(path: str | None) -> pygit2.Index:
+    """Load an index file into memory (an empty index for None).
+
+    Goes through libgit2 directly so that a file it cannot read (split or sparse
+    index) raises GitError without leaving a half-built ``pygit2.Index`` behind.
+    """
+    if path is None:
+        return pygit2.Index()
+    cindex = pygit2.ffi.new("git_index **")
+    check_error(pygit2.C.git_index_open(cindex, os.fsencode(path)))
+    return pygit2.Index.from_c(None, cindex)
+
+
 def open_repo(info: WorktreeInfo) -> pygit2.Repository:
     return pygit2.Repository(info.store_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
 
@@ -425,8 +439,8 @@ def _build(
     settings = Settings.read(repo, listing, info)
     modified, removed, untracked, flagged = parse_listing(listing)
     try:
-        index = pygit2.Index(index_path) if index_path else pygit2.Index()
-        pristine = (pygit2.Index(index_path) if index_path else pygit2.Index()) if keep_pristine else None
+        index = read_index(index_path)
+        pristine = read_index(index_path) if keep_pristine else None
     except pygit2.GitError as exc:
         stats.fallback = f"index not readable in-process ({exc})"
         return _build_with_git(info, index_path, modified | removed, untracked, flagged, stats, size_cap)

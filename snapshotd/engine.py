@@ -265,8 +265,7 @@ class Engine:
         if not await watcher.sync():
             return await self._cold(state, "cookie wait timed out")
         dirty, reasons = watcher.take()
-        signature = signature_of(rule_sources(state.info))
-        if reasons or signature != state.warm.signature:
+        if reasons or signature_of(state.warm.sources) != state.warm.signature:
             return await self._cold(state, sorted(reasons)[0] if reasons else "ignore rules or user index changed")
         started = time.perf_counter()
         stats = CaptureStats(scan="watch")
@@ -289,7 +288,8 @@ class Engine:
         if keep:
             self.counters[f"cold_reasons.{reason}"] += 1
             state.watcher.take()  # the full scan covers everything the watcher saw so far
-        signature = signature_of(rule_sources(state.info))
+        sources = rule_sources(state.info) if keep else []
+        signature = signature_of(sources)
         index_mtime_ns = 0
         if state.info.git_dir is not None:
             try:
@@ -297,7 +297,7 @@ class Engine:
             except OSError:
                 index_mtime_ns = 0
         result = await capture_cold(state.info, state.cache, self.size_cap, keep_pristine=keep)
-        state.warm = WarmState.from_cold(result, index_mtime_ns, signature) if keep else None
+        state.warm = WarmState.from_cold(result, index_mtime_ns, sources, signature) if keep else None
         self.counters["processes"] += result.stats.processes
         self.counters[f"captures.{result.stats.scan}"] += 1
         if result.stats.fallback:
@@ -548,7 +548,13 @@ class Engine:
                     safety = store.record(
                         worktree_id=state.info.id, session=SAFETY_SESSION, label=label, tree=current.tree, base=base
                     ).to_wire()
-                    restore_mod.apply_plan(repo, state.info.path, plan, os.path.join(state.info.state_dir, "journal"))
+                    restore_mod.apply_plan(
+                        repo,
+                        state.info.path,
+                        plan,
+                        os.path.join(state.info.state_dir, "journal"),
+                        restore_mod.GitCheckout(git_dir=state.info.git_dir or state.info.store_dir),
+                    )
                     for path in [p for p, _ in plan.writes] + list(plan.deletes):
                         state.cache.forget(path)
                 return {

@@ -70,6 +70,8 @@ def pristine_oid(pristine: pygit2.Index, path: str, st: os.stat_result, index_mt
     if (
         entry.mtime.seconds != (st.st_mtime_ns // 1_000_000_000) & 0xFFFFFFFF
         or entry.mtime.nanoseconds != st.st_mtime_ns % 1_000_000_000
+        or entry.ctime.seconds != (st.st_ctime_ns // 1_000_000_000) & 0xFFFFFFFF
+        or entry.ctime.nanoseconds != st.st_ctime_ns % 1_000_000_000
         or entry.file_size != st.st_size & 0xFFFFFFFF
         or entry.ino != st.st_ino & 0xFFFFFFFF
         or mtime_ns >= index_mtime_ns
@@ -88,11 +90,14 @@ class WarmState:
     settings: Settings
     tree: str
     index_mtime_ns: int
+    sources: list[str]
     signature: tuple
     not_ignored: set[str] = field(default_factory=set)
 
     @classmethod
-    def from_cold(cls, result: CaptureResult, index_mtime_ns: int, signature: tuple) -> WarmState | None:
+    def from_cold(
+        cls, result: CaptureResult, index_mtime_ns: int, sources: list[str], signature: tuple
+    ) -> WarmState | None:
         if result.index is None or result.pristine is None or result.settings is None:
             return None
         return cls(
@@ -102,30 +107,54 @@ class WarmState:
             settings=result.settings,
             tree=result.tree,
             index_mtime_ns=index_mtime_ns,
+            sources=sources,
             signature=signature,
         )
+
+
+def _config_value(files: list[str], name: str) -> str | None:
+    """The last value of ``name`` across config files, read as git reads them (later wins)."""
+    value = None
+    for path in files:
+        if not os.path.isfile(path):
+            continue
+        try:
+            value = str(pygit2.Config(path)[name])
+        except (KeyError, ValueError, pygit2.GitError):
+            continue
+    return value
 
 
 def rule_sources(info: WorktreeInfo) -> list[str]:
     """Files whose change can change what is ignored or tracked: re-checked by stat each capture."""
     home = os.path.expanduser("~")
     xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
-    sources = [
-        os.path.join(xdg, "git", "ignore"),
-        os.path.join(xdg, "git", "config"),
-        os.path.join(home, ".gitconfig"),
-    ]
     if os.environ.get("GIT_CONFIG_GLOBAL"):
-        sources.append(os.environ["GIT_CONFIG_GLOBAL"])
+        global_configs = [os.environ["GIT_CONFIG_GLOBAL"]]
+    else:
+        global_configs = [os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")]
     common = info.common_dir or info.store_dir
-    sources += [os.path.join(common, "info", "exclude"), os.path.join(common, "config")]
+    repo_configs = [os.path.join(common, "config")]
     if info.git_dir is not None:
-        sources += [os.path.join(info.git_dir, "index"), os.path.join(info.git_dir, "config.worktree")]
+        repo_configs.append(os.path.join(info.git_dir, "config.worktree"))
+    excludes = _config_value(global_configs + repo_configs, "core.excludesFile")
+    sources = [
+        *global_configs,
+        *repo_configs,
+        os.path.expanduser(excludes) if excludes else os.path.join(xdg, "git", "ignore"),
+        os.path.join(common, "info", "exclude"),
+    ]
+    if info.git_dir is not None:
+        sources.append(os.path.join(info.git_dir, "index"))
     return sources
 
 
+_CONFIG_ENV = ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
+
+
 def signature_of(paths: list[str]) -> tuple:
-    out = []
+    """Stat data of the rule files, and the variables that choose which files git reads."""
+    out: list[object] = [tuple(os.environ.get(name) for name in _CONFIG_ENV)]
     for path in paths:
         try:
             st = os.stat(path)
@@ -146,11 +175,24 @@ class WarmBuilder(TreeBuilder):
     def _hash(self, path: str, st: os.stat_result, mode: int) -> pygit2.Oid | None:
         if self.cache.lookup(path, st) is None and mode != 0o120000:
             oid = pristine_oid(self.warm.pristine, path, st, self.warm.index_mtime_ns)
-            if oid is not None:
-                entry = self.warm.pristine[path]
-                if int(entry.mode) == mode:
-                    return oid
+            entry = self._pristine_entry(path)
+            if oid is not None and entry is not None and int(entry.mode) == mode:
+                return oid
         return super()._hash(path, st, mode)
+
+    def _entry_mode(self, path: str) -> int | None:
+        """The mode git would start from: the last capture's entry, else the user's index entry."""
+        mode = super()._entry_mode(path)
+        if mode is None:
+            entry = self._pristine_entry(path)
+            mode = None if entry is None else int(entry.mode)
+        return mode
+
+    def _pristine_entry(self, path: str) -> pygit2.IndexEntry | None:
+        try:
+            return self.warm.pristine[path]
+        except (KeyError, ValueError):
+            return None
 
     def known(self, path: str) -> bool:
         return path in self.index or path in self.warm.pristine
@@ -162,8 +204,8 @@ class WarmBuilder(TreeBuilder):
         for inner in entries_under(self.index, path):
             self._remove(inner)
         for flagged in self.warm.flagged:
-            if flagged == path or flagged.startswith(path + "/"):
-                entry = self.warm.pristine[flagged]
+            entry = self._pristine_entry(flagged)
+            if entry is not None and (flagged == path or flagged.startswith(path + "/")):
                 self.index.add(pygit2.IndexEntry(flagged, entry.id, entry.mode))
 
 

@@ -56,7 +56,7 @@ class Watcher:
     def __init__(self, info: WorktreeInfo, on_change: Callable[[set[str], bool], None] | None = None) -> None:
         self.info = info
         self.root = info.path
-        self.cookie_dir = os.path.join(info.state_dir, "cookies")
+        self.cookie_dir = os.path.join(os.path.realpath(info.state_dir), "cookies")
         self.dirty: set[str] = set()
         self.full_scan_reasons: set[str] = {"watch not started"}
         self.live = False
@@ -105,6 +105,20 @@ class Watcher:
             if parts[-1] in IGNORE_FILES:
                 self.full_scan_reasons.add("ignore rules changed")
         changed.add(rel)
+
+    @staticmethod
+    def _real_path(path: str, real_parents: dict[str, str]) -> str:
+        """The event's path through real folders only.
+
+        The watcher follows symlinks to folders and may report a change under
+        a link's name (``link_to_dir/x`` for ``dir/x``); the capture never
+        looks through links, so the change must be filed under the real path.
+        """
+        parent, _, name = path.rpartition(os.sep)
+        real = real_parents.get(parent)
+        if real is None:
+            real = real_parents[parent] = os.path.realpath(parent)
+        return real + os.sep + name if real != parent else path
 
     def take(self) -> tuple[set[str], set[str]]:
         """Hand the dirty set and the scan reasons to a capture, and start a new window."""
@@ -171,9 +185,10 @@ class Watcher:
 
     def _absorb(self, changes: set[tuple[watchfiles.Change, str]]) -> None:
         changed: set[str] = set()
+        real_parents: dict[str, str] = {}
         for _, path in changes:
             self.events += 1
-            self._classify(path, changed)
+            self._classify(self._real_path(path, real_parents), changed)
         self.window_changes += len(changed)
         if self.window_changes >= QUEUE_LIMIT // 2:
             self.full_scan_reasons.add("burst large enough to overflow the kernel queue")
