@@ -8,23 +8,40 @@ method's result object, or ``{"error": {...}}`` with exit status 1.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .errors import SnapshotdError
+from .errors import Busy, InternalError, SnapshotdError
 from .settings import VERSION
+
+if TYPE_CHECKING:
+    from .client import Client
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DAEMON_START_TIMEOUT_S = 10.0
+DAEMON_STOP_TIMEOUT_S = 10.0
+_POLL_S = 0.05
+_DASH_PATHS = "snapshotd.paths_after_dash"
+
+# Daemons started in the background; kept so that their Popen objects are not
+# collected (and warned about) while this process runs.
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+class DaemonUnreachable(InternalError):
+    """The command could not reach a daemon, or lost it during the call."""
 
 
 class Runner:
@@ -34,12 +51,134 @@ class Runner:
         self.socket_path = socket_path
         self.embedded = embedded
         self.json = json_output
+        self.daemon_was_running = True
 
     def call(self, method: str, params: dict[str, Any], *, progress: str | None = None) -> dict[str, Any]:
+        """Run ``method``; every failure comes out as a :class:`SnapshotdError`."""
         with _progress(progress if not self.json else None):
             if self.embedded:
                 return _call_embedded(method, params)
-            return _call_daemon(self.socket_path, method, params)
+            return self._call_daemon(method, params)
+
+    def _call_daemon(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        from .protocol import resolve_socket_path
+
+        path = os.path.abspath(resolve_socket_path(self.socket_path))
+        try:
+            client = _connect(path)
+            if client is None:
+                if method == "shutdown":
+                    self.daemon_was_running = False
+                    return {}
+                client = _start_and_connect(path)
+            with client:
+                if method == "shutdown":
+                    return _shutdown(client, path)
+                return client.call(method, **params)
+        except SnapshotdError:
+            raise
+        except (OSError, ConnectionError) as exc:
+            raise _transport_error(exc, path) from exc
+
+
+def _another_daemon_starting(path: str) -> bool:
+    """Whether some daemon holds the lock file beside the socket (it is starting or running)."""
+    try:
+        fd = os.open(path + ".lock", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # closing also drops a lock taken here
+    return False
+
+
+def _listener_pid(path: str) -> int:
+    """The pid of the process that listens on ``path``, as this process sees it (0 if unknown)."""
+    from .server import peer_credentials
+
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(DAEMON_STOP_TIMEOUT_S)
+        probe.connect(path)
+        return peer_credentials(probe)[0]
+    except OSError:
+        return 0
+    finally:
+        probe.close()
+
+
+def _process_gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie not yet reaped counts as gone)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            state = fh.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in ("Z", "X")
+
+
+def _shutdown(client: Client, path: str) -> dict[str, Any]:
+    """Ask the daemon to stop and return once it has.
+
+    When the daemon itself listens on the socket (it is the peer that
+    SO_PEERCRED names), wait for its process to end, by which time it has
+    removed its socket. Under systemd socket activation (the listener is
+    systemd, which keeps the socket) or across pid namespaces, wait only for
+    the daemon to close this connection.
+    """
+    daemon_pid = client.call("ping")["pid"]
+    own_listener = _listener_pid(path) == daemon_pid
+    result = client.call("shutdown")
+    deadline = time.monotonic() + DAEMON_STOP_TIMEOUT_S
+    try:
+        while time.monotonic() < deadline:
+            client.call("ping")
+            time.sleep(_POLL_S)
+    except (OSError, ConnectionError, SnapshotdError):
+        pass  # the daemon closed the connection (or refused new work): it is stopping
+    while own_listener and not _process_gone(daemon_pid):
+        if time.monotonic() > deadline:
+            raise DaemonUnreachable(
+                f"The daemon (pid {daemon_pid}) accepted shutdown but has not exited within "
+                f"{DAEMON_STOP_TIMEOUT_S:.0f} s.",
+                socket=path,
+            )
+        time.sleep(_POLL_S)
+    return result
+
+
+def _os_message(exc: OSError) -> str:
+    """One sentence for an OSError, without the ``[Errno N]`` prefix."""
+    if len(exc.args) == 2 and isinstance(exc.args[1], str):
+        text = exc.args[1]
+        if exc.filename:
+            text = f"{text}: {exc.filename}"
+    else:
+        text = str(exc) or type(exc).__name__
+    text = text[:1].upper() + text[1:]
+    return text if text.endswith(".") else text + "."
+
+
+def _transport_error(exc: OSError, path: str) -> DaemonUnreachable:
+    if isinstance(exc, TimeoutError):
+        message = f"The daemon at {path} did not answer in time."
+    elif isinstance(exc, ConnectionError) and not isinstance(exc, ConnectionRefusedError):
+        message = f"The connection to snapshotd at {path} was lost before it replied; see its log."
+    else:
+        message = f"Cannot talk to snapshotd at {path}: {_os_message(exc)}"
+    return DaemonUnreachable(message, socket=path)
 
 
 def _call_embedded(method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -54,45 +193,89 @@ def _call_embedded(method: str, params: dict[str, Any]) -> dict[str, Any]:
         finally:
             await engine.aclose()
 
-    return trio.run(run)
+    try:
+        return trio.run(run)
+    except SnapshotdError:
+        raise
+    except Exception as exc:  # the daemon answers these with an internal error too
+        raise InternalError(f"The operation {method!r} failed unexpectedly ({type(exc).__name__}: {exc}).") from exc
 
 
-def _call_daemon(socket_path: str | None, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    from .client import connect_or_none
-    from .protocol import resolve_socket_path
+def _connect(path: str) -> Client | None:
+    """A connected blocking client, or None when no daemon listens at ``path``.
 
-    path = resolve_socket_path(socket_path)
-    client = connect_or_none(path)
-    if client is None:
-        if method == "shutdown":
-            return {}
-        _start_daemon(path)
-        deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
-        while client is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-            client = connect_or_none(path)
-        if client is None:
-            raise click.ClickException(f"The daemon did not start on {path}; try 'snapshotd serve' to see why.")
-    with client:
-        return client.call(method, **params)
+    Calls have no time limit: a capture of a large worktree or a restore may
+    take long, and Ctrl-C stops the wait.
+    """
+    from .client import Client
+
+    try:
+        return Client(path, timeout=None)
+    except (FileNotFoundError, ConnectionRefusedError):
+        return None
 
 
-def _start_daemon(path: str) -> None:
-    """Start ``snapshotd serve`` detached from this terminal, logging to the socket's folder."""
+def _start_and_connect(path: str) -> Client:
+    """Start a daemon in the background and connect to it (or to one started meanwhile)."""
+    proc, log_path = _start_daemon(path)
+    deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
+    while True:
+        client = _connect(path)
+        if client is not None:
+            return client
+        if proc.poll() is not None and not _another_daemon_starting(path):
+            # It stopped, and no other daemon holds the path (one that won a
+            # race with it would hold the lock beside the socket).
+            client = _connect(path)
+            if client is not None:
+                return client
+            raise DaemonUnreachable(
+                f"The daemon could not start on {path} (exit status {proc.returncode}); see {log_path}.",
+                socket=path,
+                log=log_path,
+            )
+        if time.monotonic() > deadline:
+            raise DaemonUnreachable(
+                f"The daemon did not start on {path} within {DAEMON_START_TIMEOUT_S:.0f} s; see {log_path}.",
+                socket=path,
+                log=log_path,
+            )
+        time.sleep(_POLL_S)
+
+
+def _start_daemon(path: str) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``snapshotd serve`` detached from this terminal, logging beside the socket.
+
+    The daemon runs in its own session, from ``/`` (so that it holds no
+    worktree as its current folder), and finds this package even when it is
+    not installed.
+    """
     folder = os.path.dirname(path)
     os.makedirs(folder, mode=0o700, exist_ok=True)
-    log = open(os.path.join(folder, "snapshotd.log"), "ab")  # noqa: SIM115 - handed to the child
-    try:
-        subprocess.Popen(
+    log_path = os.path.join(folder, "snapshotd.log")
+    env = dict(os.environ)
+    # Run from the current folder (`python -m snapshotd` in a checkout), the
+    # package is found only there; the daemon runs from `/`, so point it back.
+    package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    first = os.path.abspath(sys.path[0]) if sys.path and sys.path[0] else os.getcwd()
+    if os.path.realpath(first) == os.path.realpath(package_parent):
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    if env.get("SNAPSHOTD_HOME"):
+        env["SNAPSHOTD_HOME"] = os.path.abspath(env["SNAPSHOTD_HOME"])
+    with open(log_path, "ab") as log:
+        os.chmod(log_path, 0o600)
+        proc = subprocess.Popen(
             [sys.executable, "-m", "snapshotd", "serve", "--socket", path],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=log,
+            cwd="/",
+            env=env,
             start_new_session=True,
             close_fds=True,
         )
-    finally:
-        log.close()
+    _STARTED.append(proc)
+    return proc, log_path
 
 
 @contextmanager
@@ -120,25 +303,59 @@ def _progress(message: str | None) -> Iterator[None]:
         thread.join()
 
 
-def _emit(runner: Runner, result: dict[str, Any], human: Any) -> None:
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def to_json(value: Any, *, indent: int | None = 2) -> str:
+    """JSON text that is valid UTF-8 whatever the value holds.
+
+    Non-ASCII text stays readable; a lone surrogate (a file name that is not
+    UTF-8) is written as a ``\\uXXXX`` escape, as on the wire.
+    """
+    text = json.dumps(value, indent=indent, ensure_ascii=False)
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _let_output_carry_raw_names() -> None:
+    """Print file names that are not UTF-8 as their own bytes instead of failing."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and (getattr(stream, "encoding", "") or "").lower().replace("-", "") == "utf8":
+            with suppress(ValueError, OSError):
+                reconfigure(errors="surrogateescape")
+
+
+def _emit(runner: Runner, result: dict[str, Any], human: Callable[[dict[str, Any]], Any]) -> None:
     if runner.json:
-        click.echo(json.dumps(result, indent=2, ensure_ascii=False))
+        click.echo(to_json(result))
     else:
         human(result)
 
 
 def _fail(runner: Runner, error: SnapshotdError) -> None:
     if runner.json:
-        click.echo(json.dumps({"error": error.to_dict()}, ensure_ascii=False))
+        click.echo(to_json({"error": error.to_dict()}, indent=None))
     else:
-        click.echo(click.style("error: ", fg="red", bold=True) + error.message, err=True)
+        message = " ".join(error.message.split())  # always one line
+        click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
     sys.exit(1)
 
 
-def _invoke(ctx: click.Context, method: str, params: dict[str, Any], human: Any, progress: str | None = None) -> dict[str, Any]:
+def _use_json(ctx: click.Context) -> Runner:
     runner: Runner = ctx.obj
     if ctx.params.get("json_output"):
         runner.json = True
+    return runner
+
+
+def _invoke(
+    ctx: click.Context,
+    method: str,
+    params: dict[str, Any],
+    human: Callable[[dict[str, Any]], Any],
+    progress: str | None = None,
+) -> dict[str, Any]:
+    runner = _use_json(ctx)
     params = {key: value for key, value in params.items() if value is not None}
     try:
         result = runner.call(method, params, progress=progress)
@@ -146,6 +363,21 @@ def _invoke(ctx: click.Context, method: str, params: dict[str, Any], human: Any,
         _fail(runner, error)
     _emit(runner, result, human)
     return result
+
+
+class _PathsAfterDashDash(click.Command):
+    """A command where every argument after ``--`` is one of PATHS, never a checkpoint."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta[_DASH_PATHS] = list(args[at + 1 :])
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+
+def _paths_after_dash(ctx: click.Context) -> list[str]:
+    return list(ctx.meta.get(_DASH_PATHS, []))
 
 
 def _short(hex_id: str | None) -> str:
@@ -178,6 +410,7 @@ def main(ctx: click.Context, socket_path: str | None, embedded: bool, json_outpu
     write-tree` gives on a copy of your index; your index, HEAD, branches and
     ignored files are never touched.
     """
+    _let_output_carry_raw_names()
     ctx.obj = Runner(socket_path, embedded, json_output)
 
 
@@ -192,7 +425,19 @@ def serve(ctx: click.Context, socket_path: str | None, allow_root: bool, size_ca
     from .daemon import run_daemon
 
     runner: Runner = ctx.obj
-    run_daemon(socket_path or runner.socket_path, allow_root=allow_root, size_cap=size_cap, watch=not no_watch)
+    try:
+        run_daemon(socket_path or runner.socket_path, allow_root=allow_root, size_cap=size_cap, watch=not no_watch)
+    except Busy as error:
+        _serve_failed(error.message)
+    except OSError as error:  # PermissionError, FileExistsError, NotADirectoryError, a path too long
+        _serve_failed(_os_message(error))
+    except ValueError as error:  # an inherited socket that is not a Unix stream socket
+        _serve_failed(str(error))
+
+
+def _serve_failed(message: str) -> None:
+    click.echo(click.style("error: ", fg="red", bold=True) + " ".join(message.split()), err=True)
+    sys.exit(1)
 
 
 @main.command(context_settings=CONTEXT)
@@ -270,7 +515,7 @@ def _print_patch(text: str) -> None:
         click.echo(click.style(line, fg=colour) if colour else line)
 
 
-@main.command(context_settings=CONTEXT)
+@main.command(cls=_PathsAfterDashDash, context_settings=CONTEXT)
 @click.argument("source", metavar="FROM")
 @click.argument("target", metavar="[TO]", required=False, default="worktree")
 @click.argument("paths", nargs=-1, metavar="[-- PATHS...]")
@@ -282,7 +527,10 @@ def _print_patch(text: str) -> None:
 @json_option
 @click.pass_context
 def diff(ctx: click.Context, source: str, target: str, paths: tuple[str, ...], mode: str, context: int | None, path: str | None, json_output: bool) -> None:
-    """Show what changed from FROM to TO (a checkpoint or 'worktree', the default TO)."""
+    """Show what changed from FROM to TO (a checkpoint or 'worktree', the default TO).
+
+    PATHS (after `--`) limit the comparison to those files and folders.
+    """
 
     def human(result: dict[str, Any]) -> None:
         if mode == "patch":
@@ -301,10 +549,11 @@ def diff(ctx: click.Context, source: str, target: str, paths: tuple[str, ...], m
                 click.echo(f"{click.style(letter, fg=_STATUS_COLOURS.get(letter))}  {name}")
 
     needs_worktree = "worktree" in (source, target)
+    paths = (*paths, *_paths_after_dash(ctx))
     params = {
         "from": source,
         "to": target,
-        "paths": list(paths) or None,
+        "paths": [os.path.abspath(p) for p in paths] or None,
         "patch": True if mode == "patch" else None,
         "context": context,
         "path": os.path.abspath(path or ".") if needs_worktree or path else None,
@@ -344,7 +593,7 @@ def _confirm_preview(ctx: click.Context, method: str, params: dict[str, Any], ye
     return click.confirm("Go ahead?", default=False)
 
 
-@main.command(context_settings=CONTEXT)
+@main.command(cls=_PathsAfterDashDash, context_settings=CONTEXT)
 @click.argument("checkpoint_id", metavar="CHECKPOINT")
 @click.argument("paths", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
@@ -354,6 +603,7 @@ def _confirm_preview(ctx: click.Context, method: str, params: dict[str, Any], ye
 @click.pass_context
 def restore(ctx: click.Context, checkpoint_id: str, paths: tuple[str, ...], dry_run: bool, into: str | None, yes: bool, json_output: bool) -> None:
     """Make the worktree (or PATHS in it) equal CHECKPOINT again; a safety checkpoint comes first."""
+    paths = (*paths, *_paths_after_dash(ctx))
     params = {
         "checkpoint": checkpoint_id,
         "paths": [os.path.abspath(p) for p in paths] or None,
@@ -366,7 +616,7 @@ def restore(ctx: click.Context, checkpoint_id: str, paths: tuple[str, ...], dry_
     _invoke(ctx, "restore", params, lambda r: _print_changes(r, dry_run), progress="restoring")
 
 
-@main.command(context_settings=CONTEXT)
+@main.command(cls=_PathsAfterDashDash, context_settings=CONTEXT)
 @click.argument("source", metavar="FROM")
 @click.argument("rest", nargs=-1, metavar="[TO] [PATHS...]")
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
@@ -375,11 +625,16 @@ def restore(ctx: click.Context, checkpoint_id: str, paths: tuple[str, ...], dry_
 @json_option
 @click.pass_context
 def revert(ctx: click.Context, source: str, rest: tuple[str, ...], dry_run: bool, force: bool, yes: bool, json_output: bool) -> None:
-    """Undo the changes from FROM to TO (default: the session's newest), leaving other work alone."""
+    """Undo the changes from FROM to TO (default: the session's newest), leaving other work alone.
+
+    TO is told from PATHS by its look (7+ hex digits, not an existing path);
+    everything after `--` is a path.
+    """
     target = None
     paths = list(rest)
     if paths and len(paths[0]) >= 7 and all(c in "0123456789abcdefABCDEF" for c in paths[0]) and not os.path.exists(paths[0]):
         target = paths.pop(0)
+    paths += _paths_after_dash(ctx)
     params = {
         "from": source,
         "to": target,
@@ -393,16 +648,25 @@ def revert(ctx: click.Context, source: str, rest: tuple[str, ...], dry_run: bool
 
 
 @main.command(context_settings=CONTEXT)
-@click.argument("checkpoints", nargs=-1, metavar="[CHECKPOINT...]")
-@click.option("--session", metavar="S", help="Delete every checkpoint of this session.")
-@click.option("-C", "--path", "path", default=".", type=click.Path(file_okay=False), help="The worktree, with --session.")
+@click.argument("checkpoints", nargs=-1, metavar="CHECKPOINT... | --session S [PATH]")
+@click.option("--session", metavar="S", help="Delete every checkpoint of this session (of PATH's worktree, default: here).")
+@click.option("-C", "--path", "path", type=click.Path(file_okay=False), help="The worktree, with --session (same as PATH).")
 @json_option
 @click.pass_context
-def delete(ctx: click.Context, checkpoints: tuple[str, ...], session: str | None, path: str, json_output: bool) -> None:
-    """Delete checkpoints by id, or a whole session's."""
-    if bool(checkpoints) == bool(session):
-        raise click.UsageError("Give checkpoint ids or --session, not both and not neither.")
-    params: dict[str, Any] = {"checkpoints": list(checkpoints)} if checkpoints else {"session": session, "path": os.path.abspath(path)}
+def delete(ctx: click.Context, checkpoints: tuple[str, ...], session: str | None, path: str | None, json_output: bool) -> None:
+    """Delete checkpoints by id, or every checkpoint of a session."""
+    params: dict[str, Any]
+    if session is not None:
+        if len(checkpoints) > 1 or (checkpoints and path is not None):
+            raise click.UsageError("With --session give at most one PATH (the worktree), not checkpoint ids.")
+        folder = checkpoints[0] if checkpoints else (path or ".")
+        params = {"session": session, "path": os.path.abspath(folder)}
+    elif checkpoints:
+        if path is not None:
+            raise click.UsageError("-C/--path goes with --session; checkpoint ids need no worktree.")
+        params = {"checkpoints": list(checkpoints)}
+    else:
+        raise click.UsageError("Give checkpoint ids, or --session S.")
     _invoke(ctx, "delete", params, lambda r: click.echo(f"deleted {r['deleted']} checkpoint(s)"))
 
 
@@ -475,15 +739,37 @@ def open_(ctx: click.Context, path: str, json_output: bool) -> None:
 @click.pass_context
 def worktrees(ctx: click.Context, json_output: bool) -> None:
     """List the worktrees the daemon has open."""
-    _invoke(ctx, "worktrees", {}, lambda r: [click.echo(f"{wt['id']}  {wt['path']}") for wt in r["worktrees"]])
+
+    def human(result: dict[str, Any]) -> None:
+        if not result["worktrees"]:
+            click.echo("no worktrees open")
+        for wt in result["worktrees"]:
+            click.echo(f"{wt['id']}  {wt['kind']:<5} {wt['path']}")
+
+    _invoke(ctx, "worktrees", {}, human)
 
 
 @main.command(context_settings=CONTEXT)
 @json_option
 @click.pass_context
 def stop(ctx: click.Context, json_output: bool) -> None:
-    """Stop the daemon cleanly."""
-    _invoke(ctx, "shutdown", {}, lambda r: click.echo("stopped"))
+    """Stop the daemon cleanly; returns once it has stopped."""
+    runner: Runner = ctx.obj
+    if runner.embedded:
+        raise click.UsageError("--embedded runs no daemon, so there is none to stop.")
+    _invoke(ctx, "shutdown", {}, lambda r: click.echo("stopped" if runner.daemon_was_running else "no daemon was running"))
+
+
+@main.command(context_settings=CONTEXT)
+@json_option
+@click.pass_context
+def ping(ctx: click.Context, json_output: bool) -> None:
+    """Check that the daemon answers (starting it if needed); show its version and pid."""
+
+    def human(result: dict[str, Any]) -> None:
+        click.echo(f"snapshotd {result['version']}  pid {result['pid']}  up {result['uptime_s']:.1f} s")
+
+    _invoke(ctx, "ping", {}, human)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,19 @@
 """The daemon: the engine served on the socket, with clean start-up and shutdown.
 
 Everything runs in one nursery: the socket server, one task group per watched
-worktree, and the subscriptions. SIGTERM, SIGINT and the ``shutdown`` method
-cancel it; the server then removes its socket under a shield. A crash leaves
-only a socket file, which the next start finds dead and replaces.
+worktree, and the subscriptions. SIGTERM, SIGINT, SIGHUP and the ``shutdown``
+method cancel it; the server then removes its socket under a shield. A crash
+leaves only a socket file, which the next start finds dead and replaces.
+
+The signal handlers are installed before the socket listens, so a signal that
+arrives as soon as a client could see the daemon always ends it cleanly.
 """
 
 from __future__ import annotations
 
 import logging
 import signal
+from collections.abc import AsyncIterator
 
 import trio
 
@@ -17,9 +21,27 @@ from .engine import Engine
 from .protocol import resolve_socket_path
 from .server import serve, systemd_listen_fd
 
+__all__ = ["run_daemon", "serve_daemon"]
+
 log = logging.getLogger("snapshotd")
 SHUTDOWN_GRACE_S = 0.05
 THREADS_FOR_WATCHERS = 10_000
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _single_error(group: BaseExceptionGroup) -> BaseException | None:
+    """The one exception a group holds (looking through nested groups), else None."""
+    leaves: list[BaseException] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(exc)
+
+    walk(group)
+    return leaves[0] if len(leaves) == 1 else None
 
 
 async def serve_daemon(
@@ -30,40 +52,69 @@ async def serve_daemon(
     watch: bool = True,
     task_status: trio.TaskStatus[Engine] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run the daemon until cancelled, a signal, or ``shutdown``; reports its Engine once listening."""
+    """Run the daemon until cancelled, a signal, or ``shutdown``; reports its Engine once listening.
+
+    Errors from start-up (another daemon on the path, an unsafe socket
+    folder, a file in the way) are raised as themselves, not wrapped in an
+    exception group: :class:`~snapshotd.errors.Busy`, :class:`PermissionError`,
+    :class:`FileExistsError` or another :class:`OSError`.
+    """
     path = resolve_socket_path(socket_path)
     # Each watcher blocks one thread in watchfiles; the default limit of 40 would cap worktrees.
     trio.to_thread.current_default_thread_limiter().total_tokens = THREADS_FOR_WATCHERS
-    async with trio.open_nursery() as nursery:
-        engine = Engine(size_cap=size_cap, nursery=nursery, watch=watch)
+    try:
+        with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
+            async with trio.open_nursery() as nursery:
+                engine = Engine(size_cap=size_cap, nursery=nursery, watch=watch)
 
-        async def stop_soon() -> None:
-            await trio.sleep(SHUTDOWN_GRACE_S)  # let the shutdown answer reach the client
-            nursery.cancel_scope.cancel()
+                async def stop_soon() -> None:
+                    await trio.sleep(SHUTDOWN_GRACE_S)  # let the shutdown answer reach the client
+                    log.info("stopping on request")
+                    nursery.cancel_scope.cancel()
 
-        engine.on_shutdown(lambda: nursery.start_soon(stop_soon))
-        nursery.start_soon(_stop_on_signals, nursery.cancel_scope)
-        try:
-            await nursery.start(lambda task_status: serve(
-                engine, path, allow_root=allow_root, listen_fd=systemd_listen_fd(), task_status=task_status
-            ))
-            task_status.started(engine)
-            await trio.sleep_forever()
-        finally:
-            with trio.CancelScope(shield=True):
-                await engine.aclose()
+                engine.on_shutdown(lambda: nursery.start_soon(stop_soon))
+                nursery.start_soon(_stop_on_signals, signals, nursery.cancel_scope)
+                try:
+                    await nursery.start(
+                        lambda task_status: serve(
+                            engine,
+                            path,
+                            allow_root=allow_root,
+                            listen_fd=systemd_listen_fd(),
+                            task_status=task_status,
+                        )
+                    )
+                    task_status.started(engine)
+                    await trio.sleep_forever()
+                finally:
+                    with trio.CancelScope(shield=True):
+                        await engine.aclose()
+    except BaseExceptionGroup as group:
+        single = _single_error(group)
+        if single is None or isinstance(single, trio.Cancelled):
+            raise
+        raise single from None
 
 
-async def _stop_on_signals(scope: trio.CancelScope) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
-        async for signum in signals:
-            log.info("stopping on %s", signal.Signals(signum).name)
-            scope.cancel()
-            return
+async def _stop_on_signals(signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
+    async for signum in signals:
+        log.info("stopping on %s", signal.Signals(signum).name)
+        scope.cancel()
+        return
 
 
-def run_daemon(socket_path: str | None, *, allow_root: bool = False, size_cap: int | None = None, watch: bool = True) -> None:
-    """Blocking entry point of ``snapshotd serve``."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s snapshotd[%(process)d] %(levelname)s %(message)s")
+def run_daemon(
+    socket_path: str | None,
+    *,
+    allow_root: bool = False,
+    size_cap: int | None = None,
+    watch: bool = True,
+) -> None:
+    """Blocking entry point of ``snapshotd serve``; returns once the daemon has stopped cleanly."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s snapshotd[%(process)d] %(levelname)s %(message)s"
+    )
     logging.getLogger("watchfiles").setLevel(logging.WARNING)
-    trio.run(lambda: serve_daemon(socket_path, allow_root=allow_root, size_cap=size_cap, watch=watch))
+    trio.run(
+        lambda: serve_daemon(socket_path, allow_root=allow_root, size_cap=size_cap, watch=watch)
+    )
