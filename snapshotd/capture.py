@@ -39,9 +39,14 @@ MODE_LINK = 0o120000
 MODE_GITLINK = 0o160000
 MODE_TREE = 0o040000
 
-LS_FILES = ["ls-files", "-z", "-v", "-c", "-m", "-d", "-o", "--exclude-standard"]
+LS_FILES = ["ls-files", "-z", "-v", "-m", "-d", "-o", "--exclude-standard"]
 _INTERESTING = re.compile(rb"(?:^|\0)([^H\0]) ([^\0]*)")
 _ATTRIBUTES = re.compile(rb"(?:^|\0). (?:[^\0]*/)?\.gitattributes(?=\0|$)")
+# In index versions 2 and 3 a path ends in NUL and is preceded by '/' or by the
+# binary flags field; version 4 compresses paths, so its entries are walked instead.
+_INDEXED_ATTRIBUTES = re.compile(rb"(?:/|[\x00-\x1f\x80-\xff])\.gitattributes\0")
+FLAG_ASSUME_VALID = 0x8000
+FLAG_EXTENDED_SKIP_WORKTREE = 0x4000
 
 STREAM_ABOVE = 32 * 1024 * 1024  # larger files are hashed by libgit2 straight from disk
 
@@ -76,9 +81,10 @@ class CachedBlob:
 class StatCache:
     """Hashes of files keyed by path; an entry counts only while its stat data match.
 
-    An entry is trusted only if the file's mtime is strictly older than the
-    fence (the mtime of a file this process wrote just before hashing), so a
-    write in the same timestamp tick as the hash is never missed.
+    An entry is trusted only if the file's mtime and ctime are strictly older
+    than the fence (the mtime of a file this process wrote just before
+    hashing), so a write in the same timestamp tick as the hash is never
+    missed, even one that put the old mtime back.
     """
 
     entries: dict[str, CachedBlob] = field(default_factory=dict)
@@ -87,7 +93,7 @@ class StatCache:
         cached = self.entries.get(path)
         if cached is None:
             return None
-        if cached.state != FileState.of(st) or st.st_mtime_ns >= cached.fence_ns:
+        if cached.state != FileState.of(st) or max(st.st_mtime_ns, st.st_ctime_ns) >= cached.fence_ns:
             return None
         return cached.oid
 
@@ -137,7 +143,7 @@ class Settings:
     filters: bool  # CRLF, eol or attributes may change content: let git hash files
 
     @classmethod
-    def read(cls, repo: pygit2.Repository, listing: bytes, info: WorktreeInfo) -> Settings:
+    def read(cls, repo: pygit2.Repository, listing: bytes, info: WorktreeInfo, tracked_attributes: bool) -> Settings:
         config = repo.config
 
         def flag(name: str, default: bool) -> bool:
@@ -161,6 +167,7 @@ class Settings:
             or present("core.eol")
             or present("core.attributesFile")
             or attributes_file.exists()
+            or tracked_attributes
             or bool(_ATTRIBUTES.search(listing))
             or Path(os.path.expanduser("~"), ".config", "git", "attributes").exists()
         )
@@ -408,6 +415,41 @@ def parse_listing(listing: bytes) -> tuple[set[str], set[str], set[str], set[str
     return modified, removed, untracked, flagged
 
 
+def index_facts(index: pygit2.Index, raw: bytes) -> tuple[set[str], bool]:
+    """Entries flagged assume-unchanged or skip-worktree, and whether a .gitattributes is tracked.
+
+    Walks libgit2's entries through cffi (about 0.5 us an entry), which is far
+    cheaper than having ``ls-files -c`` print every entry.
+    """
+    flagged: set[str] = set()
+    get = pygit2.C.git_index_get_byindex
+    pointer = index._index
+    version = int.from_bytes(raw[4:8], "big") if len(raw) >= 8 else 2
+    walk_paths = version >= 4
+    attributes = False if walk_paths else bool(_INDEXED_ATTRIBUTES.search(raw))
+    for position in range(len(index)):
+        entry = get(pointer, position)
+        if entry.flags & FLAG_ASSUME_VALID or entry.flags_extended & FLAG_EXTENDED_SKIP_WORKTREE:
+            flagged.add(os.fsdecode(pygit2.ffi.string(entry.path)))
+        if walk_paths and not attributes:
+            path = pygit2.ffi.string(entry.path)
+            attributes = path == b".gitattributes" or path.endswith(b"/.gitattributes")
+    return flagged, attributes
+
+
+def seed_index(user_index: str, index_path: str) -> bool:
+    """Copy the user's index to the capture's own file, keeping its mtime; False when there is none.
+
+    A hard link would save the copy but changes the user's file (its ctime and
+    link count), which watchers, including ours, see as a change to the index.
+    """
+    try:
+        shutil.copy2(user_index, index_path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def read_index(path: str | None) -> pygit2.Index:
     """Load an index file into memory (an empty index for None).
 
@@ -425,25 +467,49 @@ def open_repo(info: WorktreeInfo) -> pygit2.Repository:
     return pygit2.Repository(info.store_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
 
 
+@dataclass
+class LoadedIndex:
+    """The user's index read in-process, with the facts the capture needs from it."""
+
+    index: pygit2.Index
+    pristine: pygit2.Index | None
+    flagged: set[str]
+    tracked_attributes: bool
+
+
+def load_index(index_path: str | None, keep_pristine: bool) -> LoadedIndex | str:
+    """Read the index copy (runs while git scans); the reason as a string if libgit2 cannot."""
+    try:
+        index = read_index(index_path)
+        pristine = read_index(index_path) if keep_pristine else None
+    except pygit2.GitError as exc:
+        return f"index not readable in-process ({exc})"
+    raw = b""
+    if index_path is not None:
+        with open(index_path, "rb") as handle:
+            raw = handle.read()
+    flagged, tracked_attributes = index_facts(index, raw)
+    return LoadedIndex(index, pristine, flagged, tracked_attributes)
+
+
 def _build(
     info: WorktreeInfo,
     index_path: str | None,
+    loaded: LoadedIndex | str,
     listing: bytes,
     cache: StatCache,
     stats: CaptureStats,
     size_cap: int,
     fence_ns: int,
-    keep_pristine: bool,
 ) -> CaptureResult:
     repo = open_repo(info)
-    settings = Settings.read(repo, listing, info)
     modified, removed, untracked, flagged = parse_listing(listing)
-    try:
-        index = read_index(index_path)
-        pristine = read_index(index_path) if keep_pristine else None
-    except pygit2.GitError as exc:
-        stats.fallback = f"index not readable in-process ({exc})"
+    if isinstance(loaded, str):
+        stats.fallback = loaded
         return _build_with_git(info, index_path, modified | removed, untracked, flagged, stats, size_cap)
+    index = loaded.index
+    flagged |= loaded.flagged
+    settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
     builder = TreeBuilder(repo, info, index, settings, cache, stats, size_cap, fence_ns)
     conflicts = index.conflicts
     if conflicts is not None:
@@ -463,7 +529,9 @@ def _build(
         nested = path.endswith("/")
         builder.apply(path.rstrip("/") if nested else path, untracked=True)
     tree = builder.finish()
-    return CaptureResult(tree=tree, stats=stats, index=index, flagged=flagged, pristine=pristine, settings=settings)
+    return CaptureResult(
+        tree=tree, stats=stats, index=index, flagged=flagged, pristine=loaded.pristine, settings=settings
+    )
 
 
 def _build_with_git(
@@ -478,9 +546,24 @@ def _build_with_git(
     """The same result through git alone, for indexes libgit2 cannot read."""
     target = git_target(info)
     walker = _Walker(info.path)
-    paths = []
-    for path in sorted(changed | flagged):
-        paths.append(path)
+    entries = run_git_sync(target, ["ls-files", "-z", "-v"], index_file=index_path)
+    stats.processes += 1
+    flagged = flagged | {
+        os.fsdecode(match.group(2))
+        for match in _INTERESTING.finditer(entries)
+        if match.group(1) == b"S" or match.group(1).islower()
+    }
+    on_disk = sorted(path for path in flagged if walker.lstat(path) is not None)
+    if on_disk:
+        # As the contract says: a flagged entry whose file is on disk is taken from disk.
+        run_git_sync(
+            target,
+            ["update-index", "-z", "--no-skip-worktree", "--no-assume-unchanged", "--stdin"],
+            index_file=index_path,
+            input=b"".join(os.fsencode(path) + b"\0" for path in on_disk),
+        )
+        stats.processes += 1
+    paths = sorted(changed | set(on_disk))
     for raw in sorted(untracked):
         path = raw.rstrip("/")
         st = walker.lstat(path)
@@ -518,27 +601,25 @@ async def capture_cold(
     index_path = os.path.join(tmp_dir, f"index-{os.getpid()}-{secrets.token_hex(6)}")
     user_index = os.path.join(info.git_dir, "index") if info.git_dir else None
     try:
-        seeded = False
-        if user_index is not None:
-            try:
-                shutil.copy2(user_index, index_path)
-                seeded = True
-            except FileNotFoundError:
-                pass
+        seeded = user_index is not None and seed_index(user_index, index_path)
         fence_ns = make_fence(tmp_dir)
-        listing = await run_git(git_target(info), LS_FILES, index_file=index_path)
-        stats.processes += 1
+        seed = index_path if seeded else None
+        loaded: list[LoadedIndex | str] = []
+
+        async def load() -> None:
+            loaded.append(await trio.to_thread.run_sync(load_index, seed, keep_pristine, limiter=thread_limiter))
+
+        try:
+            async with trio.open_nursery() as nursery:  # read the index in-process while git scans
+                nursery.start_soon(load)
+                listing = await run_git(git_target(info), LS_FILES, index_file=index_path)
+                stats.processes += 1
+        except BaseExceptionGroup as group:
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
         result = await trio.to_thread.run_sync(
-            _build,
-            info,
-            index_path if seeded else None,
-            listing,
-            cache,
-            stats,
-            size_cap,
-            fence_ns,
-            keep_pristine,
-            limiter=thread_limiter,
+            _build, info, seed, loaded[0], listing, cache, stats, size_cap, fence_ns, limiter=thread_limiter
         )
     finally:
         with contextlib.suppress(FileNotFoundError):

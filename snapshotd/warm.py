@@ -66,7 +66,7 @@ def pristine_oid(pristine: pygit2.Index, path: str, st: os.stat_result, index_mt
     entry = C.git_index_get_bypath(pristine._index, os.fsencode(path), 0)
     if entry == ffi.NULL:
         return None
-    mtime_ns = entry.mtime.seconds * 1_000_000_000 + entry.mtime.nanoseconds
+    changed_ns = max(st.st_mtime_ns, st.st_ctime_ns)
     if (
         entry.mtime.seconds != (st.st_mtime_ns // 1_000_000_000) & 0xFFFFFFFF
         or entry.mtime.nanoseconds != st.st_mtime_ns % 1_000_000_000
@@ -74,7 +74,7 @@ def pristine_oid(pristine: pygit2.Index, path: str, st: os.stat_result, index_mt
         or entry.ctime.nanoseconds != st.st_ctime_ns % 1_000_000_000
         or entry.file_size != st.st_size & 0xFFFFFFFF
         or entry.ino != st.st_ino & 0xFFFFFFFF
-        or mtime_ns >= index_mtime_ns
+        or changed_ns >= index_mtime_ns  # racy: touched in the same tick the index was written
     ):
         return None
     return pygit2.Oid(raw=bytes(ffi.buffer(ffi.addressof(entry, "id"))[:20]))
@@ -226,9 +226,13 @@ def capture_warm(
         st = builder.walker.lstat(path)
         if st is None:
             builder.drop(path)
-        elif stat.S_ISDIR(st.st_mode):
+            continue
+        if stat.S_ISDIR(st.st_mode):
             unknown.append(path)
-        elif builder.known(path):
+            continue
+        for inner in entries_under(builder.index, path):  # a file or link now: nothing lives below it
+            builder.drop(inner)
+        if builder.known(path):
             builder.apply(path, untracked=path not in warm.pristine, keep_if_missing=path in warm.flagged)
         elif path in warm.not_ignored:
             builder.apply(path, untracked=True)

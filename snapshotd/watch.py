@@ -33,6 +33,7 @@ WATCH_DEBOUNCE_MS = 30
 WATCH_STEP_MS = 5
 RUST_TIMEOUT_MS = 100
 IGNORE_FILES = (".gitignore",)
+OVERFLOW_REASON = "burst large enough to overflow the kernel queue"
 
 
 def _queue_limit() -> int:
@@ -112,7 +113,9 @@ class Watcher:
 
         The watcher follows symlinks to folders and may report a change under
         a link's name (``link_to_dir/x`` for ``dir/x``); the capture never
-        looks through links, so the change must be filed under the real path.
+        looks through links, so the change is filed under the real path too.
+        (The literal path is kept as well: when a folder was just replaced by a
+        link, the event is about what used to be there.)
         """
         parent, _, name = path.rpartition(os.sep)
         real = real_parents.get(parent)
@@ -188,13 +191,17 @@ class Watcher:
         real_parents: dict[str, str] = {}
         for _, path in changes:
             self.events += 1
-            self._classify(self._real_path(path, real_parents), changed)
+            self._classify(path, changed)
+            real = self._real_path(path, real_parents)
+            if real != path:
+                self._classify(real, changed)
         self.window_changes += len(changed)
-        if self.window_changes >= QUEUE_LIMIT // 2:
-            self.full_scan_reasons.add("burst large enough to overflow the kernel queue")
+        overflow = self.window_changes >= QUEUE_LIMIT // 2
+        if overflow:
+            self.full_scan_reasons.add(OVERFLOW_REASON)
         self.dirty |= changed
         if changed and self._on_change is not None:
-            self._on_change(changed, bool(self.full_scan_reasons))
+            self._on_change(changed, overflow)
 
     async def sync(self, timeout: float = SYNC_TIMEOUT_S) -> bool:
         """Write a cookie and wait for its event: True when every earlier write has been seen."""

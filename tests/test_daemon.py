@@ -262,11 +262,6 @@ async def test_subscribe_notifies_changes_and_ends_with_the_connection(
     assert not log_problems(daemon.log_text()), daemon.log_text()
 
 
-@pytest.mark.xfail(
-    reason="engine/watch: `overflow` mirrors the watcher's pending full-scan reasons, so it is "
-    "true for every change until a capture has taken 'watch not started'",
-    strict=True,
-)
 async def test_one_new_file_is_not_reported_as_overflow(daemon: Daemon, sock: Path, repo: Path) -> None:
     async with AsyncClient.connect(str(sock)) as client:
         await client.call("subscribe", path=str(repo))
