@@ -1,10 +1,13 @@
 """snapshotd: git snapshots and checkpoints of working trees, served to agent servers.
 
 The public names are re-exported here; the modules behind them are internal.
+The clients and the engine are imported on first use, so a command-line call
+that only talks to the daemon does not pay for pygit2 and trio.
 """
 
-from .client import AsyncClient as AsyncClient, Client as Client
-from .engine import Engine as Engine
+import importlib
+from typing import Any
+
 from .errors import (
     Ambiguous as Ambiguous,
     Busy as Busy,
@@ -20,6 +23,8 @@ from .errors import (
     WorktreeMismatch as WorktreeMismatch,
 )
 from .settings import VERSION as __version__
+
+_LAZY = {"AsyncClient": ".client", "Client": ".client", "Engine": ".engine"}
 
 __all__ = [
     "Ambiguous",
@@ -40,8 +45,22 @@ __all__ = [
     "__version__",
 ]
 
+
+def _public(obj: Any) -> Any:
+    if getattr(obj, "__module__", "").startswith("snapshotd."):
+        obj.__module__ = "snapshotd"
+    return obj
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'snapshotd' has no attribute {name!r}")
+    value = _public(getattr(importlib.import_module(_LAZY[name], __name__), name))
+    globals()[name] = value
+    return value
+
+
 for _name in __all__:
-    _obj = globals()[_name]
-    if hasattr(_obj, "__module__") and _obj.__module__.startswith("snapshotd."):
-        _obj.__module__ = "snapshotd"
-del _name, _obj
+    if _name not in _LAZY and _name != "__version__":
+        _public(globals()[_name])
+del _name

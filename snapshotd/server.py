@@ -164,14 +164,21 @@ async def _socket_answers(path: str) -> bool:
     return True
 
 
-async def _remove_stale_socket(path: str) -> None:
-    """Remove a socket file nobody listens on; refuse if a daemon answers there."""
+def _refuse_non_socket(path: str) -> bool:
+    """Raise if something other than a socket is at ``path``; True when a socket is there."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        return
+        return False
     if not stat.S_ISSOCK(info.st_mode):
         raise FileExistsError(f"Refusing to replace {path}: it exists and is not a socket.")
+    return True
+
+
+async def _remove_stale_socket(path: str) -> None:
+    """Remove a socket file nobody listens on; refuse if a daemon answers there."""
+    if not _refuse_non_socket(path):
+        return
     if await _socket_answers(path):
         raise Busy(f"Another snapshotd is already serving {path}.", socket=path)
     log.info("removing stale socket %s", path)
@@ -213,6 +220,7 @@ async def _bind(socket_path: str) -> _Bound:
     if len(os.fsencode(path)) >= 108:
         raise OSError(errno.ENAMETOOLONG, f"The socket path {path} is too long for a Unix socket.")
     _ensure_private_folder(os.path.dirname(path))
+    _refuse_non_socket(path)  # before the lock file, so a refused path leaves nothing beside it
     lock_fd = _take_lock(path + ".lock", path)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -521,7 +529,7 @@ async def serve(
         listener = trio.SocketListener(bound.sock)
         async with trio.open_nursery() as nursery:
             await nursery.start(trio.serve_listeners, handle, [listener])
-            log.info("listening on %s", socket_path)
+            log.info("listening on %s", socket_path if listen_fd is None else f"inherited fd {listen_fd}")
             task_status.started(socket_path)
     finally:
         with trio.CancelScope(shield=True):
