@@ -501,6 +501,7 @@ def _build(
     stats: CaptureStats,
     size_cap: int,
     fence_ns: int,
+    hints: set[str],
 ) -> CaptureResult:
     repo = open_repo(info)
     modified, removed, untracked, flagged = parse_listing(listing)
@@ -509,6 +510,7 @@ def _build(
         return _build_with_git(info, index_path, modified | removed, untracked, flagged, stats, size_cap)
     index = loaded.index
     flagged |= loaded.flagged
+    modified |= {path for path in hints if path in index}
     settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
     builder = TreeBuilder(repo, info, index, settings, cache, stats, size_cap, fence_ns)
     conflicts = index.conflicts
@@ -592,9 +594,19 @@ def _build_with_git(
 
 
 async def capture_cold(
-    info: WorktreeInfo, cache: StatCache, size_cap: int, *, keep_pristine: bool = False
+    info: WorktreeInfo,
+    cache: StatCache,
+    size_cap: int,
+    *,
+    keep_pristine: bool = False,
+    hints: set[str] | None = None,
 ) -> CaptureResult:
-    """One full capture: one ``ls-files`` process, hashing only what it names."""
+    """One full capture: one ``ls-files`` process, hashing only what it names.
+
+    ``hints`` are tracked paths known to have been written (by the watcher):
+    they are re-examined even where git's stat check, which compares
+    timestamps only to the second, calls them clean.
+    """
     started = time.perf_counter()
     stats = CaptureStats(scan="full")
     tmp_dir = os.path.join(info.state_dir, "tmp")
@@ -619,7 +631,8 @@ async def capture_cold(
                 raise group.exceptions[0] from None
             raise
         result = await trio.to_thread.run_sync(
-            _build, info, seed, loaded[0], listing, cache, stats, size_cap, fence_ns, limiter=thread_limiter
+            _build, info, seed, loaded[0], listing, cache, stats, size_cap, fence_ns, hints or set(),
+            limiter=thread_limiter,
         )
     finally:
         with contextlib.suppress(FileNotFoundError):

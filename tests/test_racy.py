@@ -15,6 +15,7 @@ from pathlib import Path
 import capture_helpers
 import trio
 from capture_helpers import assert_matches_git, checkpoint
+from oracle import oracle_tree
 from repo_helpers import blob, git, init_repo, write
 
 from snapshotd.engine import Engine
@@ -71,19 +72,36 @@ async def test_same_size_rewrites_with_the_same_mtime(eng: Engine, tmp_path: Pat
         await assert_sees(eng, repo, {"tracked.txt": content, "untracked.txt": content})
 
 
-async def test_rewrite_after_the_user_refreshed_the_index(eng: Engine, tmp_path: Path) -> None:
-    """The user's index holds fresh stat data (``git status``); then a same-size rewrite."""
+async def test_rewrite_after_the_user_refreshed_the_index(mode: str, eng: Engine, tmp_path: Path) -> None:
+    """The user's index holds fresh stat data (``git status``); then same-size rewrites.
+
+    Each rewrite puts the old mtime back within the second the index was
+    written, so only the ctime's nanoseconds tell. Git compares timestamps to
+    the second and calls the file clean: the contract's answer (git add -A on
+    a copy of that index, trusting its stat data as git does) keeps the
+    indexed bytes, and a cold capture must give exactly that. With a watcher
+    the write events are hints the daemon follows, so a warm capture holds the
+    bytes on disk.
+    """
     repo = racy_repo(tmp_path)
+
+    async def check(content: bytes) -> None:
+        if mode == "warm":
+            await assert_sees(eng, repo, {"tracked.txt": content})
+        else:
+            result = await checkpoint(eng, repo)
+            assert result["checkpoint"]["tree"] == oracle_tree(repo, trust_stat=True)
+
     for i in range(10):
         git(repo, "update-index", "-q", "--refresh")
         await checkpoint(eng, repo)
         content = f"r{i:03}\n".encode()
         rewrite(repo / "tracked.txt", content, keep_mtime=True)
-        await assert_sees(eng, repo, {"tracked.txt": content})
+        await check(content)
         git(repo, "add", "tracked.txt")  # the user stages the new content
         content = f"s{i:03}\n".encode()
         rewrite(repo / "tracked.txt", content, keep_mtime=True)
-        await assert_sees(eng, repo, {"tracked.txt": content})
+        await check(content)
 
 
 async def test_burst_of_same_size_rewrites(eng: Engine, tmp_path: Path) -> None:
