@@ -266,7 +266,8 @@ class Engine:
             return await self._cold(state, "cookie wait timed out")
         dirty, reasons = watcher.take()
         if reasons or signature_of(state.warm.sources) != state.warm.signature:
-            return await self._cold(state, sorted(reasons)[0] if reasons else "ignore rules or user index changed")
+            reason = sorted(reasons)[0] if reasons else "ignore rules or user index changed"
+            return await self._cold(state, reason, hints=dirty)
         started = time.perf_counter()
         stats = CaptureStats(scan="watch")
         if dirty:
@@ -283,11 +284,13 @@ class Engine:
         self.counters["captures.watch"] += 1
         return CaptureResult(tree=state.warm.tree, stats=stats, index=None, flagged=set())
 
-    async def _cold(self, state: WorktreeState, reason: str) -> CaptureResult:
+    async def _cold(self, state: WorktreeState, reason: str, hints: set[str] | None = None) -> CaptureResult:
+        """A full scan; paths the watcher saw change are re-hashed even if their stat data look clean."""
         keep = state.watcher is not None and state.watcher.live
+        hints = set(hints or ())
         if keep:
             self.counters[f"cold_reasons.{reason}"] += 1
-            state.watcher.take()  # the full scan covers everything the watcher saw so far
+            hints |= state.watcher.take()[0]  # the full scan covers everything the watcher saw so far
         sources = rule_sources(state.info) if keep else []
         signature = signature_of(sources)
         index_mtime_ns = 0
@@ -296,7 +299,7 @@ class Engine:
                 index_mtime_ns = os.stat(os.path.join(state.info.git_dir, "index")).st_mtime_ns
             except OSError:
                 index_mtime_ns = 0
-        result = await capture_cold(state.info, state.cache, self.size_cap, keep_pristine=keep)
+        result = await capture_cold(state.info, state.cache, self.size_cap, keep_pristine=keep, hints=hints)
         state.warm = WarmState.from_cold(result, index_mtime_ns, sources, signature) if keep else None
         self.counters["processes"] += result.stats.processes
         self.counters[f"captures.{result.stats.scan}"] += 1
@@ -543,20 +546,27 @@ class Engine:
                 plan = plan_fn(repo, current.tree)
                 safety = None
                 if not dry_run and (plan.writes or plan.deletes):
-                    store = Store(repo)
-                    base, _ = _head(state.info)
-                    safety = store.record(
-                        worktree_id=state.info.id, session=SAFETY_SESSION, label=label, tree=current.tree, base=base
-                    ).to_wire()
-                    restore_mod.apply_plan(
+                    touched = [p for p, _ in plan.writes] + list(plan.deletes)
+                    # Validation and content (line endings, filters) are ready before the
+                    # safety checkpoint is recorded, so a plan that cannot be applied
+                    # fails without leaving anything behind.
+                    with restore_mod.prepared_plan(
                         repo,
                         state.info.path,
                         plan,
                         os.path.join(state.info.state_dir, "journal"),
                         restore_mod.GitCheckout(git_dir=state.info.git_dir or state.info.store_dir),
-                    )
-                    for path in [p for p, _ in plan.writes] + list(plan.deletes):
-                        state.cache.forget(path)
+                    ) as apply:
+                        store = Store(repo)
+                        base, _ = _head(state.info)
+                        safety = store.record(
+                            worktree_id=state.info.id, session=SAFETY_SESSION, label=label, tree=current.tree, base=base
+                        ).to_wire()
+                        try:
+                            apply()
+                        finally:
+                            for path in touched:
+                                state.cache.forget(path)
                 return {
                     "safety_checkpoint": safety,
                     "written": sorted(p for p, _ in plan.writes),

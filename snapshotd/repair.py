@@ -5,6 +5,24 @@ Git's own links are mended with ``git worktree repair`` (the back link in
 daemon's records are mended by re-identifying the worktree at its new path,
 where its id file (in its git dir) or its device and inode (plain folders)
 says who it is.
+
+Kinds of move handled:
+
+* ``git worktree move``: git already knows the new path; ``repair`` with no
+  path finds it through the admin folder's ``gitdir`` file.
+* a linked worktree moved with ``mv``: its ``.git`` file still names its admin
+  folder, so the worktree is found at the path given, and git's back link is
+  mended.
+* a whole repository moved with its linked worktrees: each linked worktree's
+  ``.git`` file names an admin folder that is gone. The repository is looked
+  for where the records say it was relative to the worktree, and linked
+  worktrees are looked for where they were relative to the main one; a
+  candidate counts only if its ``.git`` file names the expected admin folder.
+* a plain folder renamed: recognised by its device and inode.
+
+A folder that merely looks like a known worktree is never taken for it: a
+copy of a linked worktree whose original is still in place is left alone (a
+``git worktree repair`` there would steal the original's admin folder).
 """
 
 from __future__ import annotations
@@ -16,12 +34,26 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from .capture import thread_limiter
-from .errors import SnapshotdError
+from .errors import NotFound, SnapshotdError
 from .gitproc import GitTarget, run_git
 from .worktree import Records, WorktreeInfo, identify, locate
 
 if TYPE_CHECKING:
     from .engine import Engine
+
+
+def _gitfile_target(dotgit: Path) -> str | None:
+    """The admin folder a ``.git`` file names (absolute, normalized), or None."""
+    try:
+        if not dotgit.is_file() or dotgit.is_symlink():
+            return None
+        text = dotgit.read_text(encoding="utf-8", errors="surrogateescape")
+    except OSError:
+        return None
+    if not text.startswith("gitdir:"):
+        return None
+    target = text[len("gitdir:") :].strip()
+    return os.path.normpath(os.path.join(dotgit.parent, target))
 
 
 def _linked_root(git_dir: str) -> str | None:
@@ -38,31 +70,148 @@ def _is_linked(info: WorktreeInfo) -> bool:
     return info.git_dir is not None and info.common_dir is not None and info.git_dir != info.common_dir
 
 
-async def _mend_git_links(info: WorktreeInfo, records: Records) -> None:
+def _same_path(a: str | None, b: str | None) -> bool:
+    return a is not None and b is not None and os.path.normpath(a) == os.path.normpath(b)
+
+
+def _relocate(old_path: str, old_anchor: str, new_anchor: str) -> str:
+    """``old_path`` moved the way ``old_anchor`` moved to ``new_anchor``."""
+    return os.path.normpath(os.path.join(new_anchor, os.path.relpath(old_path, old_anchor)))
+
+
+def _broken_link(path: str) -> tuple[str, str] | None:
+    """``(root, admin)`` when ``path`` is in a linked worktree whose admin folder is gone."""
+    current = Path(os.path.realpath(path))
+    while True:
+        dotgit = current / ".git"
+        if dotgit.is_dir():
+            return None
+        admin = _gitfile_target(dotgit)
+        if admin is not None:
+            return None if os.path.isdir(admin) else (str(current), admin)
+        if current.parent == current:
+            return None
+        current = current.parent
+
+
+def _admin_parts(admin: str) -> tuple[str, str] | None:
+    """``(common_dir, name)`` of an admin folder ``<common_dir>/worktrees/<name>``."""
+    folder, name = os.path.split(os.path.normpath(admin))
+    common, worktrees = os.path.split(folder)
+    return (common, name) if worktrees == "worktrees" and name else None
+
+
+def _moved_repository(root: str, admin: str, known: dict[str, dict]) -> tuple[str, str | None] | None:
+    """Where the repository of the linked worktree at ``root`` went, if it moved along.
+
+    Returns ``(common_dir, main worktree path or None)`` at the new place.
+    """
+    parts = _admin_parts(admin)
+    if parts is None:
+        return None
+    old_common, name = parts
+    for record in known.values():
+        if record.get("kind") != "git" or not _same_path(record.get("git_dir"), admin):
+            continue
+        old_root = record.get("path")
+        if not old_root:
+            continue
+        common = _relocate(old_common, old_root, root)
+        if not os.path.isdir(os.path.join(common, "worktrees", name)):
+            continue
+        main = None
+        for other in known.values():
+            if _same_path(other.get("git_dir"), old_common) and other.get("path"):
+                candidate = _relocate(other["path"], old_root, root)
+                if os.path.isdir(candidate):
+                    main = candidate
+        if main is None and os.path.basename(common) == ".git":
+            main = os.path.dirname(common)
+        return common, main
+    return None
+
+
+def _moved_along(info: WorktreeInfo, old: dict | None, known: dict[str, dict]) -> list[str]:
+    """New paths of linked worktrees that moved together with the main worktree ``info``."""
+    if old is None or info.common_dir is None or _is_linked(info):
+        return []
+    old_main, old_common = old.get("path"), old.get("common_dir")
+    if not old_main or not old_common or _same_path(old_main, info.path):
+        return []
+    found = []
+    for record in known.values():
+        git_dir, path = record.get("git_dir"), record.get("path")
+        if record.get("kind") != "git" or not git_dir or not path:
+            continue
+        if not _same_path(record.get("common_dir"), old_common) or _same_path(git_dir, old_common):
+            continue
+        if os.path.isdir(path):
+            continue  # it did not move
+        candidate = _relocate(path, old_main, info.path)
+        name = os.path.basename(os.path.normpath(git_dir))
+        target = _gitfile_target(Path(candidate, ".git"))
+        if target is not None and (
+            _same_path(target, git_dir) or _same_path(target, os.path.join(info.common_dir, "worktrees", name))
+        ):
+            found.append(candidate)
+    return found
+
+
+def _is_copy_of_linked(root: str) -> bool:
+    """Whether ``root`` is a copy of a linked worktree whose original is still in place."""
+    admin = _gitfile_target(Path(root, ".git"))
+    if admin is None or _admin_parts(admin) is None:
+        return False
+    registered = _linked_root(admin)
+    if registered is None or os.path.realpath(registered) == os.path.realpath(root):
+        return False
+    return _same_path(_gitfile_target(Path(registered, ".git")), admin)
+
+
+async def _git_repair(common_dir: str, main: str | None, paths: list[str]) -> None:
+    """Run ``git worktree repair`` from the repository (in its main worktree when known)."""
+    await run_git(GitTarget(git_dir=common_dir, work_tree=main), ["worktree", "repair", *paths])
+
+
+async def _mend_git_links(info: WorktreeInfo, records: Records, extra: list[str]) -> None:
     """Run ``git worktree repair`` so git's links match where the worktrees are now."""
     if info.common_dir is None:
         return
-    common = GitTarget(git_dir=info.common_dir, work_tree=None)
     if _is_linked(info):
-        await run_git(common, ["worktree", "repair", info.path])
+        await _git_repair(info.common_dir, None, [info.path])
         return
     # The main worktree (or the whole repository) moved: re-point every linked worktree we know.
     linked = [
         record["path"]
         for record in records.load().values()
-        if record.get("common_dir") == info.common_dir
-        and record.get("git_dir") != info.common_dir
+        if _same_path(record.get("common_dir"), info.common_dir)
+        and not _same_path(record.get("git_dir"), info.common_dir)
         and os.path.isdir(record.get("path", ""))
     ]
-    await run_git(GitTarget(git_dir=info.common_dir, work_tree=info.path), ["worktree", "repair", *linked])
+    paths = sorted({*linked, *extra})
+    await _git_repair(info.common_dir, info.path, paths)
+
+
+async def _refresh(engine: Engine, info: WorktreeInfo) -> None:
+    """Point the engine's state for ``info.id`` at the new path; its watcher restarts there."""
+    state = engine.worktrees.get(info.id)
+    if state is not None and state.info != info:
+        if state.cancel is not None:
+            state.cancel.cancel()  # the old watch still follows the folder under its old name
+        state.watcher = None
+        state.warm = None
+    await trio.to_thread.run_sync(engine.open_path, info.path, limiter=thread_limiter)
 
 
 async def repair(engine: Engine, path: str | None) -> list[dict[str, Any]]:
-    """Find moved worktrees (the one at ``path``, or every known one git can trace)."""
+    """Find moved worktrees (the one at ``path``, or every known one git can trace).
+
+    Returns one ``{"worktree", "from", "to"}`` per worktree whose path changed.
+    """
     before = engine.records.load()
-    candidates: list[str] = []
+    queue: list[str] = []
     if path is not None:
-        candidates.append(path)
+        queue.append(path)
     else:
         for record in before.values():
             if os.path.isdir(record.get("path", "")):
@@ -70,21 +219,45 @@ async def repair(engine: Engine, path: str | None) -> list[dict[str, Any]]:
             if record.get("kind") == "git" and record.get("git_dir"):
                 root = _linked_root(record["git_dir"])
                 if root is not None:
-                    candidates.append(root)
-    moved = []
-    for candidate in candidates:
-        info = await trio.to_thread.run_sync(
-            lambda c=candidate: identify(locate(c), engine.records), limiter=thread_limiter
-        )
+                    queue.append(root)
+    moved: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    while queue:
+        candidate = queue.pop(0)
+        broken = _broken_link(candidate)
+        if broken is not None:
+            # A linked worktree whose repository moved too: mend it from the repository first.
+            root, admin = broken
+            found = _moved_repository(root, admin, before)
+            if found is None:
+                if path is not None and candidate == path:
+                    raise NotFound(
+                        f"The worktree at {root} names the git folder {admin}, which is gone; "
+                        "run 'snapshotd repair' with the repository's new path.",
+                        path=root,
+                    )
+                continue
+            common, main = found
+            await _git_repair(common, main, [root])
+            if main is not None:
+                queue.append(main)
+        located = await trio.to_thread.run_sync(locate, candidate, limiter=thread_limiter)
+        if located.root in seen:
+            continue
+        seen.add(located.root)
+        if located.git_dir is not None and located.git_dir != located.common_dir and _is_copy_of_linked(located.root):
+            continue  # a copy: mending it would take the original's place in git
+        info = await trio.to_thread.run_sync(identify, located, engine.records, limiter=thread_limiter)
         old = before.get(info.id)
+        along = _moved_along(info, old, before) if info.kind == "git" else []
         if info.kind == "git":
             try:
-                await _mend_git_links(info, engine.records)
+                await _mend_git_links(info, engine.records, along)
             except SnapshotdError:
                 if path is not None:
                     raise
         if old is not None and old.get("path") != info.path:
             moved.append({"worktree": info.id, "from": old.get("path"), "to": info.path})
-        engine.worktrees.pop(info.id, None)
-        engine.open_path(info.path)
+        await _refresh(engine, info)
+        queue.extend(along)
     return moved

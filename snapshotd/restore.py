@@ -11,21 +11,29 @@ spot is skipped and reported as a conflict.
 
 Applying walks the worktree from a directory descriptor, one component at a
 time with ``O_NOFOLLOW``, so no symlink is ever followed and nothing outside the
-worktree is written or removed. Each file is written to a temporary name in its
-folder, synced and renamed over the target, and every temporary name is listed
+worktree is written or removed (a file with other hard links is replaced, never
+changed in place). Each file is written to a temporary name in its folder,
+synced and renamed over the target, and every temporary name is listed
 beforehand in a journal so that :func:`recover` can remove leftovers after a
-crash: no half-written file ever sits under a real name.
+crash: no half-written file ever sits under a real name. The journal stays
+locked while its writer lives, so recovery never touches a restore in progress.
+
+Files are written as ``git checkout`` writes them: where line-ending settings,
+attributes or filters may apply, git prepares their content (before anything is
+touched) from the blobs and the ``.gitattributes`` the worktree will hold.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import os
 import secrets
+import shutil
 import stat
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,22 +41,27 @@ import pygit2
 
 from snapshotd.diff import load_tree
 from snapshotd.errors import InternalError, InvalidParams, NotADirectory, NotFound
+from snapshotd.gitproc import GitTarget, run_git_sync
 from snapshotd.paths import could_match_under, is_git_dir_name, path_matches
 
 __all__ = [
     "TEMP_PREFIX",
     "Entry",
+    "GitCheckout",
     "Plan",
     "apply_plan",
     "flatten_tree",
     "plan_restore",
     "plan_revert",
+    "prepared_plan",
     "recover",
 ]
 
 TEMP_PREFIX = ".snapshotd-tmp-"
 _JOURNAL_SUFFIX = ".journal"
 _JOURNAL_TEMP_PREFIX = ".journal-tmp-"
+_STAGE_PREFIX = "stage-"
+_ATTRIBUTES = ".gitattributes"
 
 MODE_TREE = 0o040000
 MODE_FILE = 0o100644
@@ -628,15 +641,23 @@ def _validate(repo: pygit2.Repository, plan: Plan) -> dict[str, bytes]:
     return links
 
 
-def _write_journal(journal_dir: str, workdir: str, temps: dict[str, str]) -> str:
-    """Record the temporary names about to be created; written atomically and synced."""
+def _write_journal(
+    journal_dir: str, token: str, workdir: str, temps: dict[str, str], stage: str | None
+) -> tuple[str, int]:
+    """Record the temporary names about to be created; written atomically and synced.
+
+    Returns the journal's path and an open descriptor holding an exclusive
+    ``flock`` on it: while the writer lives, :func:`recover` leaves the journal
+    alone, and the kernel drops the lock when the writer dies, so it never goes
+    stale. The lock is taken before the journal gets its final name.
+    """
     os.makedirs(journal_dir, mode=0o700, exist_ok=True)
-    token = secrets.token_hex(8)
     body = json.dumps(
         {
             "version": 1,
             "workdir": workdir,
             "pid": os.getpid(),
+            "stage": stage,
             "entries": [{"target": target, "temp": temp} for target, temp in temps.items()],
         }
     ).encode("ascii")
@@ -644,17 +665,21 @@ def _write_journal(journal_dir: str, workdir: str, temps: dict[str, str]) -> str
     temp = os.path.join(journal_dir, f"{_JOURNAL_TEMP_PREFIX}{token}")
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         _write_all(fd, body)
         os.fsync(fd)
-    finally:
+        os.replace(temp, final)
+        dir_fd = os.open(journal_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
         os.close(fd)
-    os.replace(temp, final)
-    dir_fd = os.open(journal_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-    return final
+        raise
+    return final, fd
 
 
 def _remove_temp(root_fd: int, temp: str) -> bool:
@@ -679,10 +704,11 @@ def _remove_temp(root_fd: int, temp: str) -> bool:
 
 
 class _Applier:
-    def __init__(self, repo: pygit2.Repository, root_fd: int, plan: Plan) -> None:
+    def __init__(self, repo: pygit2.Repository, root_fd: int, plan: Plan, stage: _Stage) -> None:
         self.repo = repo
         self.root_fd = root_fd
         self.plan = plan
+        self.stage = stage
         self.umask = _read_umask()
         self.skipped: dict[str, str] = {}
         self.synced: set[tuple[str, ...]] = set()
@@ -793,7 +819,7 @@ class _Applier:
             assert link is not None
             os.symlink(link, os.fsencode(tmp_name), dir_fd=fd)
         else:
-            data = self.repo[entry.oid].data
+            data = self.stage.take(path, entry)
             out = os.open(
                 tmp_name,
                 os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -817,7 +843,11 @@ class _Applier:
             raise
 
     def _chmod(self, dir_fd: int, name: str, mode: int, existing: os.stat_result) -> bool:
-        """Change only the exec bits of the regular file there; False if it must be rewritten."""
+        """Change only the exec bits of the regular file there; False if it must be rewritten.
+
+        A file with other hard links is rewritten instead: its inode may be
+        shared with a file outside the worktree, whose mode must not change.
+        """
         try:
             fd = os.open(
                 name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
@@ -826,9 +856,10 @@ class _Applier:
             return False
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (
-                existing.st_dev,
-                existing.st_ino,
+            if (
+                not stat.S_ISREG(st.st_mode)
+                or st.st_nlink != 1
+                or (st.st_dev, st.st_ino) != (existing.st_dev, existing.st_ino)
             ):
                 return False
             os.fchmod(fd, _file_permissions(mode, st, self.umask))
@@ -841,16 +872,195 @@ class _Applier:
             _fsync_dir(self.root_fd, parts)
 
 
-def apply_plan(repo: pygit2.Repository, workdir: str, plan: Plan, journal_dir: str) -> None:
-    """Carry out ``plan`` in ``workdir``: deletes (deepest first), then atomic writes.
+# ---------------------------------------------------------------------------
+# file content as git checkout writes it
 
-    The whole plan is validated first (NotFound for a missing object,
-    InvalidParams for an unsafe path), so a bad plan touches nothing. What turns
-    out to be unsafe on disk while applying (a symlink or a foreign file where
-    the plan expected otherwise) is skipped and moved from ``writes``/``deletes``
-    to ``conflicts``, so the plan afterwards tells what was done. A filesystem
-    error raises InternalError; files already renamed into place stay, and no
-    temporary file is left behind.
+
+@dataclass(frozen=True)
+class GitCheckout:
+    """How to ask git for file content as ``git checkout`` would write it.
+
+    Blobs hold content as git stores it; the worktree may hold something else
+    (CRLF line endings with ``core.autocrlf`` or ``eol=crlf``, ``ident``,
+    ``working-tree-encoding``, smudge filters such as LFS). When any of that can
+    apply to a file being written, its content comes from ``git checkout-index``
+    with the repository's configuration (read from ``git_dir``: the worktree's
+    git dir, or a plain folder's store) and the ``.gitattributes`` files the
+    worktree will hold once the plan is applied.
+    """
+
+    git_dir: str
+
+
+def _config_value(repo: pygit2.Repository, name: str) -> str | None:
+    try:
+        return str(repo.config[name])
+    except (KeyError, ValueError, pygit2.GitError):
+        return None
+
+
+def _config_converts(repo: pygit2.Repository) -> bool:
+    """Whether the configuration alone may make checkout content differ from blobs."""
+    autocrlf = (_config_value(repo, "core.autocrlf") or "").strip().lower()
+    if autocrlf in ("true", "yes", "on", "1"):
+        return True
+    if _config_value(repo, "core.attributesFile") is not None:
+        return True
+    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    candidates = [
+        os.path.join(repo.path, "info", "attributes"),
+        os.path.join(xdg, "git", "attributes"),
+        os.path.join(os.path.expanduser("~"), ".config", "git", "attributes"),
+    ]
+    if not os.environ.get("GIT_ATTR_NOSYSTEM"):
+        candidates.append("/etc/gitattributes")
+    return any(os.path.isfile(candidate) for candidate in candidates)
+
+
+def _folders_of(path: str) -> list[str]:
+    """Every folder from the root down to ``path``'s own ("" is the root)."""
+    parts = path.split("/")
+    return ["/".join(parts[:depth]) for depth in range(len(parts))]
+
+
+def _attributes_path(folder: str) -> str:
+    return f"{folder}/{_ATTRIBUTES}" if folder else _ATTRIBUTES
+
+
+def _read_disk_file(root_fd: int, path: str) -> bytes | None:
+    """A regular file's bytes, reached without following any symlink, or None."""
+    parts = path.split("/")
+    try:
+        fd = _open_dir(root_fd, parts[:-1], create=False)
+    except (OSError, _Blocked):
+        return None
+    try:
+        try:
+            out = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(out).st_mode):
+                return None
+            with os.fdopen(out, "rb", closefd=False) as handle:
+                return handle.read()
+        finally:
+            os.close(out)
+    finally:
+        os.close(fd)
+
+
+class _Stage:
+    """Checked-out content of the files a plan writes, prepared before anything is touched.
+
+    Once :meth:`prepare` found that conversion may apply, a file that was not
+    staged (a mode-only change that turns out to need a rewrite) is checked
+    out on its own when asked for.
+    """
+
+    def __init__(self, repo: pygit2.Repository, directory: str, checkout: GitCheckout | None) -> None:
+        self.repo = repo
+        self.directory = directory
+        self.checkout = checkout
+        self.out = os.path.join(directory, "out")
+        self.index_path = os.path.join(directory, "index")
+        self.index: pygit2.Index | None = None
+        self.files: set[str] = set()
+
+    def prepare(self, root_fd: int, plan: Plan) -> None:
+        """Have git check out every file the plan writes, if conversion may apply.
+
+        Attributes are those the worktree will have once the plan is applied:
+        each ``.gitattributes`` the plan writes, none where the plan deletes
+        one, and the one on disk elsewhere. Nothing is run when neither the
+        configuration nor any such file can change a file's content.
+        """
+        if self.checkout is None:
+            return
+        files = [(path, entry) for path, entry in plan.writes if _is_file_mode(entry.mode)]
+        if not files:
+            return
+        planned = dict(plan.writes)
+        deleted = set(plan.deletes)
+        attributes: dict[str, Entry] = {}
+        for folder in {folder for path, _ in files for folder in _folders_of(path)}:
+            name = _attributes_path(folder)
+            if name in planned:
+                if _is_file_mode(planned[name].mode):
+                    attributes[name] = planned[name]
+                continue
+            if name in deleted:
+                continue
+            data = _read_disk_file(root_fd, name)
+            if data is not None:
+                oid = self.repo.odb.write(pygit2.enums.ObjectType.BLOB, data)
+                attributes[name] = Entry(str(oid), MODE_FILE)
+        if not attributes and not _config_converts(self.repo):
+            return
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        os.makedirs(os.path.join(self.directory, "wt"), mode=0o700)  # empty: attributes from the index
+        os.makedirs(self.out, mode=0o700)
+        self.index = pygit2.Index(self.index_path)
+        for path, entry in attributes.items():
+            self.index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry.oid), entry.mode))
+        # Mode-only changes keep their content on disk; they are checked out only if needed.
+        self._check_out([(p, e) for p, e in files if p not in plan.chmod_only])
+
+    def _check_out(self, files: list[tuple[str, Entry]]) -> None:
+        assert self.index is not None and self.checkout is not None
+        if not files:
+            return
+        for path, entry in files:
+            self.index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry.oid), entry.mode))
+        self.index.write()
+        listing = b"".join(os.fsencode(path) + b"\0" for path, _ in files)
+        run_git_sync(
+            GitTarget(git_dir=self.checkout.git_dir, work_tree=os.path.join(self.directory, "wt")),
+            ["checkout-index", "-f", "-z", "--stdin", f"--prefix={self.out}/"],
+            index_file=self.index_path,
+            input=listing,
+        )
+        self.files.update(path for path, _ in files)
+
+    def take(self, path: str, entry: Entry) -> bytes:
+        """The content to write at ``path``: as git checks it out, or the blob as it is."""
+        if path not in self.files:
+            if self.index is None:
+                return self.repo[entry.oid].data
+            self._check_out([(path, entry)])
+        self.files.discard(path)
+        full = os.path.join(self.out, path)
+        fd = os.open(full, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise InternalError(f"git did not check out {path!r} as a file.", path=path)
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                data = handle.read()
+        finally:
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(full)
+        return data
+
+
+@contextlib.contextmanager
+def prepared_plan(
+    repo: pygit2.Repository,
+    workdir: str,
+    plan: Plan,
+    journal_dir: str,
+    checkout: GitCheckout | None = None,
+) -> Iterator[Callable[[], None]]:
+    """Get ready to carry out ``plan`` in ``workdir``; yields the function that does it.
+
+    Everything that can fail without touching the worktree happens on entry:
+    the whole plan is validated (NotFound for a missing object, InvalidParams
+    for an unsafe path), the journal is written, and with ``checkout`` the
+    content of every file is prepared as ``git checkout`` would write it (a
+    failing filter raises GitError). So a caller can record a safety
+    checkpoint inside the block, knowing the plan is ready, and then apply.
+    See :func:`apply_plan` for what applying does. Temporary files, staged
+    content and the journal are gone on exit, whatever happened.
     """
     links = _validate(repo, plan)
     try:
@@ -860,17 +1070,17 @@ def apply_plan(repo: pygit2.Repository, workdir: str, plan: Plan, journal_dir: s
     except NotADirectoryError as exc:
         raise NotADirectory(f"The worktree {workdir} is not a folder.", path=workdir) from exc
 
-    applier = _Applier(repo, root_fd, plan)
+    token = secrets.token_hex(8)
+    stage = _Stage(repo, os.path.join(journal_dir, f"{_STAGE_PREFIX}{token}"), checkout)
+    applier = _Applier(repo, root_fd, plan, stage)
     temps: dict[str, str] = {}
     for path, entry in plan.writes:
         if entry.mode != MODE_GITLINK:
             folder, _, _ = path.rpartition("/")
             temp_name = f"{TEMP_PREFIX}{secrets.token_hex(8)}"
             temps[path] = f"{folder}/{temp_name}" if folder else temp_name
-    journal: str | None = None
-    try:
-        if temps:
-            journal = _write_journal(journal_dir, os.path.abspath(workdir), temps)
+
+    def apply() -> None:
         for path in plan.deletes:
             applier.delete(path)
         keep: set[str] = set()
@@ -883,12 +1093,29 @@ def apply_plan(repo: pygit2.Repository, workdir: str, plan: Plan, journal_dir: s
         for path, entry in plan.writes:
             applier.write(path, entry, temps.get(path), links.get(path))
         applier.sync()
+
+    journal: str | None = None
+    journal_fd: int | None = None
+    try:
+        if temps:
+            journal, journal_fd = _write_journal(
+                journal_dir,
+                token,
+                os.path.abspath(workdir),
+                temps,
+                os.path.basename(stage.directory) if checkout is not None else None,
+            )
+            stage.prepare(root_fd, plan)
+        yield apply
     finally:
         for temp in temps.values():
             _remove_temp(root_fd, temp)
+        shutil.rmtree(stage.directory, ignore_errors=True)
         if journal is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(journal)
+        if journal_fd is not None:
+            os.close(journal_fd)
         os.close(root_fd)
         if applier.skipped:
             plan.writes = [(p, e) for p, e in plan.writes if p not in applier.skipped]
@@ -901,10 +1128,34 @@ def apply_plan(repo: pygit2.Repository, workdir: str, plan: Plan, journal_dir: s
             plan.conflicts.sort(key=lambda c: c["path"])
 
 
+def apply_plan(
+    repo: pygit2.Repository,
+    workdir: str,
+    plan: Plan,
+    journal_dir: str,
+    checkout: GitCheckout | None = None,
+) -> None:
+    """Carry out ``plan`` in ``workdir``: deletes (deepest first), then atomic writes.
+
+    The whole plan is validated first (NotFound for a missing object,
+    InvalidParams for an unsafe path), so a bad plan touches nothing. With
+    ``checkout``, files are written as ``git checkout`` would write them (line
+    endings, filters), their content prepared before anything is touched (a
+    failing filter raises GitError and changes nothing). What turns out to be
+    unsafe on disk while applying (a symlink or a foreign file where the plan
+    expected otherwise) is skipped and moved from ``writes``/``deletes`` to
+    ``conflicts``, so the plan afterwards tells what was done. A filesystem
+    error raises InternalError; files already renamed into place stay, and no
+    temporary file is left behind.
+    """
+    with prepared_plan(repo, workdir, plan, journal_dir, checkout) as apply:
+        apply()
+
+
 def _journals(journal_dir: str) -> list[str]:
     try:
         return sorted(os.listdir(journal_dir))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
 
 
@@ -915,46 +1166,89 @@ def _same_folder(a: str, b: str) -> bool:
         return os.path.abspath(a) == os.path.abspath(b)
 
 
+@contextlib.contextmanager
+def _unless_locked(path: str) -> Iterator[int | None]:
+    """Open ``path`` and take its lock; yield None when it is gone or a live writer holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        yield None
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield None
+            return
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _remove_stage(journal_dir: str, name: str | None) -> None:
+    if isinstance(name, str) and name.startswith(_STAGE_PREFIX) and "/" not in name:
+        full = os.path.join(journal_dir, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+
+
 def recover(journal_dir: str, workdir: str) -> list[str]:
     """After a crash, remove the temporary files an interrupted apply left in ``workdir``.
 
     Reads every journal in ``journal_dir`` that names ``workdir``, removes the
     temporary files it lists (never a folder, never through a symlink, only
-    names carrying the temporary prefix) and then the journal. Returns the
-    worktree-relative paths removed. Targets never need repair: they are only
-    ever replaced whole by a rename.
+    names carrying the temporary prefix), its staged content, and then the
+    journal. A journal whose writer is still alive (it holds the journal's
+    lock) is left alone, so opening a worktree while another process restores
+    into it never disturbs that restore. Returns the worktree-relative paths
+    removed. Targets never need repair: they are only ever replaced whole by a
+    rename.
     """
     cleaned: list[str] = []
     names = _journals(journal_dir)
     for name in names:
         if name.startswith(_JOURNAL_TEMP_PREFIX):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(journal_dir, name))
-    names = [n for n in names if n.endswith(_JOURNAL_SUFFIX)]
-    if not names:
+            full = os.path.join(journal_dir, name)
+            with _unless_locked(full) as fd, contextlib.suppress(OSError):
+                if fd is not None:
+                    os.unlink(full)
+    journals = {n for n in names if n.endswith(_JOURNAL_SUFFIX)}
+    for name in names:
+        # Staged content is created after its (locked) journal and removed before it.
+        if name.startswith(_STAGE_PREFIX):
+            token = name[len(_STAGE_PREFIX) :]
+            if f"apply-{token}{_JOURNAL_SUFFIX}" not in journals and not os.path.exists(
+                os.path.join(journal_dir, f"apply-{token}{_JOURNAL_SUFFIX}")
+            ):
+                _remove_stage(journal_dir, name)
+    if not journals:
         return cleaned
     try:
         root_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         return cleaned
     try:
-        for name in names:
+        for name in sorted(journals):
             full = os.path.join(journal_dir, name)
-            try:
-                with open(full, encoding="ascii") as handle:
-                    record: dict[str, Any] = json.load(handle)
-            except (OSError, ValueError):
-                continue
-            if not isinstance(record, dict) or not _same_folder(
-                str(record.get("workdir", "")), workdir
-            ):
-                continue
-            for item in record.get("entries", []):
-                temp = item.get("temp") if isinstance(item, dict) else None
-                if isinstance(temp, str) and _remove_temp(root_fd, temp):
-                    cleaned.append(temp)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(full)
+            with _unless_locked(full) as fd:
+                if fd is None:
+                    continue
+                try:
+                    with os.fdopen(os.dup(fd), "rb") as handle:
+                        record: Any = json.loads(handle.read().decode("ascii"))
+                except (OSError, ValueError):
+                    continue
+                if not isinstance(record, dict) or not _same_folder(
+                    str(record.get("workdir", "")), workdir
+                ):
+                    continue
+                for item in record.get("entries", []):
+                    temp = item.get("temp") if isinstance(item, dict) else None
+                    if isinstance(temp, str) and _remove_temp(root_fd, temp):
+                        cleaned.append(temp)
+                _remove_stage(journal_dir, record.get("stage"))
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(full)
     finally:
         os.close(root_fd)
     return sorted(cleaned)
