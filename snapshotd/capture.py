@@ -169,7 +169,11 @@ class Settings:
             or attributes_file.exists()
             or tracked_attributes
             or bool(_ATTRIBUTES.search(listing))
-            or Path(os.path.expanduser("~"), ".config", "git", "attributes").exists()
+            or Path(
+                os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
+                "git",
+                "attributes",
+            ).exists()
         )
         return cls(flag("core.fileMode", True), flag("core.symlinks", True), filters)
 

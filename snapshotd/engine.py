@@ -215,7 +215,7 @@ class Engine:
 
     def _by_id(self, worktree_id: str) -> WorktreeState:
         state = self.worktrees.get(worktree_id)
-        if state is not None:
+        if state is not None and os.path.isdir(state.info.path):
             return state
         record = self.records.load().get(worktree_id)
         if record is None:
@@ -248,7 +248,9 @@ class Engine:
 
     def _wire_worktree(self, state: WorktreeState) -> dict[str, Any]:
         head, branch = _head(state.info)
-        return state.info.to_wire(head, branch, state.watching)
+        wire = state.info.to_wire(head, branch, state.watching)
+        wire["watch_error"] = state.watcher.error if state.watcher is not None else None
+        return wire
 
     # --- capture ---------------------------------------------------------------
 

@@ -133,17 +133,20 @@ class Records:
             return {}
         return data if isinstance(data, dict) else {}
 
-    def claim_plain(self, root: str, st: os.stat_result) -> str:
-        """Find or create the id of a plain folder, under the records lock so two processes agree."""
+    def claim_folder(self, root: str, st: os.stat_result, claim: str) -> str:
+        """Find or create the id of a folder known by its records alone (plain folders, copies).
+
+        Done under the records lock so two processes meeting the folder agree on one id.
+        """
         self._ensure()
         with file_lock(self._lock_path):
             data = self.load()
-            worktree_id = _plain_id_for(data, root)
+            worktree_id = _folder_id_for(data, root, claim)
             if worktree_id is None:
                 worktree_id = new_worktree_id()
             record = data.get(worktree_id, {})
-            if record.get("path") != root or record.get("kind") != "plain":
-                data[worktree_id] = {**record, "kind": "plain", "path": root, "dev": st.st_dev, "ino": st.st_ino}
+            if record.get("path") != root or record.get("claim") != claim:
+                data[worktree_id] = {**record, "claim": claim, "path": root, "dev": st.st_dev, "ino": st.st_ino}
                 atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
             return worktree_id
 
@@ -159,15 +162,43 @@ class Records:
             atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
 
 
-def _plain_id_for(known: dict[str, dict], root: str) -> str | None:
-    """The id of the plain folder at ``root``: by path, or by device and inode after a rename."""
+def _folder_id_for(known: dict[str, dict], root: str, claim: str) -> str | None:
+    """The id recorded for the folder at ``root``: by path, or by device and inode after a rename."""
     for candidate_id, record in known.items():
-        if record.get("kind") == "plain" and record.get("path") == root:
+        if record.get("claim") == claim and record.get("path") == root:
             return candidate_id
     for candidate_id, record in known.items():
-        if record.get("kind") == "plain" and _same_folder(record, root) and not os.path.isdir(record.get("path", "")):
+        if record.get("claim") == claim and _same_folder(record, root) and not os.path.isdir(record.get("path", "")):
             return candidate_id
     return None
+
+
+def _copy_of_linked_worktree(located: Located) -> bool:
+    """True for a copy of a linked worktree: git's back link names another live folder using our admin dir."""
+    git_dir, common = located.git_dir, located.common_dir
+    if git_dir is None or common is None or os.path.realpath(git_dir) == os.path.realpath(common):
+        return False
+    try:
+        backlink = Path(git_dir, "gitdir").read_text().strip()
+    except OSError:
+        return False
+    owner = os.path.dirname(os.path.normpath(backlink))
+    if os.path.realpath(owner) == os.path.realpath(located.root) or not os.path.isfile(backlink):
+        return False
+    owner_git_dir = _read_gitfile(Path(backlink))
+    return owner_git_dir is not None and os.path.realpath(owner_git_dir) == os.path.realpath(git_dir)
+
+
+def _is_copy(other: dict, st: os.stat_result) -> bool:
+    """Whether the worktree recorded as ``other`` (same id, another path) is the original of this one.
+
+    While the original folder is in place and still holds the id, this is a
+    copy. Once it is gone, a move kept the folder's inode and a copy did not
+    (a move across file systems looks like a copy: a fresh id, never a shared one).
+    """
+    if os.path.isdir(other.get("path", "")):
+        return _read_id(Path(other.get("git_dir") or "/nonexistent", "snapshotd", "id")) == other.get("id")
+    return "ino" in other and (other.get("dev"), other.get("ino")) != (st.st_dev, st.st_ino)
 
 
 def _read_id(id_file: Path) -> str | None:
@@ -220,19 +251,19 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
         state_dir = Path(located.git_dir, "snapshotd")
         state_dir.mkdir(exist_ok=True)
         id_file = state_dir / "id"
-        worktree_id = _read_id(id_file)
-        other = known.get(worktree_id) if worktree_id else None
-        if (
-            worktree_id
-            and other is not None
-            and other.get("path") != root
-            and _read_id(Path(other.get("git_dir") or "/nonexistent", "snapshotd", "id")) == worktree_id
-            and os.path.realpath(other.get("git_dir") or "") != os.path.realpath(located.git_dir)
-        ):
-            # A copy of a worktree (cp -r), not a move: both folders hold the id. Never share it.
-            worktree_id = None
-        if worktree_id is None:
-            worktree_id = _claim_id(id_file, replace=id_file.exists())
+        if _copy_of_linked_worktree(located):
+            # Its .git file names another folder's admin dir: the id there is not ours.
+            claim = "git-copy"
+            worktree_id = records.claim_folder(root, st, claim)
+            state_dir = home / "state" / worktree_id
+        else:
+            claim = None
+            worktree_id = _read_id(id_file)
+            other = known.get(worktree_id) if worktree_id else None
+            if worktree_id and other is not None and other.get("path") != root and _is_copy(other, st):
+                worktree_id = None  # a copy (cp -a) holds the id too: never share it
+            if worktree_id is None:
+                worktree_id = _claim_id(id_file, replace=id_file.exists())
         info = WorktreeInfo(
             id=worktree_id,
             path=root,
@@ -243,7 +274,8 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             state_dir=str(state_dir),
         )
     else:
-        worktree_id = records.claim_plain(root, st)
+        claim = "plain"
+        worktree_id = records.claim_folder(root, st, claim)
         store_dir = home / "repos" / f"{worktree_id}.git"
         if not (store_dir / "HEAD").exists():
             store_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -259,7 +291,7 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             state_dir=str(state_dir),
         )
     Path(info.state_dir, "tmp").mkdir(parents=True, exist_ok=True)
-    record = {**asdict(info), "dev": st.st_dev, "ino": st.st_ino}
+    record = {**asdict(info), "dev": st.st_dev, "ino": st.st_ino, "claim": claim}
     if known.get(info.id) != record:
         records.update(info.id, record)
     return info

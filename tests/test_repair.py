@@ -190,11 +190,6 @@ async def test_moved_main_worktree_of_a_repository(engine, tmp_path):
     assert git_works(moved)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Engine._by_id returns the cached state of a worktree whose folder is gone, so the "
-    "call fails with a raw pygit2.GitError instead of not_found naming 'snapshotd repair'",
-)
 async def test_a_moved_worktree_known_to_the_engine_addressed_by_id(engine, tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
@@ -309,12 +304,6 @@ async def test_repair_at_a_copy_of_a_linked_worktree_never_takes_the_original_s_
     assert git_works(linked)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="worktree.identify gives a copy of a linked worktree the original's id (both .git "
-    "files name the same admin folder, and the copy check only compares git dirs), so the "
-    "original's checkpoints restore into the copy without worktree_mismatch",
-)
 async def test_a_copy_of_a_linked_worktree_gets_a_new_id(engine, tmp_path):
     _, linked = main_with_linked(tmp_path)
     linked_id = await wt_id(engine, linked)
@@ -327,3 +316,21 @@ async def test_a_copy_of_a_linked_worktree_gets_a_new_id(engine, tmp_path):
             await engine.call("restore", {"checkpoint": checkpoint["id"], "path": str(copy)})
     finally:
         assert await wt_id(engine, linked) == linked_id
+
+
+async def test_a_copy_opened_after_the_original_moved_does_not_take_its_id(tmp_path):
+    main, _ = main_with_linked(tmp_path)
+    first = Engine()
+    original_id = await wt_id(first, main)
+    checkpoint = await cp(first, main)
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-a", str(main), str(copy)], check=True)
+    moved = tmp_path / "main-moved"
+    os.rename(main, moved)
+    fresh = Engine()  # nothing cached: only the records and the folders tell
+    assert await wt_id(fresh, copy) != original_id
+    with pytest.raises(WorktreeMismatch):
+        await fresh.call("restore", {"checkpoint": checkpoint["id"], "path": str(copy)})
+    assert await wt_id(fresh, moved) == original_id
+    listed = (await fresh.call("list", {"path": str(moved)}))["checkpoints"]
+    assert [c["id"] for c in listed] == [checkpoint["id"]]
