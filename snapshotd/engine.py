@@ -41,6 +41,7 @@ from .errors import (
 )
 from .fsutil import remove_stale_temp_files
 from .paths import to_worktree_relative
+from .protocol import optional_bool, optional_int, optional_str, optional_str_list
 from .settings import VERSION, data_home, size_cap as resolve_size_cap
 from .store import Checkpoint, Store, ref_name, validate_session
 from .warm import WarmState, capture_warm, rule_sources, signature_of
@@ -101,36 +102,6 @@ def _head(info: WorktreeInfo) -> tuple[str | None, str | None]:
         return str(head.target), branch
     except (pygit2.GitError, KeyError, ValueError):
         return None, None
-
-
-def _param(params: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = None) -> Any:
-    value = params.get(name, default)
-    if value is None:
-        return default
-    if kind is int and isinstance(value, bool):
-        raise InvalidParams(f"The parameter '{name}' must be an integer.")
-    if not isinstance(value, kind):
-        expected = {str: "a string", int: "an integer", bool: "true or false", list: "a list"}.get(
-            kind if isinstance(kind, type) else list, "of another type"
-        )
-        raise InvalidParams(f"The parameter '{name}' must be {expected}.")
-    return value
-
-
-def _str_list(params: dict[str, Any], name: str) -> list[str] | None:
-    value = _param(params, name, list)
-    if value is None:
-        return None
-    if not all(isinstance(item, str) for item in value):
-        raise InvalidParams(f"The parameter '{name}' must be a list of strings.")
-    return value
-
-
-def _nonnegative(params: dict[str, Any], name: str) -> int | None:
-    value = _param(params, name, int)
-    if value is not None and value < 0:
-        raise InvalidParams(f"The parameter '{name}' must not be negative.")
-    return value
 
 
 class Engine:
@@ -230,8 +201,8 @@ class Engine:
         return state
 
     async def _resolve(self, params: dict[str, Any], required: bool = True) -> WorktreeState | None:
-        path = _param(params, "path", str)
-        worktree_id = _param(params, "worktree", str)
+        path = optional_str(params, "path")
+        worktree_id = optional_str(params, "worktree")
         if path is not None:
             state = await trio.to_thread.run_sync(self.open_path, path, limiter=thread_limiter)
             if worktree_id is not None and worktree_id != state.info.id:
@@ -380,7 +351,7 @@ class Engine:
         return {"subscription": subscription.id}
 
     async def _unsubscribe(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        subscription_id = _param(params, "subscription", str)
+        subscription_id = optional_str(params, "subscription")
         for state in self.worktrees.values():
             subscription = state.subscriptions.get(subscription_id or "")
             if subscription is not None:
@@ -412,8 +383,8 @@ class Engine:
 
     async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         session = validate_session(params.get("session"))
-        label = _param(params, "label", str)
-        exact = _param(params, "exact", bool, False)
+        label = optional_str(params, "label")
+        exact = optional_bool(params, "exact")
         state = await self._resolve(params)
         assert state is not None
         started = time.perf_counter()
@@ -466,7 +437,7 @@ class Engine:
 
     async def _list(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         session = validate_session(params.get("session"))
-        limit = _nonnegative(params, "limit")
+        limit = optional_int(params, "limit", min=0)
         state = await self._resolve(params)
         assert state is not None
 
@@ -500,10 +471,11 @@ class Engine:
     async def _diff(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         if "from" not in params:
             raise InvalidParams("The parameter 'from' is required (a checkpoint id or 'worktree').")
-        source, target = params.get("from"), params.get("to", "worktree")
-        paths = _str_list(params, "paths")
-        patch = _param(params, "patch", bool, False)
-        context = _nonnegative(params, "context")
+        source = params.get("from")
+        target = "worktree" if params.get("to") is None else params.get("to")
+        paths = optional_str_list(params, "paths")
+        patch = optional_bool(params, "patch")
+        context = optional_int(params, "context", min=0)
         preferred = await self._resolve(params, required=False)
         if preferred is None:
             for ref in (source, target):
@@ -579,9 +551,9 @@ class Engine:
             return await trio.to_thread.run_sync(plan_and_apply, limiter=thread_limiter)
 
     async def _restore(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        paths = _str_list(params, "paths")
-        dry_run = _param(params, "dry_run", bool, False)
-        allow_other = _param(params, "allow_other_worktree", bool, False)
+        paths = optional_str_list(params, "paths")
+        dry_run = optional_bool(params, "dry_run")
+        allow_other = optional_bool(params, "allow_other_worktree")
         target = await self._resolve(params, required=False)
         store, checkpoint = await trio.to_thread.run_sync(
             self._find, params.get("checkpoint"), target, limiter=thread_limiter
@@ -609,9 +581,9 @@ class Engine:
         return result
 
     async def _revert(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        paths = _str_list(params, "paths")
-        dry_run = _param(params, "dry_run", bool, False)
-        force = _param(params, "force", bool, False)
+        paths = optional_str_list(params, "paths")
+        dry_run = optional_bool(params, "dry_run")
+        force = optional_bool(params, "force")
         if "from" not in params:
             raise InvalidParams("The parameter 'from' is required (a checkpoint id).")
         preferred = await self._resolve(params, required=False)
@@ -639,7 +611,7 @@ class Engine:
     # --- delete and gc -----------------------------------------------------------
 
     async def _delete(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        refs = _str_list(params, "checkpoints")
+        refs = optional_str_list(params, "checkpoints")
         if refs is None and "session" not in params:
             raise InvalidParams("Give 'checkpoints' (a list of ids) or 'session' with 'path' or 'worktree'.")
         preferred = await self._resolve(params, required=refs is None)
@@ -669,8 +641,8 @@ class Engine:
         return {"deleted": await trio.to_thread.run_sync(drop_ids, limiter=thread_limiter)}
 
     async def _gc(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        keep = _nonnegative(params, "keep")
-        older_than = _nonnegative(params, "older_than_s")
+        keep = optional_int(params, "keep", min=0)
+        older_than = optional_int(params, "older_than_s", min=0)
         if keep is None and older_than is None:
             keep = 50
         state = await self._resolve(params, required=False)
@@ -710,7 +682,7 @@ class Engine:
     async def _repair(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         from .repair import repair
 
-        path = _param(params, "path", str)
+        path = optional_str(params, "path")
         moved = await repair(self, path)
         return {"moved": moved}
 
