@@ -10,7 +10,8 @@ so a burst of captures cannot fork-bomb the machine.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import trio
@@ -74,6 +75,40 @@ def _check(result: spawn.Completed, args: Sequence[str], ok_codes: Sequence[int]
     return result.stdout
 
 
+@dataclass(frozen=True)
+class _Call:
+    """One git command, ready for either face of the spawn helper."""
+
+    args: Sequence[str]
+    argv: list[str]
+    cwd: str
+    env: dict[str, str]
+
+    @classmethod
+    def make(
+        cls,
+        target: GitTarget,
+        args: Sequence[str],
+        index_file: str | None,
+        env_extra: Mapping[str, str] | None,
+    ) -> _Call:
+        env = git_env(target, index_file)
+        env.update(env_extra or {})
+        return cls(args, git_argv(args), target.work_tree or target.git_dir, env)
+
+    @contextmanager
+    def errors(self) -> Iterator[None]:
+        """Spawn failures and timeouts become GitError."""
+        try:
+            yield
+        except spawn.SpawnTimeout as exc:
+            raise GitError(
+                f"git {self.args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s and was stopped"
+            ) from exc
+        except OSError as exc:
+            raise GitError(f"could not start git: {exc.strerror or exc}") from exc
+
+
 async def run_git(
     target: GitTarget,
     args: Sequence[str],
@@ -84,17 +119,10 @@ async def run_git(
     env_extra: Mapping[str, str] | None = None,
 ) -> bytes:
     """Run one git command and return its standard output, or raise GitError."""
-    env = git_env(target, index_file)
-    if env_extra:
-        env.update(env_extra)
-    cwd = target.work_tree or target.git_dir
+    call = _Call.make(target, args, index_file, env_extra)
     async with _pool:
-        try:
-            result = await spawn.run(git_argv(args), cwd=cwd, env=env, input=input, timeout=GIT_TIMEOUT_S)
-        except spawn.SpawnTimeout as exc:
-            raise GitError(f"git {args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s and was stopped") from exc
-        except OSError as exc:
-            raise GitError(f"could not start git: {exc.strerror or exc}") from exc
+        with call.errors():
+            result = await spawn.run(call.argv, cwd=call.cwd, env=call.env, input=input, timeout=GIT_TIMEOUT_S)
     return _check(result, args, ok_codes)
 
 
@@ -108,14 +136,7 @@ def run_git_sync(
     env_extra: Mapping[str, str] | None = None,
 ) -> bytes:
     """The blocking twin of :func:`run_git`, for code already on a worker thread."""
-    env = git_env(target, index_file)
-    if env_extra:
-        env.update(env_extra)
-    cwd = target.work_tree or target.git_dir
-    try:
-        result = spawn.run_sync(git_argv(args), cwd=cwd, env=env, input=input, timeout=GIT_TIMEOUT_S)
-    except spawn.SpawnTimeout as exc:
-        raise GitError(f"git {args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s and was stopped") from exc
-    except OSError as exc:
-        raise GitError(f"could not start git: {exc.strerror or exc}") from exc
+    call = _Call.make(target, args, index_file, env_extra)
+    with call.errors():
+        result = spawn.run_sync(call.argv, cwd=call.cwd, env=call.env, input=input, timeout=GIT_TIMEOUT_S)
     return _check(result, args, ok_codes)

@@ -36,24 +36,10 @@ import trio
 from .capture import thread_limiter
 from .errors import NotFound, SnapshotdError
 from .gitproc import GitTarget, run_git
-from .worktree import Records, WorktreeInfo, identify, locate
+from .worktree import Records, WorktreeInfo, identify, locate, read_gitfile
 
 if TYPE_CHECKING:
     from .engine import Engine
-
-
-def _gitfile_target(dotgit: Path) -> str | None:
-    """The admin folder a ``.git`` file names (absolute, normalized), or None."""
-    try:
-        if not dotgit.is_file() or dotgit.is_symlink():
-            return None
-        text = dotgit.read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
-        return None
-    if not text.startswith("gitdir:"):
-        return None
-    target = text[len("gitdir:") :].strip()
-    return os.path.normpath(os.path.join(dotgit.parent, target))
 
 
 def _linked_root(git_dir: str) -> str | None:
@@ -86,7 +72,7 @@ def _broken_link(path: str) -> tuple[str, str] | None:
         dotgit = current / ".git"
         if dotgit.is_dir():
             return None
-        admin = _gitfile_target(dotgit)
+        admin = read_gitfile(dotgit)
         if admin is not None:
             return None if os.path.isdir(admin) else (str(current), admin)
         if current.parent == current:
@@ -149,7 +135,7 @@ def _moved_along(info: WorktreeInfo, old: dict | None, known: dict[str, dict]) -
             continue  # it did not move
         candidate = _relocate(path, old_main, info.path)
         name = os.path.basename(os.path.normpath(git_dir))
-        target = _gitfile_target(Path(candidate, ".git"))
+        target = read_gitfile(Path(candidate, ".git"))
         if target is not None and (
             _same_path(target, git_dir) or _same_path(target, os.path.join(info.common_dir, "worktrees", name))
         ):
@@ -159,13 +145,13 @@ def _moved_along(info: WorktreeInfo, old: dict | None, known: dict[str, dict]) -
 
 def _is_copy_of_linked(root: str) -> bool:
     """Whether ``root`` is a copy of a linked worktree whose original is still in place."""
-    admin = _gitfile_target(Path(root, ".git"))
+    admin = read_gitfile(Path(root, ".git"))
     if admin is None or _admin_parts(admin) is None:
         return False
     registered = _linked_root(admin)
     if registered is None or os.path.realpath(registered) == os.path.realpath(root):
         return False
-    return _same_path(_gitfile_target(Path(registered, ".git")), admin)
+    return _same_path(read_gitfile(Path(registered, ".git")), admin)
 
 
 async def _git_repair(common_dir: str, main: str | None, paths: list[str]) -> None:

@@ -59,8 +59,11 @@ def new_worktree_id() -> str:
     return "wt_" + secrets.token_hex(8)
 
 
-def _read_gitfile(dotgit: Path) -> str | None:
+def read_gitfile(dotgit: Path) -> str | None:
+    """The admin folder a ``.git`` file names (absolute, normalized), or None."""
     try:
+        if not dotgit.is_file() or dotgit.is_symlink():
+            return None
         text = dotgit.read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:
         return None
@@ -95,7 +98,7 @@ def locate(path: str) -> Located:
             git_dir = str(dotgit)
             return Located(str(current), git_dir, _common_dir(git_dir))
         if dotgit.is_file():
-            git_dir = _read_gitfile(dotgit)
+            git_dir = read_gitfile(dotgit)
             if git_dir and os.path.isdir(git_dir):
                 return Located(str(current), git_dir, _common_dir(git_dir))
         if current.parent == current:
@@ -185,7 +188,7 @@ def _copy_of_linked_worktree(located: Located) -> bool:
     owner = os.path.dirname(os.path.normpath(backlink))
     if os.path.realpath(owner) == os.path.realpath(located.root) or not os.path.isfile(backlink):
         return False
-    owner_git_dir = _read_gitfile(Path(backlink))
+    owner_git_dir = read_gitfile(Path(backlink))
     return owner_git_dir is not None and os.path.realpath(owner_git_dir) == os.path.realpath(git_dir)
 
 
