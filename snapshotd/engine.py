@@ -40,6 +40,7 @@ from .errors import (
     WorktreeMismatch,
 )
 from .fsutil import remove_stale_temp_files
+from .gitproc import GitTarget, run_git
 from .paths import to_worktree_relative
 from .protocol import optional_bool, optional_int, optional_str, optional_str_list
 from .settings import VERSION, data_home, size_cap as resolve_size_cap
@@ -102,6 +103,17 @@ def _head(info: WorktreeInfo) -> tuple[str | None, str | None]:
         return str(head.target), branch
     except (pygit2.GitError, KeyError, ValueError):
         return None, None
+
+
+def _folder_bytes(folder: Path) -> int:
+    total = 0
+    for dirpath, _, names in os.walk(folder):
+        for name in names:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    return total
 
 
 class Engine:
@@ -671,11 +683,26 @@ class Engine:
                 deleted += store.rewrite(name, keep=kept)
             return deleted
 
-        total = 0
+        total = freed = 0
         for each in states:
             async with each.lock:
-                total += await trio.to_thread.run_sync(collect, each, limiter=thread_limiter)
-        return {"deleted": total}
+                deleted = await trio.to_thread.run_sync(collect, each, limiter=thread_limiter)
+                total += deleted
+                if deleted and each.info.kind == "plain":
+                    freed += await self._prune_own_store(each.info)
+        return {"deleted": total, "freed_bytes": freed}
+
+    async def _prune_own_store(self, info: WorktreeInfo) -> int:
+        """Collect a plain folder's app-owned repository; bytes freed.
+
+        A git worktree's own repository is left to the user's ``git gc``: the
+        dropped checkpoints are unreachable there and go at its next run.
+        """
+        objects = Path(info.store_dir, "objects")
+        before = await trio.to_thread.run_sync(_folder_bytes, objects)
+        await run_git(GitTarget(git_dir=info.store_dir, work_tree=None), ["gc", "--prune=now", "--quiet"])
+        self.counters["processes"] += 1
+        return max(0, before - await trio.to_thread.run_sync(_folder_bytes, objects))
 
     # --- repair ------------------------------------------------------------------
 

@@ -406,7 +406,7 @@ def test_delete_and_gc(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     assert not set(remaining) & set(s2 + s3)
 
     s4 = [checkpoint(repo, env, "--session", "s4")["checkpoint"]["id"] for _ in range(3)]
-    assert cli("gc", "--json", repo, "--keep", "1", env=env).json() == {"deleted": 3}
+    assert cli("gc", "--json", repo, "--keep", "1", env=env).json() == {"deleted": 3, "freed_bytes": 0}
     kept = {cp["id"] for cp in cli("list", "--json", repo, env=env).json()["checkpoints"]}
     assert kept == {s1[-1], s4[-1]}
     assert cli("gc", repo, "--keep", "1", env=env).stdout.strip() == "deleted 0 checkpoint(s)"

@@ -278,3 +278,18 @@ async def test_diff_against_the_worktree_and_between_checkpoints(engine, tmp_pat
     assert [f["path"] for f in only["files"]] == ["f0.txt"]
     with pytest.raises(PathOutsideWorktree):
         await engine.call("diff", {"from": before["id"], "paths": ["../x"], "path": str(repo)})
+
+
+async def test_gc_frees_the_objects_of_a_plain_folder(engine, tmp_path):
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    for index in range(3):
+        (folder / "data.bin").write_bytes(os.urandom(200_000))  # incompressible, one blob per turn
+        await cp(engine, folder)
+    result = await engine.call("gc", {"path": str(folder), "keep": 1})
+    assert result["deleted"] == 2
+    assert result["freed_bytes"] > 300_000  # two dropped 200 kB blobs are gone from disk
+    listed = (await engine.call("list", {"path": str(folder)}))["checkpoints"]
+    assert len(listed) == 1
+    restored = await engine.call("restore", {"checkpoint": listed[0]["id"], "dry_run": True})
+    assert restored["written"] == [] and restored["deleted"] == []
