@@ -283,7 +283,7 @@ async def test_diff_against_the_worktree_and_between_checkpoints(engine, tmp_pat
 async def test_gc_frees_the_objects_of_a_plain_folder(engine, tmp_path):
     folder = tmp_path / "plain"
     folder.mkdir()
-    for index in range(3):
+    for _ in range(3):
         (folder / "data.bin").write_bytes(os.urandom(200_000))  # incompressible, one blob per turn
         await cp(engine, folder)
     result = await engine.call("gc", {"path": str(folder), "keep": 1})
