@@ -1,0 +1,71 @@
+"""Editing a tree by paths gives exactly the tree libgit2 writes from a whole index."""
+
+from __future__ import annotations
+
+import pygit2
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from snapshotd.treeedit import edit_tree
+
+NAMES = st.sampled_from(["a", "b", "c", "a.txt", "a-b", "z"])
+PATHS = st.lists(NAMES, min_size=1, max_size=4).map("/".join)
+MODES = st.sampled_from([0o100644, 0o100755, 0o120000])
+
+
+def tree_of(repo: pygit2.Repository, files: dict[str, tuple[bytes, int]]) -> str:
+    index = pygit2.Index()
+    for path, (data, mode) in files.items():
+        index.add(pygit2.IndexEntry(path, repo.create_blob(data), mode))
+    return str(index.write_tree(repo))
+
+
+def consistent(files: dict[str, tuple[bytes, int]]) -> dict[str, tuple[bytes, int]]:
+    """Drop paths that would need a file and a folder at the same place (the first one wins)."""
+    kept: dict[str, tuple[bytes, int]] = {}
+    for path, value in files.items():
+        parts = path.split("/")
+        prefixes = {"/".join(parts[:i]) for i in range(1, len(parts))}
+        if prefixes & kept.keys() or any(other.startswith(path + "/") for other in kept):
+            continue
+        kept[path] = value
+    return kept
+
+
+FILES = st.dictionaries(PATHS, st.tuples(st.binary(max_size=8), MODES), max_size=12).map(consistent)
+
+
+@pytest.fixture(scope="module")
+def shared_repo(tmp_path_factory: pytest.TempPathFactory) -> pygit2.Repository:
+    return pygit2.init_repository(str(tmp_path_factory.mktemp("repo")), bare=True)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(before=FILES, after=FILES)
+def test_edit_equals_a_full_rewrite(shared_repo, before, after):
+    repo = shared_repo
+    base = tree_of(repo, before)
+    changes: dict[str, tuple[pygit2.Oid, int] | None] = {path: None for path in before if path not in after}
+    for path, (data, mode) in after.items():
+        if before.get(path) != (data, mode):
+            changes[path] = (repo.create_blob(data), mode)
+    edited, written = edit_tree(repo, base, changes)
+    assert edited == tree_of(repo, after)
+    assert all(str(oid) in repo for oid in written)
+
+
+def test_empty_result_is_the_empty_tree(tmp_path):
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    base = tree_of(repo, {"a/b": (b"x", 0o100644)})
+    edited, _ = edit_tree(repo, base, {"a/b": None})
+    assert edited == "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+
+def test_only_the_trees_on_changed_paths_are_written(tmp_path):
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    files = {f"d{i}/e{j}/f.txt": (b"%d%d" % (i, j), 0o100644) for i in range(20) for j in range(20)}
+    base = tree_of(repo, files)
+    edited, written = edit_tree(repo, base, {"d3/e4/f.txt": (repo.create_blob(b"new"), 0o100644)})
+    assert len(written) == 3  # d3/e4, d3 and the root
+    files["d3/e4/f.txt"] = (b"new", 0o100644)
+    assert edited == tree_of(repo, files)
