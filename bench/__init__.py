@@ -1,0 +1,1 @@
+"""The snapshotd benchmark: ``python -m bench`` (see bench/README.md)."""

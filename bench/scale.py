@@ -1,0 +1,198 @@
+"""Many sessions at once, after T3 Code's method: every session captures before and after each turn.
+
+N sessions (trio tasks in this process, one daemon connection each) are spread
+over K linked worktrees. A session loops: ``checkpoint`` (before the turn),
+think, edit one to three files (its own notes file and tracked files), then
+``checkpoint`` (after the turn), think again. Captures that start inside a
+fixed window, after a warm-up, are counted; every one must be answered (a
+failure is an error or no answer within the call timeout). Meanwhile another
+connection pings the daemon every 50 ms, and the daemon's CPU time and
+resident memory are sampled with psutil.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from snapshotd.client import AsyncClient
+
+from .cases import edit, pick
+from .common import git, summarize
+from .ours import Daemon, running_daemon
+from .trees import Tree
+
+CALL_TIMEOUT_S = 60.0
+PING_EVERY_S = 0.05
+RECONCILE_WAIT_S = 7.0
+
+
+@dataclass
+class Window:
+    start: float = 0.0
+    end: float = 0.0
+    stop: bool = False
+    latencies: list[float] = field(default_factory=list)
+    scans: Counter[str] = field(default_factory=Counter)
+    processes: int = 0
+    failures: list[str] = field(default_factory=list)
+    pings: list[float] = field(default_factory=list)
+    rss: list[int] = field(default_factory=list)
+    started_in_window: int = 0
+
+    def inside(self, t: float) -> bool:
+        return self.start <= t < self.end
+
+
+async def _session(
+    index: int, tree: Tree, tracked: list[str], daemon: Daemon, window: Window, think: tuple[float, float]
+) -> None:
+    rng = random.Random(index)
+    notes = Path(tree.path, "agent", f"s{index:03}.md")
+    targets = pick(tracked, 2, salt=index * 7)
+    session = f"scale-{index:03}"
+    async with AsyncClient.connect(daemon.socket_path) as client:
+
+        async def capture(label: str) -> None:
+            t0 = trio.current_time()
+            counted = window.inside(t0)
+            if counted:
+                window.started_in_window += 1
+            try:
+                with trio.fail_after(CALL_TIMEOUT_S):
+                    result = await client.call("checkpoint", path=tree.path, session=session, label=label)
+            except Exception as exc:  # every failure is reported, none is retried
+                if counted:
+                    window.failures.append(f"{type(exc).__name__}: {exc}"[:200])
+                return
+            if counted:
+                window.latencies.append((trio.current_time() - t0) * 1000)
+                window.scans[result["stats"]["scan"]] += 1
+                window.processes += int(result["stats"]["processes"])
+
+        await trio.sleep(rng.uniform(0, 2.0))  # sessions do not all start at once
+        turn = 0
+        while not window.stop:
+            await capture(f"before turn {turn}")
+            await trio.sleep(rng.uniform(*think))
+            notes.parent.mkdir(parents=True, exist_ok=True)
+            with open(notes, "a") as fh:
+                fh.write(f"turn {turn}\n")
+            edit(tree.path, targets[: rng.randint(0, 2)], f"s{index} t{turn}")
+            await capture(f"after turn {turn}")
+            await trio.sleep(rng.uniform(*think))
+            turn += 1
+
+
+async def _pinger(daemon: Daemon, window: Window) -> None:
+    async with AsyncClient.connect(daemon.socket_path) as client:
+        while not window.stop:
+            t0 = trio.current_time()
+            await client.call("ping")
+            if window.inside(t0):
+                window.pings.append((trio.current_time() - t0) * 1000)
+            await trio.sleep(PING_EVERY_S)
+
+
+async def _sampler(daemon: Daemon, window: Window) -> None:
+    while not window.stop:
+        if window.inside(trio.current_time()):
+            window.rss.append(daemon.rss())
+        await trio.sleep(0.25)
+
+
+async def run_level(
+    trees: list[Tree], sessions: int, *, window_s: float, warmup_s: float, think: tuple[float, float], log: Any = print
+) -> dict[str, Any]:
+    """One run with ``sessions`` sessions over ``trees``; the figures of its window."""
+    tracked = {t.path: t.tracked() for t in trees}
+    window = Window()
+    async with running_daemon(f"scale-{sessions}") as daemon:
+        now = trio.current_time()
+        window.start = now + warmup_s
+        window.end = window.start + window_s
+        cpu_start = proc_start = None
+        async with trio.open_nursery() as nursery:
+            for i in range(sessions):
+                tree = trees[i % len(trees)]
+                nursery.start_soon(_session, i, tree, tracked[tree.path], daemon, window, think)
+            nursery.start_soon(_pinger, daemon, window)
+            nursery.start_soon(_sampler, daemon, window)
+            await trio.sleep_until(window.start)
+            cpu_start = daemon.cpu_seconds()
+            proc_start = await daemon.processes_started()
+            await trio.sleep_until(window.end)
+            cpu_end = daemon.cpu_seconds()
+            proc_end = await daemon.processes_started()
+            window.stop = True
+        log(f"    {sessions} sessions: window done, waiting for the idle reconciliation ...")
+        await trio.sleep(RECONCILE_WAIT_S)
+        status = await daemon.call("status")
+        peak = daemon.peak_rss()
+    counters = status["counters"]
+    completed = len(window.latencies)
+    return {
+        "sessions": sessions,
+        "worktrees": len(trees),
+        "files_per_worktree": trees[0].files,
+        "window_s": window_s,
+        "warmup_s": warmup_s,
+        "think_s": list(think),
+        "captures_started": window.started_in_window,
+        "captures_completed": completed,
+        "captures_per_s": round(completed / window_s, 2),
+        "failures": len(window.failures),
+        "failure_examples": window.failures[:5],
+        "latency_ms": summarize(window.latencies),
+        "scans": dict(window.scans),
+        "processes_in_window": proc_end - proc_start,
+        "processes_per_capture": round((proc_end - proc_start) / max(completed, 1), 4),
+        "stats_processes_in_window": window.processes,
+        "daemon_cpu_cores": round((cpu_end - cpu_start) / window_s, 3),
+        "daemon_rss_peak_in_window": max(window.rss) if window.rss else None,
+        "daemon_rss_hwm": peak,
+        "ping_ms": summarize(window.pings),
+        "watch_miss": counters.get("watch_miss", 0),
+        "cold_reasons": {k: v for k, v in counters.items() if k.startswith("cold_reasons.")},
+    }
+
+
+def clear_sessions(trees: list[Tree]) -> None:
+    """Remove the scale sessions' refs and files, so the next run starts alike."""
+    base = trees[0]
+    refs = [r for r in git(base.path, "for-each-ref", "--format=%(refname)", "refs/snapshotd/").decode().split()]
+    if refs:
+        git(base.path, "update-ref", "--stdin", input="".join(f"delete {r}\n" for r in refs).encode())
+    git(base.path, "prune", "--expire=now")
+    for tree in trees:
+        git(tree.path, "reset", "-q", "--hard", "HEAD")
+        git(tree.path, "clean", "-fdq")
+
+
+async def run(
+    trees: list[Tree],
+    levels: list[int],
+    *,
+    window_s: float,
+    warmup_s: float,
+    think: tuple[float, float] = (1.0, 2.0),
+    log: Any = print,
+) -> list[dict[str, Any]]:
+    out = []
+    clear_sessions(trees)
+    for sessions in levels:
+        log(f"  scale: {sessions} sessions over {len(trees)} worktrees, {window_s:.0f} s window ...")
+        result = await run_level(trees, sessions, window_s=window_s, warmup_s=warmup_s, think=think, log=log)
+        log(
+            f"    {result['captures_completed']} captures, p50 {result['latency_ms'].get('median')} ms, "
+            f"p99 {result['latency_ms'].get('p99')} ms, failures {result['failures']}, "
+            f"ping p99 {result['ping_ms'].get('p99')} ms"
+        )
+        out.append(result)
+        clear_sessions(trees)
+    return out
