@@ -9,6 +9,10 @@ tree is written from an in-memory index with pygit2. Where libgit2 cannot
 match git (split or sparse index, clean filters, CRLF conversion) git does
 that part instead.
 
+In a repository libgit2 cannot open (SHA-256) the whole capture is git's: the
+same ``ls-files`` scan (also listing every index entry, for the flags), then
+``update-index`` on a private index copy and ``write-tree``.
+
 The phases follow jj's working copy: scan (git or the watcher names the
 paths), process each path's file state, write the tree.
 """
@@ -22,6 +26,7 @@ import secrets
 import shutil
 import stat
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +36,8 @@ from pygit2.errors import check_error
 
 from .errors import GitError
 from .gitproc import GitTarget, run_git, run_git_sync
-from .worktree import WorktreeInfo
+from .gitrepo import is_git_only
+from .worktree import WorktreeInfo, object_format
 
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755
@@ -74,7 +80,8 @@ class FileState:
 class CachedBlob:
     state: FileState
     fence_ns: int
-    oid: pygit2.Oid
+    oid: pygit2.Oid | str  # hex where git hashed the file (repositories libgit2 cannot open)
+    mode: int | None = None  # the git mode, where git chose it
 
 
 @dataclass
@@ -90,15 +97,21 @@ class StatCache:
     entries: dict[str, CachedBlob] = field(default_factory=dict)
 
     def lookup(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
+        cached = self.lookup_entry(path, st)
+        return None if cached is None else cached.oid  # type: ignore[return-value]
+
+    def lookup_entry(self, path: str, st: os.stat_result) -> CachedBlob | None:
         cached = self.entries.get(path)
         if cached is None:
             return None
         if cached.state != FileState.of(st) or max(st.st_mtime_ns, st.st_ctime_ns) >= cached.fence_ns:
             return None
-        return cached.oid
+        return cached
 
-    def store(self, path: str, st: os.stat_result, fence_ns: int, oid: pygit2.Oid) -> None:
-        self.entries[path] = CachedBlob(FileState.of(st), fence_ns, oid)
+    def store(
+        self, path: str, st: os.stat_result, fence_ns: int, oid: pygit2.Oid | str, mode: int | None = None
+    ) -> None:
+        self.entries[path] = CachedBlob(FileState.of(st), fence_ns, oid, mode)
 
     def forget(self, path: str) -> None:
         self.entries.pop(path, None)
@@ -211,6 +224,12 @@ def file_mode(st: os.stat_result, previous_mode: int | None, settings: Settings)
 
 def gitlink_head(path: str) -> pygit2.Oid | None:
     """The commit a nested repository has checked out, or None (no commit, not a repository)."""
+    text = gitlink_commit(path)
+    return pygit2.Oid(hex=text) if text is not None and len(text) == 40 else None
+
+
+def gitlink_commit(path: str) -> str | None:
+    """:func:`gitlink_head` as hex, also for a nested repository libgit2 cannot open (git answers)."""
     dotgit = os.path.join(path, ".git")
     if not os.path.lexists(dotgit):
         return None
@@ -218,7 +237,7 @@ def gitlink_head(path: str) -> pygit2.Oid | None:
         nested = pygit2.Repository(path, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
         if nested.head_is_unborn:
             return None
-        return nested.head.target
+        return str(nested.head.target)
     except (pygit2.GitError, KeyError, ValueError):
         pass
     try:
@@ -228,7 +247,7 @@ def gitlink_head(path: str) -> pygit2.Oid | None:
     except GitError:
         return None
     text = out.decode().strip()
-    return pygit2.Oid(hex=text) if len(text) == 40 else None
+    return text if len(text) in (40, 64) and all(ch in "0123456789abcdef" for ch in text) else None
 
 
 class _Walker:
@@ -540,6 +559,32 @@ def _build(
     )
 
 
+def _flag_kinds(listing: bytes) -> tuple[set[str], set[str]]:
+    """Skip-worktree and assume-unchanged paths of a tagged ``ls-files -v`` listing."""
+    skip: set[str] = set()
+    valid: set[str] = set()
+    for match in _INTERESTING.finditer(listing):
+        tag = match.group(1)
+        if tag in (b"S", b"s"):
+            skip.add(os.fsdecode(match.group(2)))
+        if tag.islower():
+            valid.add(os.fsdecode(match.group(2)))
+    return skip, valid
+
+
+def _folders_above(path: str) -> Iterator[str]:
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        yield "/".join(parts[:depth])
+
+
+def _nul_list(paths: Iterable[str]) -> bytes:
+    return b"".join(os.fsencode(path) + b"\0" for path in paths)
+
+
+MAX_CACHEINFO_BYTES = 256 * 1024  # known untracked entries given on update-index's command line
+
+
 def _build_with_git(
     info: WorktreeInfo,
     index_path: str | None,
@@ -548,53 +593,139 @@ def _build_with_git(
     flagged: set[str],
     stats: CaptureStats,
     size_cap: int,
+    *,
+    flag_listing: bytes | None = None,
+    cache: StatCache | None = None,
+    fence_ns: int = 0,
 ) -> CaptureResult:
-    """The same result through git alone, for indexes libgit2 cannot read."""
+    """The same result through git alone, for indexes and repositories libgit2 cannot read.
+
+    ``flag_listing`` is a tagged listing of every index entry (``ls-files -v
+    -c``) when the scan already made one. With ``cache``, the id and mode git
+    gave each file it hashed are remembered (by stat data, under the racy
+    fence, as for in-process hashing), so a file unchanged since (untracked,
+    or tracked and modified) is neither read nor filtered again: it is given to
+    ``update-index`` as a known entry.
+    """
     target = git_target(info)
     walker = _Walker(info.path)
-    entries = run_git_sync(target, ["ls-files", "-z", "-v"], index_file=index_path)
-    stats.processes += 1
-    flagged = flagged | {
-        os.fsdecode(match.group(2))
-        for match in _INTERESTING.finditer(entries)
-        if match.group(1) == b"S" or match.group(1).islower()
-    }
-    on_disk = sorted(path for path in flagged if walker.lstat(path) is not None)
-    if on_disk:
-        # As the contract says: a flagged entry whose file is on disk is taken from disk.
-        run_git_sync(
-            target,
-            ["update-index", "-z", "--no-skip-worktree", "--no-assume-unchanged", "--stdin"],
-            index_file=index_path,
-            input=b"".join(os.fsencode(path) + b"\0" for path in on_disk),
-        )
+    if flag_listing is None:
+        flag_listing = run_git_sync(target, ["ls-files", "-z", "-v"], index_file=index_path)
         stats.processes += 1
-    paths = sorted(changed | set(on_disk))
+    skip, valid = _flag_kinds(flag_listing)
+    flagged = flagged | skip | valid
+    # As the contract says: a flagged entry whose file is on disk is taken from disk.
+    # (One flag per run: update-index applies only the first of two unmark options.)
+    for option, paths_flagged in (("--no-skip-worktree", skip), ("--no-assume-unchanged", valid)):
+        present = {path for path in paths_flagged if walker.lstat(path) is not None}
+        if present:
+            run_git_sync(target, ["update-index", "-z", option, "--stdin"], index_file=index_path, input=_nul_list(sorted(present)))
+            stats.processes += 1
+    on_disk = {path for path in flagged if walker.lstat(path) is not None}
+    # A flagged entry missing from disk stays as the index has it (sparse checkout).
+    paths = sorted((changed - flagged) | on_disk)
+    beyond = {path for path in paths if not walker.parent_is_real(path)}
+    if beyond:
+        # Inside a folder now replaced by a symlink or a file: gone, though lstat through the link may find it.
+        run_git_sync(target, ["update-index", "-z", "--force-remove", "--stdin"], index_file=index_path, input=_nul_list(sorted(beyond)))
+        stats.processes += 1
+        paths = [path for path in paths if path not in beyond]
     for raw in sorted(untracked):
         path = raw.rstrip("/")
         st = walker.lstat(path)
         if st is None:
             continue
-        if raw.endswith("/") and gitlink_head(os.path.join(info.path, path)) is None:
+        if raw.endswith("/") and gitlink_commit(os.path.join(info.path, path)) is None:
             stats.skipped.append(raw)
             continue
-        if size_cap and stat.S_ISREG(st.st_mode) and st.st_size > size_cap:
+        if not raw.endswith("/") and size_cap and stat.S_ISREG(st.st_mode) and st.st_size > size_cap:
             stats.skipped.append(path)
             continue
         paths.append(path)
-    if paths:
-        listing = b"".join(os.fsencode(path) + b"\0" for path in paths)
+    # Files hashed before and unchanged since go in as known entries, which update-index
+    # applies before the listed paths. Inside a tracked path that is now a folder (a file
+    # turned folder) they would meet the old entry first and fail: those are listed.
+    turned = {p for p in changed | on_disk if (st := walker.lstat(p)) is not None and stat.S_ISDIR(st.st_mode)}
+    listed: list[str] = []
+    known: list[str] = []
+    known_bytes = 0
+    fresh: dict[str, os.stat_result] = {}
+    for path in paths:
+        st = walker.lstat(path) if cache is not None else None
+        if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            assert cache is not None
+            hit = cache.lookup_entry(path, st)
+            inside_turned = bool(turned) and any(folder in turned for folder in _folders_above(path))
+            if hit is not None and hit.mode is not None and not inside_turned and known_bytes < MAX_CACHEINFO_BYTES:
+                item = f"{hit.mode:o},{hit.oid},{path}"
+                known += ["--cacheinfo", item]
+                known_bytes += len(os.fsencode(item)) + 13
+                continue
+            fresh[path] = st
+        listed.append(path)
+    if listed or known:
         run_git_sync(
             target,
-            ["update-index", "-z", "--add", "--remove", "--ignore-skip-worktree-entries", "--stdin"],
+            ["update-index", "-z", "--add", "--remove", "--replace", "--ignore-skip-worktree-entries", *known, "--stdin"],
             index_file=index_path,
-            input=listing,
+            input=_nul_list(listed),
         )
         stats.processes += 1
-        stats.hashed += len(paths)
+        stats.hashed += len(fresh) if cache is not None else len(listed)
+    if cache is not None and fresh:
+        _remember(target, index_path, fresh, cache, fence_ns, stats)
     tree = run_git_sync(target, ["write-tree"], index_file=index_path).decode().strip()
     stats.processes += 1
     return CaptureResult(tree=tree, stats=stats, index=None, flagged=flagged)
+
+
+def _remember(
+    target: GitTarget,
+    index_path: str | None,
+    fresh: dict[str, os.stat_result],
+    cache: StatCache,
+    fence_ns: int,
+    stats: CaptureStats,
+) -> None:
+    """Cache the id and mode git gave the untracked files it just hashed (one ``ls-files -s``)."""
+    chosen: list[str] = []
+    size = 0
+    for path in sorted(fresh):
+        size += len(os.fsencode(path)) + 1
+        if size > MAX_CACHEINFO_BYTES:
+            break  # the rest is hashed again next time
+        chosen.append(path)
+    out = run_git_sync(
+        target,
+        ["ls-files", "-s", "-z", "--", *chosen],
+        index_file=index_path,
+        env_extra={"GIT_LITERAL_PATHSPECS": "1"},
+    )
+    stats.processes += 1
+    for record in out.split(b"\0"):
+        meta, _, raw_path = record.partition(b"\t")
+        fields = meta.split(b" ")
+        path = os.fsdecode(raw_path)
+        if len(fields) == 3 and fields[2] == b"0" and path in fresh:
+            cache.store(path, fresh[path], fence_ns, fields[1].decode("ascii"), int(fields[0], 8))
+
+
+def _build_git_only(
+    info: WorktreeInfo,
+    index_path: str,
+    listing: bytes,
+    cache: StatCache,
+    stats: CaptureStats,
+    size_cap: int,
+    fence_ns: int,
+) -> CaptureResult:
+    """The capture of a repository libgit2 cannot open: git's scan applied by git to the index copy."""
+    modified, removed, untracked, flagged = parse_listing(listing)
+    stats.fallback = f"object format {object_format(info.store_dir)}"
+    return _build_with_git(
+        info, index_path, modified | removed, untracked, flagged, stats, size_cap,
+        flag_listing=listing, cache=cache, fence_ns=fence_ns,
+    )
 
 
 async def capture_cold(
@@ -618,6 +749,16 @@ async def capture_cold(
     user_index = os.path.join(info.git_dir, "index") if info.git_dir else None
     try:
         seeded = user_index is not None and seed_index(user_index, index_path)
+        if is_git_only(info.store_dir):
+            # Hashing, flags and the tree all by git; a missing index file is an empty index.
+            fence_ns = make_fence(tmp_dir)
+            listing = await run_git(git_target(info), [*LS_FILES, "-c"], index_file=index_path)
+            stats.processes += 1
+            result = await trio.to_thread.run_sync(
+                _build_git_only, info, index_path, listing, cache, stats, size_cap, fence_ns, limiter=thread_limiter
+            )
+            stats.ms = (time.perf_counter() - started) * 1000
+            return result
         fence_ns = make_fence(tmp_dir)
         seed = index_path if seeded else None
         loaded: list[LoadedIndex | str] = []

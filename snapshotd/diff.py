@@ -7,18 +7,28 @@ type change as a mode change with no hunks and counts no lines for it, whereas
 git shows the old side deleted and the new side added; so line counts and
 patch text of type changes come from a second diff without type changes, which
 splits each into exactly that pair.
+
+In a repository libgit2 cannot open (a :class:`~snapshotd.gitrepo.GitRepository`,
+SHA-256) git computes the same records: one ``git diff-tree -r -z --raw
+--numstat`` (``-M`` for renames, ``-p`` for the patch), whose records and
+per-file patches (a type change prints as a deletion and an addition, as
+above) are read back in order.
 """
 
 from __future__ import annotations
 
+import itertools
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
-from snapshotd.errors import InvalidParams, NotFound
+from snapshotd.errors import GitError, InternalError, InvalidParams, NotFound
+from snapshotd.gitproc import GitTarget, run_git_sync
+from snapshotd.gitrepo import GitRepository, Repository
 from snapshotd.paths import path_matches
 
 __all__ = ["diff_trees", "load_tree"]
@@ -34,7 +44,7 @@ _STATUS = {
 }
 
 
-def load_tree(repo: pygit2.Repository, tree_hex: str | None) -> pygit2.Tree | None:
+def load_tree(repo: Repository, tree_hex: str | None) -> pygit2.Tree | None:
     """The tree named by ``tree_hex`` (a commit is peeled to its tree); None stays None.
 
     Raises NotFound when the repository holds no such tree.
@@ -49,7 +59,7 @@ def load_tree(repo: pygit2.Repository, tree_hex: str | None) -> pygit2.Tree | No
         raise NotFound(f"The tree {tree_hex} is not in the repository.", oid=tree_hex)
     try:
         tree = obj.peel(pygit2.Tree)
-    except (pygit2.GitError, ValueError) as exc:
+    except (pygit2.GitError, ValueError, KeyError) as exc:
         raise NotFound(f"The object {tree_hex} is not a tree.", oid=tree_hex) from exc
     return tree
 
@@ -116,7 +126,7 @@ def _split_type_changes(
 
 
 def diff_trees(
-    repo: pygit2.Repository,
+    repo: Repository,
     old_tree: str | None,
     new_tree: str | None,
     *,
@@ -134,6 +144,10 @@ def diff_trees(
     """
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise InvalidParams("context must be a non-negative integer.", context=context)
+    if isinstance(repo, GitRepository):
+        return _diff_with_git(
+            repo, old_tree, new_tree, paths=paths, patch=patch, context=context, find_renames=find_renames
+        )
     old = load_tree(repo, old_tree)
     new = load_tree(repo, new_tree)
 
@@ -201,4 +215,117 @@ def diff_trees(
     result["files"] = files
     if patch:
         result["patch"] = "".join(texts)
+    return result
+
+
+# --------------------------------------------------------------------------- through git
+
+_GIT_STATUS = {"A": "added", "D": "deleted", "M": "modified", "R": "renamed", "T": "type_changed"}
+_PATCH_START = re.compile(rb"^diff --git ", re.MULTILINE)
+
+
+def _field(out: bytes, pos: int) -> tuple[bytes, int]:
+    """The NUL-terminated field of ``out`` at ``pos`` and the position after it."""
+    end = out.index(b"\0", pos)
+    return out[pos:end], end + 1
+
+
+def _diff_with_git(
+    repo: GitRepository,
+    old_tree: str | None,
+    new_tree: str | None,
+    *,
+    paths: Sequence[str] | None,
+    patch: bool,
+    context: int,
+    find_renames: bool,
+) -> dict[str, Any]:
+    """:func:`diff_trees` by one ``git diff-tree``: raw records, then line counts, then the patch.
+
+    The trees are read by git alone; only when it fails are they looked up, to
+    report a missing one as :func:`load_tree` does.
+    """
+    sides = []
+    for tree_hex in (old_tree, new_tree):
+        try:
+            sides.append(repo.empty_tree_id if tree_hex is None else repo.check_id(tree_hex))
+        except (ValueError, TypeError) as exc:
+            raise NotFound(f"{tree_hex!r} is not a valid object id.", oid=str(tree_hex)) from exc
+    if sides[0] == sides[1]:
+        return {"files": [], "patch": ""} if patch else {"files": []}
+    args = ["diff-tree", "-r", "-z", "--raw", "--numstat", "-M" if find_renames else "--no-renames"]
+    if patch:
+        args += ["-p", f"-U{context}"]
+    target = GitTarget(git_dir=repo.git_dir, work_tree=repo.workdir)
+    try:
+        out = run_git_sync(target, [*args, *sides])
+    except GitError:
+        load_tree(repo, old_tree)
+        load_tree(repo, new_tree)
+        raise
+    zero = repo.zero_id
+
+    records: list[dict[str, Any]] = []
+    pos = 0
+    while out.startswith(b":", pos):
+        meta, pos = _field(out, pos)
+        old_mode, new_mode, old_oid, new_oid, status = meta[1:].decode("ascii").split(" ")
+        source, pos = _field(out, pos)
+        destination = source
+        if status[0] in "RC":
+            destination, pos = _field(out, pos)
+        records.append(
+            {
+                "path": os.fsdecode(destination),
+                "old_path": os.fsdecode(source) if status[0] == "R" else None,
+                "status": _GIT_STATUS.get(status[0]),
+                "old_mode": None if old_mode == "000000" else old_mode,
+                "new_mode": None if new_mode == "000000" else new_mode,
+                "old_oid": None if old_oid == zero else old_oid,
+                "new_oid": None if new_oid == zero else new_oid,
+            }
+        )
+    for record in records:
+        counts, pos = _field(out, pos)
+        added, deleted, name = counts.split(b"\t", 2)
+        if not name:  # a rename: the two names follow as fields of their own
+            _, pos = _field(out, pos)
+            _, pos = _field(out, pos)
+        binary = added == b"-"
+        record["binary"] = binary
+        record["additions"] = 0 if binary else int(added)
+        record["deletions"] = 0 if binary else int(deleted)
+
+    texts: list[list[bytes]] = [[] for _ in records]
+    if patch and records:
+        if out.startswith(b"\0", pos):
+            pos += 1
+        body = out[pos:]
+        starts = [match.start() for match in _PATCH_START.finditer(body)] + [len(body)]
+        blocks = [body[a:b] for a, b in itertools.pairwise(starts)]
+        # Each record prints one "diff --git" block; a type change prints two.
+        wanted = sum(2 if record["status"] == "type_changed" else 1 for record in records)
+        if len(blocks) != wanted:
+            raise InternalError(f"git diff-tree printed {len(blocks)} file patches for {wanted} expected.")
+        index = 0
+        for number, record in enumerate(records):
+            step = 2 if record["status"] == "type_changed" else 1
+            texts[number] = blocks[index : index + step]
+            index += step
+
+    files: list[dict[str, Any]] = []
+    chosen: list[bytes] = []
+    for record, text in zip(records, texts, strict=True):
+        if record["status"] is None:
+            continue
+        if paths is not None and not (
+            path_matches(record["path"], paths)
+            or (record["old_path"] is not None and path_matches(record["old_path"], paths))
+        ):
+            continue
+        files.append(record)
+        chosen.extend(text)
+    result: dict[str, Any] = {"files": files}
+    if patch:
+        result["patch"] = b"".join(chosen).decode("utf-8", "replace")
     return result

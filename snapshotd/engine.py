@@ -27,7 +27,6 @@ from .capture import (
     StatCache,
     capture_cold,
     make_fence,
-    open_repo,
     thread_limiter,
 )
 from .errors import (
@@ -41,13 +40,14 @@ from .errors import (
 )
 from .fsutil import remove_stale_temp_files
 from .gitproc import GitTarget, run_git
+from .gitrepo import Repository, is_git_only, open_repository, read_head, repository
 from .paths import to_worktree_relative
 from .protocol import optional_bool, optional_int, optional_str, optional_str_list
 from .settings import VERSION, data_home, size_cap as resolve_size_cap
 from .store import Checkpoint, Store, ref_name, validate_session
 from .warm import WarmState, capture_warm, rule_sources, signature_of
 from .watch import Watcher
-from .worktree import Records, WorktreeInfo, identify, locate
+from .worktree import Records, WorktreeInfo, identify, locate, object_format
 
 SAFETY_SESSION = "snapshotd:safety"
 WATCH_START_TIMEOUT_S = 5.0
@@ -89,9 +89,14 @@ class Subscription:
 
 
 def _head(info: WorktreeInfo) -> tuple[str | None, str | None]:
-    """HEAD commit and branch of a git worktree, read in-process."""
+    """HEAD commit and branch of a git worktree, read in-process (by git where libgit2 cannot)."""
     if info.git_dir is None:
         return None, None
+    if is_git_only(info.common_dir or info.git_dir):
+        try:
+            return read_head(info.git_dir, info.path)
+        except SnapshotdError:
+            return None, None
     try:
         repo = pygit2.Repository(info.git_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
         if repo.head_is_unborn:
@@ -246,6 +251,9 @@ class Engine:
         watcher = state.watcher
         if watcher is None or not watcher.live or state.warm is None or exact:
             reason = "exact requested" if exact else ("no watcher" if watcher is None else "watcher not warm")
+            if reason == "watcher not warm" and is_git_only(state.info.store_dir):
+                # The warm path keeps libgit2 indexes; here every capture is git's full scan.
+                reason = f"{object_format(state.info.store_dir)} repository"
             return await self._cold(state, reason)
         if not await watcher.sync():
             return await self._cold(state, "cookie wait timed out")
@@ -289,7 +297,8 @@ class Engine:
         self.counters["processes"] += result.stats.processes
         self.counters[f"captures.{result.stats.scan}"] += 1
         if result.stats.fallback:
-            self.counters["fallbacks.git_index"] += 1
+            kind = "object_format" if result.stats.fallback.startswith("object format") else "git_index"
+            self.counters[f"fallbacks.{kind}"] += 1
         return result
 
     # --- watching ----------------------------------------------------------------
@@ -336,8 +345,8 @@ class Engine:
                 state.needs_reconcile = False
                 self.counters["reconciliations"] += 1
                 if cold.tree != warm.tree:
-                    repo = open_repo(state.info)
-                    missed = diff_mod.diff_trees(repo, warm.tree, cold.tree, find_renames=False)["files"]
+                    with repository(state.info.store_dir) as repo:
+                        missed = diff_mod.diff_trees(repo, warm.tree, cold.tree, find_renames=False)["files"]
                     self.counters["watch_miss"] += max(1, len(missed))
             state.last_activity = time.monotonic()
 
@@ -390,8 +399,8 @@ class Engine:
 
     def _record(self, state: WorktreeState, session: str | None, label: str | None, tree: str) -> Checkpoint:
         base, _ = _head(state.info)
-        store = Store(open_repo(state.info))
-        return store.record(worktree_id=state.info.id, session=session, label=label, tree=tree, base=base)
+        with repository(state.info.store_dir) as repo:
+            return Store(repo).record(worktree_id=state.info.id, session=session, label=label, tree=tree, base=base)
 
     async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         session = validate_session(params.get("session"))
@@ -428,8 +437,8 @@ class Engine:
         errors: list[SnapshotdError] = []
         for store_dir, _ in self._stores(preferred):
             try:
-                repo = pygit2.Repository(store_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-            except pygit2.GitError:
+                repo = open_repository(store_dir)
+            except (pygit2.GitError, SnapshotdError):
                 continue
             store = Store(repo)
             try:
@@ -454,8 +463,8 @@ class Engine:
         assert state is not None
 
         def run() -> list[dict]:
-            store = Store(open_repo(state.info))
-            found = store.list(state.info.id, session, limit, all_sessions=session is None)
+            with repository(state.info.store_dir) as repo:
+                found = Store(repo).list(state.info.id, session, limit, all_sessions=session is None)
             return [cp.to_wire() for cp in found]
 
         return {"checkpoints": await trio.to_thread.run_sync(run, limiter=thread_limiter)}
@@ -502,10 +511,10 @@ class Engine:
         rel_paths = [to_worktree_relative(preferred.info.path, p) for p in paths] if paths and preferred else paths
 
         def run() -> dict[str, Any]:
-            repo = pygit2.Repository(old_store, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-            return diff_mod.diff_trees(
-                repo, old_tree, new_tree, paths=rel_paths, patch=patch, context=3 if context is None else context
-            )
+            with repository(old_store) as repo:
+                return diff_mod.diff_trees(
+                    repo, old_tree, new_tree, paths=rel_paths, patch=patch, context=3 if context is None else context
+                )
 
         result = await trio.to_thread.run_sync(run, limiter=thread_limiter)
         worktrees = {cp.worktree for cp in (old_cp, new_cp) if cp is not None}
@@ -520,7 +529,7 @@ class Engine:
     async def _safety_and_plan(
         self,
         state: WorktreeState,
-        plan_fn: Callable[[pygit2.Repository, str], restore_mod.Plan],
+        plan_fn: Callable[[Repository, str], restore_mod.Plan],
         dry_run: bool,
         label: str,
     ) -> dict[str, Any]:
@@ -528,7 +537,10 @@ class Engine:
             current = await self.capture(state)
 
             def plan_and_apply() -> dict[str, Any]:
-                repo = open_repo(state.info)
+                with repository(state.info.store_dir) as repo:
+                    return apply_in(repo)
+
+            def apply_in(repo: Repository) -> dict[str, Any]:
                 plan = plan_fn(repo, current.tree)
                 safety = None
                 if not dry_run and (plan.writes or plan.deletes):
@@ -632,11 +644,12 @@ class Engine:
             assert preferred is not None
 
             def drop_session() -> int:
-                store = Store(open_repo(preferred.info))
-                name = ref_name(preferred.info.id, session)
-                count = sum(1 for _ in store.pins(name))
-                if count:
-                    store.rewrite(name, keep=[])
+                with repository(preferred.info.store_dir) as repo:
+                    store = Store(repo)
+                    name = ref_name(preferred.info.id, session)
+                    count = sum(1 for _ in store.pins(name))
+                    if count:
+                        store.rewrite(name, keep=[])
                 return count
 
             async with preferred.lock:
@@ -671,7 +684,10 @@ class Engine:
             cutoff = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - older_than))
 
         def collect(state: WorktreeState) -> int:
-            store = Store(open_repo(state.info))
+            with repository(state.info.store_dir) as repo:
+                return collect_in(Store(repo), state)
+
+        def collect_in(store: Store, state: WorktreeState) -> int:
             deleted = 0
             for name in store.session_refs(state.info.id):
                 checkpoints = list(store.iter_session(name))

@@ -1,10 +1,12 @@
 """Running git: one argv and environment policy for every git process.
 
-Every git the daemon starts goes through :func:`run_git`: a clean environment
-(no inherited ``GIT_DIR``, ``GIT_WORK_TREE`` or ``GIT_INDEX_FILE``), a C locale,
-``GIT_OPTIONAL_LOCKS=0`` so it never takes the user's index lock to refresh,
-``gc.auto=0`` so writing objects never starts a collection, and a bounded pool
-so a burst of captures cannot fork-bomb the machine.
+Every git the daemon starts goes through :func:`run_git` (or its blocking twin
+:func:`run_git_sync`, or :func:`start_git_session` for a long-lived one): a
+clean environment (no inherited ``GIT_DIR``, ``GIT_WORK_TREE`` or
+``GIT_INDEX_FILE``), a C locale, ``GIT_OPTIONAL_LOCKS=0`` so it never takes the
+user's index lock to refresh, ``gc.auto=0`` so writing objects never starts a
+collection, no hooks, and a bounded pool so a burst of captures cannot
+fork-bomb the machine.
 """
 
 from __future__ import annotations
@@ -64,7 +66,16 @@ def git_env(target: GitTarget, index_file: str | None = None) -> dict[str, str]:
 
 
 def git_argv(args: Sequence[str]) -> list[str]:
-    return ["git", "-c", "gc.auto=0", "-c", "maintenance.auto=false", "-c", "core.quotePath=false", *args]
+    # No user hook ever runs (update-index and update-ref would start post-index-change
+    # and reference-transaction).
+    return [
+        "git",
+        "-c", "gc.auto=0",
+        "-c", "maintenance.auto=false",
+        "-c", "core.quotePath=false",
+        "-c", "core.hooksPath=/dev/null",
+        *args,
+    ]
 
 
 def _check(result: spawn.Completed, args: Sequence[str], ok_codes: Sequence[int]) -> bytes:
@@ -140,3 +151,13 @@ def run_git_sync(
     with call.errors():
         result = spawn.run_sync(call.argv, cwd=call.cwd, env=call.env, input=input, timeout=GIT_TIMEOUT_S)
     return _check(result, args, ok_codes)
+
+
+def start_git_session(target: GitTarget, args: Sequence[str], *, timeout: float = GIT_TIMEOUT_S) -> spawn.Session:
+    """Start one long-lived git (``cat-file --batch-command``) under the same policy as :func:`run_git_sync`.
+
+    The caller talks to it through the returned session and must close it.
+    """
+    call = _Call.make(target, args, None, None)
+    with call.errors():
+        return spawn.Session(call.argv, cwd=call.cwd, env=call.env, timeout=timeout)

@@ -21,6 +21,9 @@ locked while its writer lives, so recovery never touches a restore in progress.
 Files are written as ``git checkout`` writes them: where line-ending settings,
 attributes or filters may apply, git prepares their content (before anything is
 touched) from the blobs and the ``.gitattributes`` the worktree will hold.
+
+``repo`` is a ``pygit2.Repository`` or, for a repository libgit2 cannot open
+(SHA-256), a :class:`~snapshotd.gitrepo.GitRepository` offering the same calls.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import pygit2
 from snapshotd.diff import load_tree
 from snapshotd.errors import InternalError, InvalidParams, NotADirectory, NotFound
 from snapshotd.gitproc import GitTarget, run_git_sync
+from snapshotd.gitrepo import GitRepository, Repository
 from snapshotd.paths import could_match_under, is_git_dir_name, path_matches
 
 __all__ = [
@@ -131,18 +135,18 @@ def _children(tree: pygit2.Tree | None) -> dict[str, tuple[int, str]]:
     return {entry.name: (entry.filemode, str(entry.id)) for entry in tree}
 
 
-def _subtree(repo: pygit2.Repository, oid: str) -> pygit2.Tree:
+def _subtree(repo: Repository, oid: str) -> pygit2.Tree:
     try:
         tree = repo[oid]
     except (KeyError, ValueError) as exc:
         raise NotFound(f"The tree {oid} is missing from the repository.", oid=oid) from exc
-    if not isinstance(tree, pygit2.Tree):
+    if getattr(tree, "type_str", None) != "tree":
         raise NotFound(f"The object {oid} is not a tree.", oid=oid)
     return tree
 
 
 def _walk_changes(
-    repo: pygit2.Repository,
+    repo: Repository,
     old: pygit2.Tree | None,
     new: pygit2.Tree | None,
     paths: Sequence[str] | None,
@@ -184,7 +188,7 @@ def _walk_changes(
             yield path, old_leaf, new_leaf
 
 
-def flatten_tree(repo: pygit2.Repository, tree_hex: str | None) -> dict[str, Entry]:
+def flatten_tree(repo: Repository, tree_hex: str | None) -> dict[str, Entry]:
     """Every blob, symlink and gitlink of a tree by path (None: the empty tree).
 
     Names that could not be created safely on disk (``.git`` in any case,
@@ -199,7 +203,7 @@ def flatten_tree(repo: pygit2.Repository, tree_hex: str | None) -> dict[str, Ent
     }
 
 
-def _lookup(repo: pygit2.Repository, tree: pygit2.Tree | None, path: str) -> Entry | None:
+def _lookup(repo: Repository, tree: pygit2.Tree | None, path: str) -> Entry | None:
     """The leaf entry at ``path`` in ``tree``, or None (absent, or a folder)."""
     if tree is None:
         return None
@@ -215,7 +219,7 @@ def _lookup(repo: pygit2.Repository, tree: pygit2.Tree | None, path: str) -> Ent
 class _TreeIndex:
     """Cached path lookups in one tree: leaves and folders."""
 
-    def __init__(self, repo: pygit2.Repository, tree: pygit2.Tree | None) -> None:
+    def __init__(self, repo: Repository, tree: pygit2.Tree | None) -> None:
         self._repo = repo
         self._tree = tree
         self._leaves: dict[str, Entry | None] = {}
@@ -414,7 +418,7 @@ def _unsafe_conflicts(unsafe: list[str]) -> list[dict[str, str]]:
 
 
 def plan_restore(
-    repo: pygit2.Repository,
+    repo: Repository,
     current_tree: str,
     target_tree: str,
     paths: Sequence[str] | None,
@@ -432,7 +436,7 @@ def plan_restore(
 
 
 def plan_revert(
-    repo: pygit2.Repository,
+    repo: Repository,
     current_tree: str,
     from_tree: str,
     to_tree: str,
@@ -608,7 +612,7 @@ def _fail(path: str, exc: OSError) -> InternalError:
     )
 
 
-def _validate(repo: pygit2.Repository, plan: Plan) -> dict[str, bytes]:
+def _validate(repo: Repository, plan: Plan) -> dict[str, bytes]:
     """Check every path and object of the plan before anything is touched.
 
     Returns the link targets (small) by path. Raises NotFound for a missing or
@@ -704,7 +708,7 @@ def _remove_temp(root_fd: int, temp: str) -> bool:
 
 
 class _Applier:
-    def __init__(self, repo: pygit2.Repository, root_fd: int, plan: Plan, stage: _Stage) -> None:
+    def __init__(self, repo: Repository, root_fd: int, plan: Plan, stage: _Stage) -> None:
         self.repo = repo
         self.root_fd = root_fd
         self.plan = plan
@@ -892,14 +896,14 @@ class GitCheckout:
     git_dir: str
 
 
-def _config_value(repo: pygit2.Repository, name: str) -> str | None:
+def _config_value(repo: Repository, name: str) -> str | None:
     try:
         return str(repo.config[name])
     except (KeyError, ValueError, pygit2.GitError):
         return None
 
 
-def _config_converts(repo: pygit2.Repository) -> bool:
+def _config_converts(repo: Repository) -> bool:
     """Whether the configuration alone may make checkout content differ from blobs."""
     autocrlf = (_config_value(repo, "core.autocrlf") or "").strip().lower()
     if autocrlf in ("true", "yes", "on", "1"):
@@ -950,6 +954,32 @@ def _read_disk_file(root_fd: int, path: str) -> bytes | None:
         os.close(fd)
 
 
+class _GitIndex:
+    """The stage's index where libgit2 cannot write one: entries go in with ``update-index --index-info``."""
+
+    def __init__(self, path: str, git_dir: str) -> None:
+        self.path = path
+        self.git_dir = git_dir
+        self.pending: list[tuple[str, Entry]] = []
+
+    def add(self, path: str, entry: Entry) -> None:
+        self.pending.append((path, entry))
+
+    def write(self) -> None:
+        if not self.pending:
+            return
+        listing = b"".join(
+            f"{entry.mode:06o} {entry.oid}\t".encode() + os.fsencode(path) + b"\0" for path, entry in self.pending
+        )
+        run_git_sync(
+            GitTarget(git_dir=self.git_dir, work_tree=None),
+            ["update-index", "-z", "--add", "--index-info"],
+            index_file=self.path,
+            input=listing,
+        )
+        self.pending.clear()
+
+
 class _Stage:
     """Checked-out content of the files a plan writes, prepared before anything is touched.
 
@@ -958,13 +988,13 @@ class _Stage:
     out on its own when asked for.
     """
 
-    def __init__(self, repo: pygit2.Repository, directory: str, checkout: GitCheckout | None) -> None:
+    def __init__(self, repo: Repository, directory: str, checkout: GitCheckout | None) -> None:
         self.repo = repo
         self.directory = directory
         self.checkout = checkout
         self.out = os.path.join(directory, "out")
         self.index_path = os.path.join(directory, "index")
-        self.index: pygit2.Index | None = None
+        self.index: pygit2.Index | _GitIndex | None = None
         self.files: set[str] = set()
 
     def prepare(self, root_fd: int, plan: Plan) -> None:
@@ -1000,9 +1030,12 @@ class _Stage:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(self.directory, "wt"), mode=0o700)  # empty: attributes from the index
         os.makedirs(self.out, mode=0o700)
-        self.index = pygit2.Index(self.index_path)
+        if isinstance(self.repo, GitRepository):
+            self.index = _GitIndex(self.index_path, self.checkout.git_dir)
+        else:
+            self.index = pygit2.Index(self.index_path)
         for path, entry in attributes.items():
-            self.index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry.oid), entry.mode))
+            self._add(path, entry)
         # Mode-only changes keep their content on disk; they are checked out only if needed.
         self._check_out([(p, e) for p, e in files if p not in plan.chmod_only])
 
@@ -1011,7 +1044,7 @@ class _Stage:
         if not files:
             return
         for path, entry in files:
-            self.index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry.oid), entry.mode))
+            self._add(path, entry)
         self.index.write()
         listing = b"".join(os.fsencode(path) + b"\0" for path, _ in files)
         run_git_sync(
@@ -1021,6 +1054,12 @@ class _Stage:
             input=listing,
         )
         self.files.update(path for path, _ in files)
+
+    def _add(self, path: str, entry: Entry) -> None:
+        if isinstance(self.index, _GitIndex):
+            self.index.add(path, entry)
+        elif self.index is not None:
+            self.index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry.oid), entry.mode))
 
     def take(self, path: str, entry: Entry) -> bytes:
         """The content to write at ``path``: as git checks it out, or the blob as it is."""
@@ -1045,7 +1084,7 @@ class _Stage:
 
 @contextlib.contextmanager
 def prepared_plan(
-    repo: pygit2.Repository,
+    repo: Repository,
     workdir: str,
     plan: Plan,
     journal_dir: str,
@@ -1129,7 +1168,7 @@ def prepared_plan(
 
 
 def apply_plan(
-    repo: pygit2.Repository,
+    repo: Repository,
     workdir: str,
     plan: Plan,
     journal_dir: str,

@@ -14,8 +14,13 @@ Layout, in the repository that holds the worktree's objects:
   leaves every kept checkpoint's id unchanged; what is dropped becomes
   unreachable and ``git gc`` frees it.
 
-Ref updates are compare-and-swap under libgit2's ref lock, so two writers
-(the daemon and an ``--embedded`` command) never lose each other's checkpoint.
+Ref updates are compare-and-swap under libgit2's ref lock (``git update-ref
+<ref> <new> <old>`` in a repository libgit2 cannot open), so two writers (the
+daemon and an ``--embedded`` command) never lose each other's checkpoint.
+
+The repository is a ``pygit2.Repository`` or, where libgit2 cannot open it
+(SHA-256), a :class:`~snapshotd.gitrepo.GitRepository` with the same interface;
+ids are then hex strings rather than ``pygit2.Oid``.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import pygit2
 
 from .errors import Ambiguous, GitError, InvalidParams, NotFound
 from .fsutil import sync_filesystem
+from .gitrepo import GitRepository, RefLocked, RefMoved, Repository
 
 REF_ROOT = "refs/snapshotd/"
 TRAILER = "Snapshotd-"
@@ -125,6 +131,10 @@ def _message(cp: Checkpoint) -> str:
     return f"{subject}\n\n{body}\n"
 
 
+def _is_commit(obj: object) -> bool:
+    return getattr(obj, "type_str", None) == "commit"
+
+
 def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
     """Read a checkpoint back from its commit, or None if the commit is not one."""
     fields: dict[str, str] = {}
@@ -151,15 +161,18 @@ def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
         return None
 
 
+ObjectId = pygit2.Oid | str  # a hex string in a GitRepository
+
+
 @dataclass(frozen=True)
 class Pin:
-    id: pygit2.Oid
-    checkpoint: pygit2.Oid
-    previous: pygit2.Oid | None
+    id: ObjectId
+    checkpoint: ObjectId
+    previous: ObjectId | None
     seq: int
 
 
-def _read_pin(repo: pygit2.Repository, oid: pygit2.Oid) -> Pin:
+def _read_pin(repo: Repository, oid: ObjectId) -> Pin:
     commit = repo[oid]
     parents = commit.parent_ids
     seq_text = commit.message.split()[-1] if commit.message.split() else "0"
@@ -174,12 +187,13 @@ def _read_pin(repo: pygit2.Repository, oid: pygit2.Oid) -> Pin:
 class Store:
     """The checkpoints of the worktrees whose objects live in one repository."""
 
-    def __init__(self, repo: pygit2.Repository) -> None:
+    def __init__(self, repo: Repository) -> None:
         self.repo = repo
+        self.hex_length = repo.hex_length if isinstance(repo, GitRepository) else 40
 
     # --- reading -----------------------------------------------------------
 
-    def _ref_target(self, name: str) -> pygit2.Oid | None:
+    def _ref_target(self, name: str) -> ObjectId | None:
         try:
             ref = self.repo.references.get(name)
         except (pygit2.GitError, ValueError):
@@ -194,18 +208,20 @@ class Store:
             yield pin
             oid = pin.previous
 
-    def load(self, oid: pygit2.Oid | str) -> Checkpoint:
+    def load(self, oid: ObjectId) -> Checkpoint:
         try:
             commit = self.repo[oid]
         except (KeyError, ValueError) as exc:
             raise NotFound(f"No checkpoint {oid} exists.") from exc
-        checkpoint = parse_checkpoint(commit) if isinstance(commit, pygit2.Commit) else None
+        checkpoint = parse_checkpoint(commit) if _is_commit(commit) else None
         if checkpoint is None:
             raise NotFound(f"The object {oid} is not a snapshotd checkpoint.")
         return checkpoint
 
     def session_refs(self, worktree_id: str) -> list[str]:
         prefix = f"{REF_ROOT}{worktree_id}/"
+        if isinstance(self.repo, GitRepository):
+            return sorted(self.repo.ref_names(prefix))
         return sorted(name for name in self.repo.references if name.startswith(prefix))
 
     def head(self, worktree_id: str, session: str | None) -> Checkpoint | None:
@@ -244,17 +260,17 @@ class Store:
 
     def find(self, ref: str) -> Checkpoint:
         """Resolve a full id or unique prefix (7+ hex digits) to a live checkpoint."""
-        if not _HEX.match(ref) or len(ref) < MIN_PREFIX or len(ref) > 40:
-            raise NotFound(f"'{ref}' is not a checkpoint id (7 to 40 hex digits).")
+        if not _HEX.match(ref) or len(ref) < MIN_PREFIX or len(ref) > self.hex_length:
+            raise NotFound(f"'{ref}' is not a checkpoint id ({MIN_PREFIX} to {self.hex_length} hex digits).")
         try:
-            obj = self.repo.revparse_single(ref) if len(ref) < 40 else self.repo[ref]
+            obj = self.repo.revparse_single(ref) if len(ref) < self.hex_length else self.repo[ref]
         except KeyError as exc:
             raise NotFound(f"No checkpoint matches '{ref}'.") from exc
         except (ValueError, pygit2.GitError) as exc:
             if "ambiguous" in str(exc).lower():
                 raise Ambiguous(f"The prefix '{ref}' matches more than one object; give more digits.") from exc
             raise NotFound(f"No checkpoint matches '{ref}'.") from exc
-        if not isinstance(obj, pygit2.Commit):
+        if not _is_commit(obj):
             raise NotFound(f"No checkpoint matches '{ref}'.")
         checkpoint = parse_checkpoint(obj)
         if checkpoint is None or not self.is_live(checkpoint):
@@ -263,18 +279,24 @@ class Store:
 
     # --- writing -----------------------------------------------------------
 
-    def _empty_tree(self) -> pygit2.Oid:
+    def _oid(self, hex_id: str) -> ObjectId:
+        return hex_id if isinstance(self.repo, GitRepository) else pygit2.Oid(hex=hex_id)
+
+    def _empty_tree(self) -> ObjectId:
         return self.repo.TreeBuilder().write()
 
-    def _write_pin(self, checkpoint: pygit2.Oid, previous: pygit2.Oid | None, seq: int, created_at: str) -> pygit2.Oid:
+    def _write_pin(self, checkpoint: ObjectId, previous: ObjectId | None, seq: int, created_at: str) -> ObjectId:
         signature = _signature(created_at)
         parents = [checkpoint] + ([previous] if previous is not None else [])
         return self.repo.create_commit(
             None, signature, signature, f"snapshotd pin {seq}\n", self._empty_tree(), parents
         )
 
-    def _swap(self, name: str, new: pygit2.Oid | None, expected: pygit2.Oid | None) -> None:
+    def _swap(self, name: str, new: ObjectId | None, expected: ObjectId | None) -> None:
         """Point ``name`` at ``new`` (or delete it) only if it still points at ``expected``."""
+        if isinstance(self.repo, GitRepository):
+            self._swap_with_git(self.repo, name, new, expected)
+            return
         deadline = time.monotonic() + 10.0
         while True:
             try:
@@ -289,6 +311,23 @@ class Store:
                 return
             except pygit2.GitError as exc:
                 if "lock" not in str(exc).lower() or time.monotonic() > deadline:
+                    raise GitError(f"Could not update {name}: {exc}") from exc
+                self._clear_stale_lock(name)
+                time.sleep(0.005)
+
+    def _swap_with_git(
+        self, repo: GitRepository, name: str, new: ObjectId | None, expected: ObjectId | None
+    ) -> None:
+        """The same compare-and-swap through ``git update-ref``, which checks the old value under its lock."""
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                repo.swap_ref(name, None if new is None else str(new), None if expected is None else str(expected))
+                return
+            except RefMoved as exc:
+                raise RefRaced(name) from exc
+            except RefLocked as exc:
+                if time.monotonic() > deadline:
                     raise GitError(f"Could not update {name}: {exc}") from exc
                 self._clear_stale_lock(name)
                 time.sleep(0.005)
@@ -327,11 +366,13 @@ class Store:
                 changed=previous_cp is None or previous_cp.tree != tree,
             )
             signature = _signature(checkpoint.created_at)
-            parents = [pygit2.Oid(hex=base)] if base else []
+            parents = [self._oid(base)] if base else []
             commit_id = self.repo.create_commit(
-                None, signature, signature, _message(checkpoint), pygit2.Oid(hex=tree), parents
+                None, signature, signature, _message(checkpoint), self._oid(tree), parents
             )
             pin = self._write_pin(commit_id, head_pin, checkpoint.seq, checkpoint.created_at)
+            if isinstance(self.repo, GitRepository):
+                self.repo.flush()  # the commit and pin are written now, not at the ref update
             if checkpoint.changed:
                 sync_filesystem(self.repo.path)  # new blobs and trees are on disk before the ref
             try:

@@ -107,7 +107,11 @@ def locate(path: str) -> Located:
 
 
 def object_format(common_dir: str) -> str:
-    """The repository's object format ("sha1" or "sha256"), read from its config."""
+    """The repository's object format ("sha1" or "sha256"), read from its config.
+
+    libgit2 (pygit2) opens only SHA-1 repositories; for the others snapshotd
+    works through git (see :mod:`snapshotd.gitrepo`).
+    """
     try:
         config = pygit2.Config(os.path.join(common_dir, "config"))
         value = config["extensions.objectformat"]
@@ -247,10 +251,9 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
     st = os.stat(root)
     known = records.load()
     if located.git_dir is not None:
-        if object_format(located.common_dir or located.git_dir) != "sha1":
-            raise Unsupported(
-                f"The repository at {root} uses the SHA-256 object format, which snapshotd does not support yet."
-            )
+        fmt = object_format(located.common_dir or located.git_dir)
+        if fmt not in ("sha1", "sha256"):
+            raise Unsupported(f"The repository at {root} uses the object format {fmt!r}, which snapshotd does not know.")
         state_dir = Path(located.git_dir, "snapshotd")
         state_dir.mkdir(exist_ok=True)
         id_file = state_dir / "id"
