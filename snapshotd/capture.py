@@ -37,6 +37,7 @@ from pygit2.errors import check_error
 from .errors import GitError
 from .gitproc import GitTarget, run_git, run_git_sync
 from .gitrepo import is_git_only
+from .treeedit import RecordingIndex
 from .worktree import WorktreeInfo, object_format
 
 MODE_FILE = 0o100644
@@ -535,7 +536,6 @@ def _build(
     flagged |= loaded.flagged
     modified |= {path for path in hints if path in index}
     settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
-    builder = TreeBuilder(repo, info, index, settings, cache, stats, size_cap, fence_ns)
     conflicts = index.conflicts
     if conflicts is not None:
         conflicted = set()
@@ -546,6 +546,10 @@ def _build(
         for path in conflicted:
             del conflicts[path]
         modified |= conflicted
+    # The index's own tree comes from its cache-tree extension (milliseconds when
+    # valid); the changes are then edited in along their paths only.
+    recording = RecordingIndex(index, str(index.write_tree(repo)))
+    builder = TreeBuilder(repo, info, recording, settings, cache, stats, size_cap, fence_ns)
     for path in modified | removed:
         builder.apply(path, untracked=False, keep_if_missing=path in flagged)
     for path in flagged - modified - removed:

@@ -64,3 +64,52 @@ def _edit(
     oid = builder.write()
     written.append(oid)
     return oid
+
+
+class RecordingIndex:
+    """An index that notes every change, so its tree is edited along those paths only.
+
+    ``write_tree`` edits the base tree (the last capture's, or the index's own
+    before the capture changed it) instead of letting libgit2 walk every entry.
+    """
+
+    def __init__(self, index: pygit2.Index, base_tree: str) -> None:
+        self.inner = index
+        self._index = index._index  # for the binary searches in entries_under
+        self.base_tree = base_tree
+        self.changes: dict[str, tuple[pygit2.Oid, int] | None] = {}
+        self.trees_written: list[pygit2.Oid] = []
+
+    def add(self, entry: pygit2.IndexEntry) -> None:
+        self.inner.add(entry)
+        self.changes[entry.path] = (entry.id, int(entry.mode))
+
+    def remove(self, path: str) -> None:
+        self.inner.remove(path)
+        self.changes[path] = None
+
+    def __getitem__(self, path: str) -> pygit2.IndexEntry:
+        return self.inner[path]
+
+    def __contains__(self, path: str) -> bool:
+        return path in self.inner
+
+    def __len__(self) -> int:
+        return len(self.inner)
+
+    def write_tree(self, repo: pygit2.Repository) -> str:
+        if not self.changes:
+            return self.base_tree
+        if not all(_utf8(path) for path in self.changes):
+            # pygit2's TreeBuilder takes names as UTF-8 text only; the index takes any bytes.
+            return str(self.inner.write_tree(repo))
+        tree, self.trees_written = edit_tree(repo, self.base_tree, self.changes)
+        return tree
+
+
+def _utf8(path: str) -> bool:
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

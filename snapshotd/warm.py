@@ -27,7 +27,7 @@ from .capture import (
     open_repo,
 )
 from .gitproc import run_git_sync
-from .treeedit import edit_tree
+from .treeedit import RecordingIndex
 from .worktree import WorktreeInfo
 
 C = pygit2.C
@@ -164,44 +164,6 @@ def signature_of(paths: list[str]) -> tuple:
             continue
         out.append((st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino))
     return tuple(out)
-
-
-class RecordingIndex:
-    """The warm index, noting every change so the tree is edited along those paths only.
-
-    ``write_tree`` edits the last capture's tree instead of letting libgit2
-    walk every entry (see :mod:`snapshotd.treeedit`).
-    """
-
-    def __init__(self, index: pygit2.Index, base_tree: str) -> None:
-        self.inner = index
-        self._index = index._index  # for the binary searches in entries_under
-        self.base_tree = base_tree
-        self.changes: dict[str, tuple[pygit2.Oid, int] | None] = {}
-        self.trees_written: list[pygit2.Oid] = []
-
-    def add(self, entry: pygit2.IndexEntry) -> None:
-        self.inner.add(entry)
-        self.changes[entry.path] = (entry.id, int(entry.mode))
-
-    def remove(self, path: str) -> None:
-        self.inner.remove(path)
-        self.changes[path] = None
-
-    def __getitem__(self, path: str) -> pygit2.IndexEntry:
-        return self.inner[path]
-
-    def __contains__(self, path: str) -> bool:
-        return path in self.inner
-
-    def __len__(self) -> int:
-        return len(self.inner)
-
-    def write_tree(self, repo: pygit2.Repository) -> str:
-        if not self.changes:
-            return self.base_tree
-        tree, self.trees_written = edit_tree(repo, self.base_tree, self.changes)
-        return tree
 
 
 class WarmBuilder(TreeBuilder):
