@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .errors import Busy, InternalError, SnapshotdError
+from .fsutil import pid_alive
 from .settings import VERSION
 
 if TYPE_CHECKING:
@@ -113,22 +114,6 @@ def _listener_pid(path: str) -> int:
         probe.close()
 
 
-def _process_gone(pid: int) -> bool:
-    """True once ``pid`` has exited (a zombie not yet reaped counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            state = fh.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state in ("Z", "X")
-
-
 def _shutdown(client: Client, path: str) -> dict[str, Any]:
     """Ask the daemon to stop and return once it has.
 
@@ -148,7 +133,7 @@ def _shutdown(client: Client, path: str) -> dict[str, Any]:
             time.sleep(_POLL_S)
     except (OSError, ConnectionError, SnapshotdError):
         pass  # the daemon closed the connection (or refused new work): it is stopping
-    while own_listener and not _process_gone(daemon_pid):
+    while own_listener and pid_alive(daemon_pid):
         if time.monotonic() > deadline:
             raise DaemonUnreachable(
                 f"The daemon (pid {daemon_pid}) accepted shutdown but has not exited within "

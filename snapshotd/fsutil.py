@@ -50,13 +50,19 @@ def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
 
 
 def pid_alive(pid: int) -> bool:
+    """True while ``pid`` runs (a zombie not yet reaped counts as gone)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            state = handle.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return True
+    return state not in ("Z", "X")
 
 
 def remove_stale_temp_files(folder: Path, prefix: str) -> list[str]:

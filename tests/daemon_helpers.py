@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from snapshotd.cli import main as cli_main
 from snapshotd.client import Client
+from snapshotd.fsutil import pid_alive
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 15.0
@@ -61,17 +62,7 @@ def call(path: str | Path, method: str, params: dict[str, Any] | None = None) ->
 
 def process_gone(pid: int) -> bool:
     """True once ``pid`` has exited (a zombie waiting to be reaped counts as gone)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return True
-    return stat.rpartition(")")[2].split()[0] in ("Z", "X")
+    return not pid_alive(pid)
 
 
 def wait_until(predicate: Any, timeout: float, what: str, interval: float = 0.02) -> None:
