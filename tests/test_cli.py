@@ -37,6 +37,7 @@ from oracle import oracle_tree
 from repo_helpers import git, init_repo, worktree_listing, write
 
 from snapshotd.cli import main as cli_main
+from snapshotd.errors import SnapshotdError
 
 CHECKPOINT_KEYS = {
     "id", "tree", "parent", "worktree", "session", "label", "seq", "created_at", "base", "changed",
@@ -603,6 +604,26 @@ def test_commands_racing_to_start_a_daemon_share_one(repo: Path, tmp_path: Path)
         for pid in pids:
             if not process_gone(pid):
                 os.kill(pid, signal.SIGKILL)
+        _stop_late_starters(sock)
+
+
+def _stop_late_starters(sock: Path) -> None:
+    """A racer that lost the socket's lock before the winner stopped may win it afterwards.
+
+    Stop whatever still answers on the path until it stays silent, so no daemon
+    outlives the test.
+    """
+    quiet_since = time.monotonic()
+    deadline = quiet_since + 15
+    while time.monotonic() < deadline and time.monotonic() - quiet_since < 3:
+        try:
+            late = ping(sock, timeout=2)["pid"]
+        except (OSError, ConnectionError, SnapshotdError):
+            time.sleep(0.1)
+            continue
+        os.kill(late, signal.SIGTERM)
+        wait_until(lambda pid=late: process_gone(pid), 10, f"the late daemon {late} to exit")
+        quiet_since = time.monotonic()
 
 
 def test_a_daemon_that_cannot_start_is_reported(repo: Path, tmp_path: Path) -> None:
