@@ -130,9 +130,6 @@ class Watcher:
         self.window_changes = 0
         return dirty, reasons
 
-    def require_full_scan(self, reason: str) -> None:
-        self.full_scan_reasons.add(reason)
-
     # --- running -----------------------------------------------------------------
 
     def _paths(self) -> list[str]:
