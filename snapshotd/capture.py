@@ -37,6 +37,7 @@ from pygit2.errors import check_error
 from .errors import GitError
 from .gitproc import GitTarget, run_git, run_git_sync
 from .gitrepo import is_git_only
+from .settings import git_config_home
 from .treeedit import RecordingIndex
 from .worktree import WorktreeInfo, object_format
 
@@ -183,11 +184,7 @@ class Settings:
             or attributes_file.exists()
             or tracked_attributes
             or bool(_ATTRIBUTES.search(listing))
-            or Path(
-                os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
-                "git",
-                "attributes",
-            ).exists()
+            or (git_config_home() / "attributes").exists()
         )
         return cls(flag("core.fileMode", True), flag("core.symlinks", True), filters)
 

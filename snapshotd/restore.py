@@ -47,6 +47,7 @@ from snapshotd.errors import InternalError, InvalidParams, NotADirectory, NotFou
 from snapshotd.gitproc import GitTarget, run_git_sync
 from snapshotd.gitrepo import GitRepository, Repository
 from snapshotd.paths import could_match_under, is_git_dir_name, path_matches
+from snapshotd.settings import git_config_home
 
 __all__ = [
     "TEMP_PREFIX",
@@ -910,10 +911,9 @@ def _config_converts(repo: Repository) -> bool:
         return True
     if _config_value(repo, "core.attributesFile") is not None:
         return True
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     candidates = [
         os.path.join(repo.path, "info", "attributes"),
-        os.path.join(xdg, "git", "attributes"),
+        str(git_config_home() / "attributes"),
         os.path.join(os.path.expanduser("~"), ".config", "git", "attributes"),
     ]
     if not os.environ.get("GIT_ATTR_NOSYSTEM"):

@@ -25,3 +25,9 @@ def size_cap(explicit: int | None = None) -> int:
         return explicit
     value = os.environ.get("SNAPSHOTD_SIZE_CAP")
     return int(value) if value else DEFAULT_SIZE_CAP
+
+
+def git_config_home() -> Path:
+    """Where git looks for the user's config, ignore and attributes files: $XDG_CONFIG_HOME/git."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base, "git")

@@ -27,6 +27,7 @@ from .capture import (
     open_repo,
 )
 from .gitproc import run_git_sync
+from .settings import git_config_home
 from .treeedit import RecordingIndex
 from .worktree import WorktreeInfo
 
@@ -129,11 +130,11 @@ def _config_value(files: list[str], name: str) -> str | None:
 def rule_sources(info: WorktreeInfo) -> list[str]:
     """Files whose change can change what is ignored or tracked: re-checked by stat each capture."""
     home = os.path.expanduser("~")
-    xdg = os.environ.get("XDG_CONFIG_HOME") or os.path.join(home, ".config")
+    git_home = str(git_config_home())
     if os.environ.get("GIT_CONFIG_GLOBAL"):
         global_configs = [os.environ["GIT_CONFIG_GLOBAL"]]
     else:
-        global_configs = [os.path.join(xdg, "git", "config"), os.path.join(home, ".gitconfig")]
+        global_configs = [os.path.join(git_home, "config"), os.path.join(home, ".gitconfig")]
     common = info.common_dir or info.store_dir
     repo_configs = [os.path.join(common, "config")]
     if info.git_dir is not None:
@@ -142,7 +143,7 @@ def rule_sources(info: WorktreeInfo) -> list[str]:
     sources = [
         *global_configs,
         *repo_configs,
-        os.path.expanduser(excludes) if excludes else os.path.join(xdg, "git", "ignore"),
+        os.path.expanduser(excludes) if excludes else os.path.join(git_home, "ignore"),
         os.path.join(common, "info", "exclude"),
     ]
     if info.git_dir is not None:
