@@ -1,0 +1,111 @@
+// Starting a daemon when none runs, as the command line does: `snapshotd
+// serve --socket PATH` detached in a session of its own, from `/`, logging to
+// `snapshotd.log` beside the socket; then connecting until it answers.
+
+import { spawn } from "node:child_process";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { setTimeout as sleep } from "node:timers/promises";
+
+import { DaemonUnreachableError, UnsafeSocketFolderError } from "./errors.js";
+import { unsafeFolderReason } from "./socket.js";
+
+export const DEFAULT_DAEMON_COMMAND = Object.freeze(["snapshotd"]);
+export const DEFAULT_START_TIMEOUT_MS = 10_000;
+const POLL_MS = 50;
+const LOG_TAIL_BYTES = 4096;
+// A daemon that lost a start race to another exits at once, while the winner
+// may not listen yet: keep trying this long after the child exits.
+const RACE_GRACE_MS = 2_000;
+
+/**
+ * Start a daemon on `socketPath` and return a connection to it (or to one that
+ * another client started meanwhile).
+ * @param {string} socketPath absolute
+ * @param {() => Promise<import("node:net").Socket | null>} tryConnect null while nobody listens
+ * @param {{command?: readonly string[], env?: Record<string, string | undefined>, timeoutMs?: number}} options
+ * @returns {Promise<import("node:net").Socket>}
+ */
+export async function startAndConnect(socketPath, tryConnect, options) {
+  const { command = DEFAULT_DAEMON_COMMAND, env = process.env, timeoutMs = DEFAULT_START_TIMEOUT_MS } = options;
+  const daemon = startDaemon(socketPath, command, env);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const socket = await tryConnect();
+    if (socket) return socket;
+    if (daemon.spawnError) throw notStartedError(command, daemon.spawnError);
+    if (daemon.exitedAt !== null && Date.now() > daemon.exitedAt + RACE_GRACE_MS) {
+      const why = lastLine(daemon.logPath);
+      throw new DaemonUnreachableError(
+        `The daemon could not start on ${socketPath} (exit status ${daemon.status})${why ? `: ${why}` : ""}; see ${daemon.logPath}.`,
+        { data: { socket: socketPath, log: daemon.logPath } },
+      );
+    }
+    if (Date.now() > deadline) {
+      throw new DaemonUnreachableError(
+        `The daemon did not start on ${socketPath} within ${timeoutMs / 1000} s; see ${daemon.logPath}.`,
+        { data: { socket: socketPath, log: daemon.logPath } },
+      );
+    }
+    await sleep(POLL_MS);
+  }
+}
+
+/**
+ * Spawn `command serve --socket socketPath` detached; its state is filled in as it runs.
+ * The socket folder is created mode 0700 and must pass the same check as for connecting.
+ */
+function startDaemon(socketPath, command, env) {
+  const folder = path.dirname(socketPath);
+  fs.mkdirSync(folder, { recursive: true, mode: 0o700 });
+  const unsafe = unsafeFolderReason(folder);
+  if (unsafe) throw new UnsafeSocketFolderError(unsafe, { data: { folder } });
+  const logPath = path.join(folder, "snapshotd.log");
+  const childEnv = { ...env };
+  if (childEnv.SNAPSHOTD_HOME) childEnv.SNAPSHOTD_HOME = path.resolve(childEnv.SNAPSHOTD_HOME);
+  const log = fs.openSync(logPath, "a", 0o600);
+  const daemon = { logPath, exitedAt: null, status: null, spawnError: null };
+  try {
+    fs.fchmodSync(log, 0o600);
+    const child = spawn(command[0], [...command.slice(1), "serve", "--socket", socketPath], {
+      cwd: "/", // hold no worktree as the current folder
+      env: childEnv,
+      detached: true,
+      stdio: ["ignore", log, log],
+    });
+    child.on("error", (error) => { daemon.spawnError = error; });
+    child.on("exit", (code, signal) => {
+      daemon.status = code ?? signal;
+      daemon.exitedAt = Date.now();
+    });
+    child.unref();
+  } finally {
+    fs.closeSync(log);
+  }
+  return daemon;
+}
+
+function notStartedError(command, error) {
+  const reason = error.code === "ENOENT" ? `${command[0]} was not found` : error.message;
+  return new DaemonUnreachableError(
+    `Cannot start the daemon: ${reason}; install snapshotd or pass the command that runs it (daemonCommand).`,
+    { data: { command: [...command] } },
+  );
+}
+
+/** The last non-empty line of the log (the daemon's own one-sentence reason), or "". */
+function lastLine(logPath) {
+  let fd;
+  try {
+    fd = fs.openSync(logPath, "r");
+    const size = fs.fstatSync(fd).size;
+    const tail = Buffer.alloc(Math.min(size, LOG_TAIL_BYTES));
+    fs.readSync(fd, tail, 0, tail.length, size - tail.length);
+    const lines = tail.toString("utf8").split("\n").map((line) => line.trim()).filter(Boolean);
+    return (lines.at(-1) ?? "").replace(/^error:\s*/, "").replace(/\.$/, "");
+  } catch {
+    return "";
+  } finally {
+    if (fd !== undefined) fs.closeSync(fd);
+  }
+}
