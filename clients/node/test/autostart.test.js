@@ -1,0 +1,96 @@
+// Starting a daemon when none runs, as the command line does.
+
+import assert from "node:assert/strict";
+import * as fs from "node:fs";
+import * as path from "node:path";
+import { test } from "node:test";
+
+import { SNAPSHOTD_BIN, alive, tempDir, waitFor } from "./helpers.js";
+import { DaemonUnreachableError, UnsafeSocketFolderError, connect } from "../src/index.js";
+
+/** Stop the daemon `sd` talks to and wait for its process to end. */
+async function shutdown(sd) {
+  const { pid } = await sd.ping();
+  await sd.shutdown();
+  await sd.close();
+  await waitFor(() => !alive(pid), `daemon ${pid} to exit`);
+}
+
+/** The session id of a process (field 6 of /proc/PID/stat). */
+function sessionOf(pid) {
+  const stat = fs.readFileSync(`/proc/${pid}/stat`, "utf8");
+  return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[3]);
+}
+
+test("autostart runs `snapshotd serve` detached, from /, in a private folder", async () => {
+  const socketPath = path.join(tempDir("sdc-auto-"), "new", "snapshotd.sock");
+  const sd = await connect({ socket: socketPath, autostart: true, daemonCommand: [SNAPSHOTD_BIN] });
+  const { pid } = await sd.ping();
+  try {
+    assert.notEqual(pid, process.pid);
+    assert.equal(sessionOf(pid), pid, "it leads a session of its own");
+    assert.equal(fs.readlinkSync(`/proc/${pid}/cwd`), "/");
+    assert.equal(fs.statSync(path.dirname(socketPath)).mode & 0o777, 0o700);
+    const log = path.join(path.dirname(socketPath), "snapshotd.log");
+    assert.equal(fs.statSync(log).mode & 0o777, 0o600);
+    const again = await connect({ socket: socketPath, autostart: true, daemonCommand: ["/nonexistent/snapshotd"] });
+    assert.equal((await again.ping()).pid, pid, "a running daemon is used, not started again");
+    await again.close();
+  } finally {
+    await shutdown(sd);
+  }
+});
+
+test("two clients starting at once reach the same daemon", async () => {
+  const socketPath = path.join(tempDir("sdc-race-"), "snapshotd.sock");
+  const options = { socket: socketPath, autostart: true, daemonCommand: [SNAPSHOTD_BIN] };
+  const [one, two] = await Promise.all([connect(options), connect(options)]);
+  const [a, b] = await Promise.all([one.ping(), two.ping()]);
+  assert.equal(a.pid, b.pid);
+  const log = path.join(path.dirname(socketPath), "snapshotd.log");
+  await waitFor(() => fs.readFileSync(log, "utf8").includes("Another snapshotd is already serving"),
+    "the second daemon to lose the race");
+  await two.close();
+  await shutdown(one);
+});
+
+test("a command that is not there", async () => {
+  const socketPath = path.join(tempDir("sdc-nocmd-"), "snapshotd.sock");
+  const error = await connect({ socket: socketPath, autostart: true, daemonCommand: ["/nonexistent/snapshotd"] })
+    .catch((caught) => caught);
+  assert.ok(error instanceof DaemonUnreachableError, String(error));
+  assert.match(error.message, /\/nonexistent\/snapshotd was not found/);
+});
+
+test("a daemon that exits at start: its reason and its log", async () => {
+  const socketPath = path.join(tempDir("sdc-fail-"), "snapshotd.sock");
+  const daemonCommand = ["sh", "-c", "echo 'error: the store is on fire.' >&2; exit 3", "sh"];
+  const error = await connect({ socket: socketPath, autostart: true, daemonCommand }).catch((caught) => caught);
+  assert.ok(error instanceof DaemonUnreachableError, String(error));
+  assert.match(error.message, /could not start on .* \(exit status 3\): the store is on fire; see .*snapshotd\.log/);
+});
+
+test("a daemon that never listens: a time-out", async () => {
+  const folder = tempDir("sdc-slow-");
+  const pidFile = path.join(folder, "pid");
+  const daemonCommand = ["sh", "-c", `echo $$ > ${pidFile}; exec sleep 60`, "sh"];
+  const error = await connect({ socket: path.join(folder, "s.sock"), autostart: true, daemonCommand, startTimeoutMs: 300 })
+    .catch((caught) => caught);
+  try {
+    assert.ok(error instanceof DaemonUnreachableError, String(error));
+    assert.match(error.message, /did not start on .* within 0.3 s/);
+  } finally {
+    process.kill(Number(fs.readFileSync(pidFile, "utf8")), "SIGKILL");
+  }
+});
+
+test("autostart does not start a daemon in another user's folder", { skip: process.geteuid() !== 0 && "needs root to chown" }, async () => {
+  const folder = tempDir("sdc-theirs-");
+  fs.chownSync(folder, 65534, 65534);
+  const marker = path.join(tempDir("sdc-marker-"), "ran");
+  const daemonCommand = ["sh", "-c", `touch ${marker}`, "sh"];
+  const error = await connect({ socket: path.join(folder, "s.sock"), autostart: true, daemonCommand })
+    .catch((caught) => caught);
+  assert.ok(error instanceof UnsafeSocketFolderError, String(error));
+  assert.equal(fs.existsSync(marker), false, "the command did not run");
+});
