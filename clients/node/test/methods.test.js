@@ -164,6 +164,19 @@ describe("a turn: checkpoint, list, show, diff, revert, restore", () => {
   });
 });
 
+test("a file name that is not UTF-8 goes out and back as the daemon writes it (U+DC00+byte)", async () => {
+  const repo = makeRepo();
+  const rawName = Buffer.concat([Buffer.from(repo + "/caf"), Buffer.from([0xff]), Buffer.from(".txt")]);
+  fs.writeFileSync(rawName, "bytes\n");
+  const { checkpoint } = await sd.checkpoint({ path: repo });
+  fs.rmSync(rawName);
+  const { files } = await sd.diff({ from: checkpoint.id, path: repo });
+  assert.deepEqual(files.map((each) => [each.path, each.status]), [["caf\udcff.txt", "deleted"]]);
+  const restored = await sd.restore({ checkpoint: checkpoint.id, paths: [files[0].path] });
+  assert.deepEqual(restored.written, ["caf\udcff.txt"]);
+  assert.equal(fs.readFileSync(rawName, "utf8"), "bytes\n");
+});
+
 describe("errors come back as their classes", () => {
   test("an unknown checkpoint is a NotFoundError with its kind and code", async () => {
     const error = await sd.show("0000000").catch((caught) => caught);
