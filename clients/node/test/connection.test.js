@@ -71,7 +71,7 @@ describe("pipelining", () => {
 });
 
 describe("subscribe", () => {
-  test("notifications come out of the async iterator; break ends the subscription", async () => {
+  test("notifications come out of the async iterator; break ends the subscription", { timeout: 60_000 }, async () => {
     const sd = await connect({ socket: daemon.socket });
     try {
       const repo = makeRepo();
