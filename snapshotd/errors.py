@@ -8,6 +8,8 @@ these at the call site with ``raise ... from exc``.
 
 from __future__ import annotations
 
+import errno
+import os
 from typing import Any, ClassVar
 
 PARSE_ERROR = -32700
@@ -115,6 +117,52 @@ class ShuttingDown(SnapshotdError):
     kind = "shutting_down"
 
 
+class FilesystemError(SnapshotdError):
+    """The disk refused a write: full, over quota, read-only, or not permitted."""
+
+    kind = "filesystem"
+
+
+# What a person can do about each refusal of the disk, by errno.
+_REMEDIES: dict[int, str] = {
+    errno.ENOSPC: "the disk is full; free some space and try again",
+    errno.EDQUOT: "the disk quota is used up; free some space and try again",
+    errno.EROFS: "the file system is mounted read-only",
+    errno.EACCES: "permission denied; check the owner and mode of that path",
+    errno.EPERM: "the operation is not permitted there; check the owner and mode of that path",
+}
+
+
+def errno_of(exc: BaseException) -> int | None:
+    """The errno behind an OSError, or behind a library error whose message quotes one.
+
+    libgit2 reports a failed write as a GitError whose text ends with the
+    system's message ("No space left on device"), without the number.
+    """
+    if isinstance(exc, OSError) and exc.errno is not None:
+        return exc.errno
+    text = str(exc)
+    for number in _REMEDIES:
+        if os.strerror(number) in text:
+            return number
+    return None
+
+
+def filesystem_error(exc: BaseException, path: str, doing: str, where: str = "") -> SnapshotdError:
+    """One clear sentence for a failure of the disk at ``path`` (``where`` it is) while ``doing``.
+
+    The one place where ENOSPC, EDQUOT, EROFS, EACCES and EPERM get their
+    wording; any other failure is an internal error that still names the path.
+    """
+    number = errno_of(exc)
+    name = errno.errorcode.get(number or 0)
+    place = f"{path}{where}"
+    if number in _REMEDIES:
+        return FilesystemError(f"Could not {doing} {place}: {_REMEDIES[number]}.", path=path, errno=name)
+    reason = os.strerror(number) if number else (str(exc) or type(exc).__name__)
+    return InternalError(f"Could not {doing} {place}: {reason}.", path=path, errno=name)
+
+
 ERRORS_BY_KIND: dict[str, type[SnapshotdError]] = {
     cls.kind: cls
     for cls in (
@@ -128,6 +176,7 @@ ERRORS_BY_KIND: dict[str, type[SnapshotdError]] = {
         TooLarge,
         Busy,
         ShuttingDown,
+        FilesystemError,
     )
     if cls.kind is not None
 }

@@ -31,19 +31,27 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import secrets
 import shutil
 import stat
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pygit2
 
 from snapshotd.diff import load_tree
-from snapshotd.errors import InternalError, InvalidParams, NotADirectory, NotFound
+from snapshotd.errors import (
+    InternalError,
+    InvalidParams,
+    NotADirectory,
+    NotFound,
+    SnapshotdError,
+    filesystem_error,
+)
 from snapshotd.gitproc import GitTarget, run_git_sync
 from snapshotd.gitrepo import GitRepository, Repository
 from snapshotd.paths import could_match_under, is_git_dir_name, path_matches
@@ -54,12 +62,14 @@ __all__ = [
     "Entry",
     "GitCheckout",
     "Plan",
+    "PreparedPlan",
     "apply_plan",
     "flatten_tree",
     "plan_restore",
     "plan_revert",
     "prepared_plan",
     "recover",
+    "unmatched_paths",
 ]
 
 TEMP_PREFIX = ".snapshotd-tmp-"
@@ -104,6 +114,9 @@ class Plan:
     empty nested-repository folders (and then the folders they leave empty),
     ``conflicts`` lists what was left alone and why. ``chmod_only`` names the
     writes whose content is already on disk, so only the mode changes.
+    ``expected`` holds, for each path written or deleted, what the safety
+    checkpoint recorded there (None: nothing): a path that no longer holds it
+    when its turn comes was changed by someone else, and is left alone.
     :func:`apply_plan` updates the plan to what it actually did.
     """
 
@@ -111,6 +124,7 @@ class Plan:
     deletes: list[str] = field(default_factory=list)
     conflicts: list[dict[str, str]] = field(default_factory=list)
     chmod_only: set[str] = field(default_factory=set)
+    expected: dict[str, Entry | None] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------
@@ -347,11 +361,13 @@ def _build_plan(
     for path, reason in refused.items():
         conflicts.append({"path": path, "reason": reason})
     conflicts.sort(key=lambda c: c["path"])
+    recorded = {path: cur for path, cur, _ in changes}
     return Plan(
         writes=sorted(writes.items()),
         deletes=sorted(deletes, key=lambda p: (-p.count("/"), p)),
         conflicts=conflicts,
         chmod_only=chmod_only,
+        expected={path: recorded[path] for path in (*writes, *deletes)},
     )
 
 
@@ -416,6 +432,27 @@ def _write_blocker(
 
 def _unsafe_conflicts(unsafe: list[str]) -> list[dict[str, str]]:
     return [{"path": path, "reason": REASON_UNSAFE} for path in unsafe]
+
+
+def unmatched_paths(repo: Repository, trees: Sequence[str | None], paths: Sequence[str], workdir: str) -> list[str]:
+    """The paths that name nothing in any of ``trees`` nor on disk (as ``git checkout -- nope`` refuses)."""
+    loaded = [load_tree(repo, tree) for tree in trees]
+    missing = []
+    for path in paths:
+        path = path.rstrip("/")
+        if not path or os.path.lexists(os.path.join(workdir, path)):
+            continue
+        if not any(tree is not None and _in_tree(tree, path) for tree in loaded):
+            missing.append(path)
+    return missing
+
+
+def _in_tree(tree: pygit2.Tree, path: str) -> bool:
+    try:
+        tree[path]
+    except (KeyError, ValueError, pygit2.GitError):
+        return False
+    return True
 
 
 def plan_restore(
@@ -499,11 +536,12 @@ def _split(path: str) -> list[str]:
     return parts
 
 
-def _open_dir(root_fd: int, parts: Sequence[str], *, create: bool) -> int:
+def _open_dir(root_fd: int, parts: Sequence[str], *, create: bool, created: list[str] | None = None) -> int:
     """Open the folder ``parts`` under ``root_fd``, never following a symlink.
 
-    Missing folders are created when ``create``; a component that is not a real
-    folder raises _Blocked, a missing one FileNotFoundError (unless created).
+    Missing folders are created when ``create`` (and their paths appended to
+    ``created``); a component that is not a real folder raises _Blocked, a
+    missing one FileNotFoundError (unless created).
     """
     fd = os.dup(root_fd)
     try:
@@ -513,8 +551,12 @@ def _open_dir(root_fd: int, parts: Sequence[str], *, create: bool) -> int:
             except FileNotFoundError:
                 if not create:
                     raise
-                with contextlib.suppress(FileExistsError):
+                try:
                     os.mkdir(name, 0o777, dir_fd=fd)
+                    if created is not None:
+                        created.append("/".join(parts[: depth + 1]))
+                except FileExistsError:
+                    pass
                 try:
                     child = os.open(name, _DIR_FLAGS, dir_fd=fd)
                 except OSError as exc:
@@ -604,13 +646,29 @@ def _fsync_dir(root_fd: int, parts: Sequence[str]) -> None:
         os.close(fd)
 
 
-def _fail(path: str, exc: OSError) -> InternalError:
-    reason = os.strerror(exc.errno) if exc.errno else str(exc)
-    return InternalError(
-        f"Could not update {path!r} in the worktree: {reason}.",
-        path=path,
-        errno=errno.errorcode.get(exc.errno or 0, str(exc.errno)),
-    )
+def _fail(path: str, exc: OSError) -> SnapshotdError:
+    return filesystem_error(exc, path, "write", " in the worktree")
+
+
+def _blob_id(data: bytes, like: str) -> str:
+    """The git blob id of ``data``, in the object format of the id ``like`` (SHA-1 or SHA-256)."""
+    digest = hashlib.sha256 if len(like) == 64 else hashlib.sha1
+    return digest(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def _read_at(dir_fd: int, name: str) -> bytes | None:
+    """A regular file's bytes (never through a symlink, never blocking on a FIFO), or None."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
 
 
 def _validate(repo: Repository, plan: Plan) -> dict[str, bytes]:
@@ -647,7 +705,7 @@ def _validate(repo: Repository, plan: Plan) -> dict[str, bytes]:
 
 
 def _write_journal(
-    journal_dir: str, token: str, workdir: str, temps: dict[str, str], stage: str | None
+    journal_dir: str, token: str, workdir: str, temps: dict[str, str], stage: str | None, backups: str
 ) -> tuple[str, int]:
     """Record the temporary names about to be created; written atomically and synced.
 
@@ -663,6 +721,7 @@ def _write_journal(
             "workdir": workdir,
             "pid": os.getpid(),
             "stage": stage,
+            "backups": backups,
             "entries": [{"target": target, "temp": temp} for target, temp in temps.items()],
         }
     ).encode("ascii")
@@ -709,7 +768,17 @@ def _remove_temp(root_fd: int, temp: str) -> bool:
 
 
 class _Applier:
-    def __init__(self, repo: Repository, root_fd: int, plan: Plan, stage: _Stage) -> None:
+    """Carries out a plan path by path, keeping what it replaces so that a failure can be undone.
+
+    Every file, link or empty folder the plan replaces or removes is first
+    hard-linked (or copied, where the file system has no hard links) into a
+    backup folder at the worktree's root, and every step is logged; on a
+    failure :meth:`roll_back` undoes the steps newest first. Before touching a
+    path it checks that the path still holds what the safety checkpoint
+    recorded; one that was changed meanwhile is left alone as a conflict.
+    """
+
+    def __init__(self, repo: Repository, root_fd: int, plan: Plan, stage: _Stage, backups: str) -> None:
         self.repo = repo
         self.root_fd = root_fd
         self.plan = plan
@@ -717,9 +786,117 @@ class _Applier:
         self.umask = _read_umask()
         self.skipped: dict[str, str] = {}
         self.synced: set[tuple[str, ...]] = set()
+        self.backups = backups
+        self.backup_fd: int | None = None
+        self.undo: list[tuple[str, str, Any]] = []
+        self.slots = 0
 
     def skip(self, path: str, reason: str) -> None:
         self.skipped.setdefault(path, reason)
+
+    def close(self) -> None:
+        """Remove the backup folder (the plan is done or rolled back)."""
+        if self.backup_fd is not None:
+            os.close(self.backup_fd)
+            self.backup_fd = None
+        _remove_backups(self.root_fd, self.backups)
+
+    # what is on disk --------------------------------------------------------
+
+    def as_recorded(self, dir_fd: int, name: str, path: str) -> bool:
+        """Whether ``path`` still holds what the safety checkpoint recorded there.
+
+        Compared by kind and content (a file's bytes hashed as a blob, through
+        git's clean filters when the raw bytes differ). A path the plan holds
+        no record for (a hand-made plan) is not checked.
+        """
+        if path not in self.plan.expected:
+            return True
+        entry = self.plan.expected[path]
+        st = _lstat_at(dir_fd, name)
+        if st is None:
+            return entry is None
+        if entry is None:
+            return stat.S_ISDIR(st.st_mode)  # a folder the plan may replace only if it is empty
+        if entry.mode == MODE_GITLINK:
+            return stat.S_ISDIR(st.st_mode)
+        if entry.mode == MODE_LINK:
+            return stat.S_ISLNK(st.st_mode) and os.fsencode(os.readlink(name, dir_fd=dir_fd)) == self.repo[entry.oid].data
+        data = _read_at(dir_fd, name) if stat.S_ISREG(st.st_mode) else None
+        if data is None:
+            return False
+        return _blob_id(data, entry.oid) == entry.oid or self.stage.clean_id(path, data) == entry.oid
+
+    def stale(self) -> list[str]:
+        """The planned paths that no longer hold what the safety checkpoint recorded."""
+        found = []
+        for path in (*self.plan.deletes, *(p for p, _ in self.plan.writes)):
+            parts = path.split("/")
+            try:
+                fd = _open_dir(self.root_fd, parts[:-1], create=False)
+            except FileNotFoundError:
+                if self.plan.expected.get(path) is not None:
+                    found.append(path)
+                continue
+            except (OSError, _Blocked):
+                continue  # applying reports it
+            try:
+                if not self.as_recorded(fd, parts[-1], path):
+                    found.append(path)
+            finally:
+                os.close(fd)
+        return sorted(set(found))
+
+    # undoing ------------------------------------------------------------------
+
+    def _keep(self, dir_fd: int, name: str, path: str) -> None:
+        """Put what stands at ``path`` aside in the backup folder, to put back on a failure."""
+        if self.backup_fd is None:
+            os.mkdir(self.backups, 0o700, dir_fd=self.root_fd)
+            self.backup_fd = os.open(self.backups, _DIR_FLAGS, dir_fd=self.root_fd)
+        self.slots += 1
+        slot = str(self.slots)
+        try:
+            os.link(name, slot, src_dir_fd=dir_fd, dst_dir_fd=self.backup_fd, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.EOPNOTSUPP):
+                raise
+            _copy_entry(dir_fd, name, self.backup_fd, slot)
+        self.undo.append(("put_back", path, slot))
+
+    def roll_back(self) -> list[str]:
+        """Undo every step taken, newest first; returns the paths that could not be put back."""
+        failed: set[str] = set()
+        while self.undo:
+            action, path, arg = self.undo.pop()
+            try:
+                self._undo_step(action, path, arg)
+            except (OSError, _Blocked):
+                failed.add(path)
+        return sorted(failed)
+
+    def _undo_step(self, action: str, path: str, arg: Any) -> None:
+        parts = path.split("/")
+        fd = _open_dir(self.root_fd, parts[:-1], create=action in ("put_back", "mkdir"))
+        try:
+            name = parts[-1]
+            if action == "put_back":
+                os.rename(arg, name, src_dir_fd=self.backup_fd, dst_dir_fd=fd)
+            elif action == "remove":
+                os.unlink(name, dir_fd=fd)
+            elif action == "rmdir":
+                os.rmdir(name, dir_fd=fd)
+            elif action == "mkdir":
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=fd)
+            elif action == "chmod":
+                target = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    os.fchmod(target, arg)
+                finally:
+                    os.close(target)
+        finally:
+            os.close(fd)
 
     # deletes -------------------------------------------------------------
 
@@ -736,6 +913,9 @@ class _Applier:
             st = _lstat_at(fd, parts[-1])
             if st is None:
                 return
+            if not self.as_recorded(fd, parts[-1], path):
+                self.skip(path, REASON_CHANGED_ON_DISK)
+                return
             if stat.S_ISDIR(st.st_mode):
                 # A nested repository's folder (or a race): only ever removed empty.
                 try:
@@ -745,7 +925,9 @@ class _Applier:
                         self.skip(path, REASON_CHANGED_ON_DISK)
                         return
                     raise _fail(path, exc) from exc
+                self.undo.append(("mkdir", path, None))
             else:
+                self._keep(fd, parts[-1], path)
                 os.unlink(parts[-1], dir_fd=fd)
             self.synced.add(tuple(parts[:-1]))
         except OSError as exc:
@@ -770,6 +952,7 @@ class _Applier:
                 continue
             try:
                 os.rmdir(parts[-1], dir_fd=fd)
+                self.undo.append(("mkdir", folder, None))
                 self.synced.add(tuple(parts[:-1]))
             except OSError:
                 pass  # not empty, not a folder, or gone: left as it is
@@ -781,13 +964,16 @@ class _Applier:
     def write(self, path: str, entry: Entry, temp: str | None, link: bytes | None) -> None:
         parts = path.split("/")
         name = parts[-1]
+        created: list[str] = []
         try:
-            fd = _open_dir(self.root_fd, parts[:-1], create=True)
+            fd = _open_dir(self.root_fd, parts[:-1], create=True, created=created)
         except _Blocked as blocked:
             self.skip(path, blocked.reason)
             return
         except OSError as exc:
             raise _fail(path, exc) from exc
+        finally:
+            self.undo.extend(("rmdir", folder, None) for folder in created)
         try:
             self._write_at(fd, path, name, entry, temp, link)
         except OSError as exc:
@@ -799,10 +985,14 @@ class _Applier:
     def _write_at(
         self, fd: int, path: str, name: str, entry: Entry, temp: str | None, link: bytes | None
     ) -> None:
+        if not self.as_recorded(fd, name, path):
+            self.skip(path, REASON_CHANGED_ON_DISK)
+            return
         existing = _lstat_at(fd, name)
         if entry.mode == MODE_GITLINK:
             if existing is None:
                 os.mkdir(name, 0o777, dir_fd=fd)
+                self.undo.append(("rmdir", path, None))
             elif not stat.S_ISDIR(existing.st_mode):
                 self.skip(path, REASON_CHANGED_ON_DISK)
             return
@@ -812,11 +1002,13 @@ class _Applier:
             and stat.S_ISREG(existing.st_mode)
             and self._chmod(fd, name, entry.mode, existing)
         ):
+            self.undo.append(("chmod", path, stat.S_IMODE(existing.st_mode)))
             return
         if existing is not None and stat.S_ISDIR(existing.st_mode):
             if not _remove_empty_tree(fd, name):
                 self.skip(path, REASON_IN_THE_WAY)
                 return
+            self.undo.append(("mkdir", path, None))
             existing = None
         assert temp is not None
         tmp_name = temp.rsplit("/", 1)[-1]
@@ -837,15 +1029,21 @@ class _Applier:
                 os.fsync(out)
             finally:
                 os.close(out)
+        if existing is not None:
+            self._keep(fd, name, path)
         try:
             os.rename(tmp_name, name, src_dir_fd=fd, dst_dir_fd=fd)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_name, dir_fd=fd)
+            if existing is not None:
+                self.undo.pop()  # nothing was replaced: its backup is not needed
             if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
                 self.skip(path, REASON_CHANGED_ON_DISK)
                 return
             raise
+        if existing is None:
+            self.undo.append(("remove", path, None))
 
     def _chmod(self, dir_fd: int, name: str, mode: int, existing: os.stat_result) -> bool:
         """Change only the exec bits of the regular file there; False if it must be rewritten.
@@ -875,6 +1073,46 @@ class _Applier:
     def sync(self) -> None:
         for parts in self.synced:
             _fsync_dir(self.root_fd, parts)
+
+
+def _copy_entry(src_dir_fd: int, name: str, dst_dir_fd: int, slot: str) -> None:
+    """Copy a file or symlink where it cannot be hard-linked (its bytes, link target and mode)."""
+    st = os.stat(name, dir_fd=src_dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(name, dir_fd=src_dir_fd), slot, dir_fd=dst_dir_fd)
+        return
+    data = _read_at(src_dir_fd, name)
+    if data is None:
+        raise OSError(errno.EINVAL, "not a regular file", name)
+    out = os.open(slot, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_dir_fd)
+    try:
+        _write_all(out, data)
+        os.fchmod(out, stat.S_IMODE(st.st_mode))
+        os.fsync(out)
+    finally:
+        os.close(out)
+
+
+def _remove_backups(root_fd: int, name: object) -> bool:
+    """Remove a backup folder at the worktree's root (flat, only our files, never through a symlink).
+
+    Returns whether there was one to remove.
+    """
+    if not isinstance(name, str) or not name.startswith(TEMP_PREFIX) or "/" in name:
+        return False
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=root_fd)
+    except OSError:
+        return False
+    try:
+        for child in os.listdir(fd):
+            with contextlib.suppress(OSError):
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=root_fd)
+    return True
 
 
 # ---------------------------------------------------------------------------
@@ -939,17 +1177,7 @@ def _read_disk_file(root_fd: int, path: str) -> bytes | None:
     except (OSError, _Blocked):
         return None
     try:
-        try:
-            out = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
-        except OSError:
-            return None
-        try:
-            if not stat.S_ISREG(os.fstat(out).st_mode):
-                return None
-            with os.fdopen(out, "rb", closefd=False) as handle:
-                return handle.read()
-        finally:
-            os.close(out)
+        return _read_at(fd, parts[-1])
     finally:
         os.close(fd)
 
@@ -988,10 +1216,11 @@ class _Stage:
     out on its own when asked for.
     """
 
-    def __init__(self, repo: Repository, directory: str, checkout: GitCheckout | None) -> None:
+    def __init__(self, repo: Repository, directory: str, checkout: GitCheckout | None, workdir: str) -> None:
         self.repo = repo
         self.directory = directory
         self.checkout = checkout
+        self.workdir = workdir
         self.out = os.path.join(directory, "out")
         self.index_path = os.path.join(directory, "index")
         self.index: pygit2.Index | _GitIndex | None = None
@@ -1061,6 +1290,21 @@ class _Stage:
         elif self.index is not None:
             self.index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry.oid), entry.mode))
 
+    def clean_id(self, path: str, data: bytes) -> str | None:
+        """The blob id git would record for ``data`` at ``path`` (clean filters, line endings), or None.
+
+        Asked only when the raw bytes hash to another id, so a file that
+        conversion cannot touch never costs a process.
+        """
+        if self.checkout is None:
+            return None
+        out = run_git_sync(
+            GitTarget(git_dir=self.checkout.git_dir, work_tree=self.workdir),
+            ["hash-object", "--stdin", f"--path={path}"],
+            input=data,
+        )
+        return out.decode("ascii", "replace").strip()
+
     def take(self, path: str, entry: Entry) -> bytes:
         """The content to write at ``path``: as git checks it out, or the blob as it is."""
         if path not in self.files:
@@ -1082,6 +1326,55 @@ class _Stage:
         return data
 
 
+class PreparedPlan:
+    """A plan ready to apply: :meth:`stale` checks the disk against the safety checkpoint, :meth:`apply` applies."""
+
+    def __init__(self, plan: Plan, applier: _Applier, temps: dict[str, str], links: dict[str, bytes]) -> None:
+        self.plan = plan
+        self._applier = applier
+        self._temps = temps
+        self._links = links
+
+    def stale(self) -> list[str]:
+        """The paths to touch that no longer hold what the safety checkpoint recorded."""
+        return self._applier.stale()
+
+    def apply(self) -> None:
+        """Carry out the plan; on a failure put back everything done so far and re-raise.
+
+        The error then says that nothing was changed, or names exactly the
+        paths that could not be put back.
+        """
+        applier = self._applier
+        try:
+            for path in self.plan.deletes:
+                applier.delete(path)
+            keep: set[str] = set()
+            for path, entry in self.plan.writes:
+                parts = path.split("/")
+                keep.update("/".join(parts[:depth]) for depth in range(1, len(parts)))
+                if entry.mode == MODE_GITLINK:
+                    keep.add(path)
+            applier.prune_folders(self.plan.deletes, keep)
+            for path, entry in self.plan.writes:
+                applier.write(path, entry, self._temps.get(path), self._links.get(path))
+            applier.sync()
+        except SnapshotdError as exc:
+            unrestored = applier.roll_back()
+            if unrestored:
+                raise type(exc)(
+                    f"{exc.message} These paths could not be put back as they were (the safety checkpoint "
+                    f"holds them): {', '.join(unrestored)}.",
+                    **exc.data,
+                    unrestored=unrestored,
+                ) from exc
+            raise type(exc)(f"{exc.message} Nothing was changed: every path already updated was put back.", **exc.data) from exc
+        except BaseException:
+            applier.roll_back()
+            raise
+        applier.undo.clear()
+
+
 @contextlib.contextmanager
 def prepared_plan(
     repo: Repository,
@@ -1089,17 +1382,17 @@ def prepared_plan(
     plan: Plan,
     journal_dir: str,
     checkout: GitCheckout | None = None,
-) -> Iterator[Callable[[], None]]:
-    """Get ready to carry out ``plan`` in ``workdir``; yields the function that does it.
+) -> Iterator[PreparedPlan]:
+    """Get ready to carry out ``plan`` in ``workdir``.
 
     Everything that can fail without touching the worktree happens on entry:
     the whole plan is validated (NotFound for a missing object, InvalidParams
     for an unsafe path), the journal is written, and with ``checkout`` the
     content of every file is prepared as ``git checkout`` would write it (a
-    failing filter raises GitError). So a caller can record a safety
-    checkpoint inside the block, knowing the plan is ready, and then apply.
-    See :func:`apply_plan` for what applying does. Temporary files, staged
-    content and the journal are gone on exit, whatever happened.
+    failing filter raises GitError). So a caller can check the disk and record
+    a safety checkpoint inside the block, knowing the plan is ready, and then
+    apply. See :func:`apply_plan` for what applying does. Temporary files,
+    backups, staged content and the journal are gone on exit, whatever happened.
     """
     links = _validate(repo, plan)
     try:
@@ -1110,8 +1403,8 @@ def prepared_plan(
         raise NotADirectory(f"The worktree {workdir} is not a folder.", path=workdir) from exc
 
     token = secrets.token_hex(8)
-    stage = _Stage(repo, os.path.join(journal_dir, f"{_STAGE_PREFIX}{token}"), checkout)
-    applier = _Applier(repo, root_fd, plan, stage)
+    stage = _Stage(repo, os.path.join(journal_dir, f"{_STAGE_PREFIX}{token}"), checkout, workdir)
+    applier = _Applier(repo, root_fd, plan, stage, f"{TEMP_PREFIX}{token}")
     temps: dict[str, str] = {}
     for path, entry in plan.writes:
         if entry.mode != MODE_GITLINK:
@@ -1119,36 +1412,24 @@ def prepared_plan(
             temp_name = f"{TEMP_PREFIX}{secrets.token_hex(8)}"
             temps[path] = f"{folder}/{temp_name}" if folder else temp_name
 
-    def apply() -> None:
-        for path in plan.deletes:
-            applier.delete(path)
-        keep: set[str] = set()
-        for path, entry in plan.writes:
-            parts = path.split("/")
-            keep.update("/".join(parts[:depth]) for depth in range(1, len(parts)))
-            if entry.mode == MODE_GITLINK:
-                keep.add(path)
-        applier.prune_folders(plan.deletes, keep)
-        for path, entry in plan.writes:
-            applier.write(path, entry, temps.get(path), links.get(path))
-        applier.sync()
-
     journal: str | None = None
     journal_fd: int | None = None
     try:
-        if temps:
+        if plan.writes or plan.deletes:
             journal, journal_fd = _write_journal(
                 journal_dir,
                 token,
                 os.path.abspath(workdir),
                 temps,
                 os.path.basename(stage.directory) if checkout is not None else None,
+                applier.backups,
             )
             stage.prepare(root_fd, plan)
-        yield apply
+        yield PreparedPlan(plan, applier, temps, links)
     finally:
         for temp in temps.values():
             _remove_temp(root_fd, temp)
+        applier.close()
         shutil.rmtree(stage.directory, ignore_errors=True)
         if journal is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -1183,12 +1464,14 @@ def apply_plan(
     failing filter raises GitError and changes nothing). What turns out to be
     unsafe on disk while applying (a symlink or a foreign file where the plan
     expected otherwise) is skipped and moved from ``writes``/``deletes`` to
-    ``conflicts``, so the plan afterwards tells what was done. A filesystem
-    error raises InternalError; files already renamed into place stay, and no
-    temporary file is left behind.
+    ``conflicts``, as is a path that no longer holds what ``plan.expected``
+    records (someone wrote it meanwhile), so the plan afterwards tells what
+    was done. A filesystem error (FilesystemError for a full, read-only or
+    forbidden disk) is raised after every step taken was undone; no temporary
+    file or backup is left behind.
     """
-    with prepared_plan(repo, workdir, plan, journal_dir, checkout) as apply:
-        apply()
+    with prepared_plan(repo, workdir, plan, journal_dir, checkout) as prepared:
+        prepared.apply()
 
 
 def _journals(journal_dir: str) -> list[str]:
@@ -1236,8 +1519,9 @@ def recover(journal_dir: str, workdir: str) -> list[str]:
 
     Reads every journal in ``journal_dir`` that names ``workdir``, removes the
     temporary files it lists (never a folder, never through a symlink, only
-    names carrying the temporary prefix), its staged content, and then the
-    journal. A journal whose writer is still alive (it holds the journal's
+    names carrying the temporary prefix), the folder of backups it kept of
+    what it replaced (the safety checkpoint holds those), its staged content,
+    and then the journal. A journal whose writer is still alive (it holds the journal's
     lock) is left alone, so opening a worktree while another process restores
     into it never disturbs that restore. Returns the worktree-relative paths
     removed. Targets never need repair: they are only ever replaced whole by a
@@ -1286,6 +1570,8 @@ def recover(journal_dir: str, workdir: str) -> list[str]:
                     if isinstance(temp, str) and _remove_temp(root_fd, temp):
                         cleaned.append(temp)
                 _remove_stage(journal_dir, record.get("stage"))
+                if _remove_backups(root_fd, record.get("backups")):
+                    cleaned.append(record["backups"])
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(full)
     finally:
