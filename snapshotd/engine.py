@@ -20,12 +20,13 @@ from typing import Any
 import pygit2
 import trio
 
-from . import diff as diff_mod, restore as restore_mod, spawn
+from . import diff as diff_mod, kept as kept_mod, restore as restore_mod, spawn
 from .capture import (
     CaptureResult,
     CaptureStats,
     StatCache,
     capture_cold,
+    git_target,
     make_fence,
     thread_limiter,
 )
@@ -37,6 +38,7 @@ from .errors import (
     SnapshotdError,
     Unsupported,
     WorktreeMismatch,
+    filesystem_error,
 )
 from .fsutil import remove_stale_temp_files
 from .gitproc import GitTarget, run_git
@@ -108,6 +110,14 @@ def _head(info: WorktreeInfo) -> tuple[str | None, str | None]:
         return str(head.target), branch
     except (pygit2.GitError, KeyError, ValueError):
         return None, None
+
+
+def _no_safety(exc: BaseException, store_dir: str) -> SnapshotdError:
+    """The error of a restore or revert whose safety checkpoint could not be taken: nothing was changed."""
+    error = exc if isinstance(exc, SnapshotdError) else filesystem_error(exc, store_dir, "save the safety checkpoint in")
+    return type(error)(
+        f"{error.message.rstrip('.')}; no safety checkpoint could be taken, so nothing was changed.", **error.data
+    )
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -532,47 +542,97 @@ class Engine:
         plan_fn: Callable[[Repository, str], restore_mod.Plan],
         dry_run: bool,
         label: str,
+        *,
+        report_kept: bool = False,
+        paths: list[str] | None = None,
     ) -> dict[str, Any]:
+        """Capture, plan, record the safety checkpoint and apply, all under the worktree's lock.
+
+        The safety checkpoint must hold what is on disk now at every path the
+        plan touches: a warm capture that does not (the watcher missed a
+        change, or a failed capture left it behind) is replaced by an exact
+        one before anything is recorded. A capture or record that fails
+        changes nothing and says so. With ``report_kept`` (a restore of
+        ``paths``), the result lists in ``kept`` what it left in place.
+        """
         async with state.lock:
-            current = await self.capture(state)
+            exact = False
+            while True:
+                current = await self._safety_capture(state, exact)
+                outcome = await trio.to_thread.run_sync(
+                    self._plan_and_apply, state, current, plan_fn, dry_run, label, exact, report_kept, paths,
+                    limiter=thread_limiter,
+                )
+                if outcome is not None:
+                    return outcome
+                self.counters["safety_recaptures"] += 1
+                exact = True
 
-            def plan_and_apply() -> dict[str, Any]:
-                with repository(state.info.store_dir) as repo:
-                    return apply_in(repo)
+    async def _safety_capture(self, state: WorktreeState, exact: bool) -> CaptureResult:
+        try:
+            return await self.capture(state, exact=exact)
+        except (SnapshotdError, OSError, pygit2.GitError) as exc:
+            raise _no_safety(exc, state.info.store_dir) from exc
 
-            def apply_in(repo: Repository) -> dict[str, Any]:
-                plan = plan_fn(repo, current.tree)
-                safety = None
-                if not dry_run and (plan.writes or plan.deletes):
-                    touched = [p for p, _ in plan.writes] + list(plan.deletes)
-                    # Validation and content (line endings, filters) are ready before the
-                    # safety checkpoint is recorded, so a plan that cannot be applied
-                    # fails without leaving anything behind.
-                    with restore_mod.prepared_plan(
-                        repo,
-                        state.info.path,
-                        plan,
-                        os.path.join(state.info.state_dir, "journal"),
-                        restore_mod.GitCheckout(git_dir=state.info.git_dir or state.info.store_dir),
-                    ) as apply:
-                        store = Store(repo)
-                        base, _ = _head(state.info)
-                        safety = store.record(
+    def _plan_and_apply(
+        self,
+        state: WorktreeState,
+        current: CaptureResult,
+        plan_fn: Callable[[Repository, str], restore_mod.Plan],
+        dry_run: bool,
+        label: str,
+        exact: bool,
+        report_kept: bool,
+        paths: list[str] | None,
+    ) -> dict[str, Any] | None:
+        """One attempt on a worker thread; None when the capture was warm and not current."""
+        with repository(state.info.store_dir) as repo:
+            plan = plan_fn(repo, current.tree)
+            safety = None
+            kept: list[dict[str, str]] = []
+            if not dry_run and (plan.writes or plan.deletes):
+                touched = [p for p, _ in plan.writes] + list(plan.deletes)
+                ignored = self._ignored_files(state, touched) if report_kept else None
+                # Validation and content (line endings, filters) are ready before the
+                # safety checkpoint is recorded, so a plan that cannot be applied
+                # fails without leaving anything behind.
+                with restore_mod.prepared_plan(
+                    repo,
+                    state.info.path,
+                    plan,
+                    os.path.join(state.info.state_dir, "journal"),
+                    restore_mod.GitCheckout(git_dir=state.info.git_dir or state.info.store_dir),
+                ) as prepared:
+                    if not exact and prepared.stale():
+                        return None
+                    base, _ = _head(state.info)
+                    try:
+                        safety = Store(repo).record(
                             worktree_id=state.info.id, session=SAFETY_SESSION, label=label, tree=current.tree, base=base
                         ).to_wire()
-                        try:
-                            apply()
-                        finally:
-                            for path in touched:
-                                state.cache.forget(path)
-                return {
-                    "safety_checkpoint": safety,
-                    "written": sorted(p for p, _ in plan.writes),
-                    "deleted": sorted(plan.deletes),
-                    "conflicts": list(plan.conflicts),
-                }
+                    except (OSError, pygit2.GitError) as exc:
+                        raise _no_safety(exc, state.info.store_dir) from exc
+                    try:
+                        prepared.apply()
+                    finally:
+                        for path in touched:
+                            state.cache.forget(path)
+                if ignored is not None:
+                    kept = ignored.no_longer_ignored()
+            result: dict[str, Any] = {
+                "safety_checkpoint": safety,
+                "written": sorted(p for p, _ in plan.writes),
+                "deleted": sorted(plan.deletes),
+                "conflicts": list(plan.conflicts),
+            }
+            if report_kept:
+                result["kept"] = kept_mod.left_out(current.stats.skipped, paths) + kept
+            return result
 
-            return await trio.to_thread.run_sync(plan_and_apply, limiter=thread_limiter)
+    def _ignored_files(self, state: WorktreeState, touched: list[str]) -> kept_mod.IgnoredFiles:
+        """The ignored files a plan touching ``touched`` may unveil, listed before it is applied."""
+        index = None if state.info.git_dir else kept_mod.empty_index_path(os.path.join(state.info.state_dir, "tmp"))
+        return kept_mod.IgnoredFiles(git_target(state.info), index, touched)
 
     async def _restore(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         paths = optional_str_list(params, "paths")
@@ -592,11 +652,19 @@ class Engine:
         if os.path.realpath(store.repo.path) != os.path.realpath(target.info.store_dir):
             raise Unsupported("The checkpoint is stored in another repository than the target worktree's.")
         rel_paths = [to_worktree_relative(target.info.path, p) for p in paths] if paths is not None else None
+
+        def plan(repo: Repository, current: str) -> restore_mod.Plan:
+            missing = restore_mod.unmatched_paths(repo, [current, checkpoint.tree], rel_paths or [], target.info.path)
+            if missing:
+                raise NotFound(
+                    f"Nothing matches {missing[0]!r} in checkpoint {checkpoint.id[:12]} or in the worktree; "
+                    "nothing was restored.",
+                    paths=missing,
+                )
+            return restore_mod.plan_restore(repo, current, checkpoint.tree, rel_paths, target.info.path)
+
         result = await self._safety_and_plan(
-            target,
-            lambda repo, current: restore_mod.plan_restore(repo, current, checkpoint.tree, rel_paths, target.info.path),
-            dry_run,
-            f"before restore {checkpoint.id}",
+            target, plan, dry_run, f"before restore {checkpoint.id}", report_kept=True, paths=rel_paths
         )
         if not result["conflicts"]:
             result.pop("conflicts")

@@ -763,7 +763,7 @@ async def test_dry_run_reports_and_changes_nothing(engine, tmp_path):
     refs = git(wt, "for-each-ref")
 
     result = await restore(engine, wt, cp_a["id"], dry_run=True)
-    assert result == {"safety_checkpoint": None, "written": ["a.txt", "gone.txt"], "deleted": ["new.txt"]}
+    assert result == {"safety_checkpoint": None, "written": ["a.txt", "gone.txt"], "deleted": ["new.txt"], "kept": []}
     assert worktree_listing(wt) == before
     assert await list_ids(engine, wt) == ids
     assert git(wt, "for-each-ref") == refs
