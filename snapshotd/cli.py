@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .errors import Busy, InternalError, SnapshotdError
+from .errors import Busy, InternalError, NotFound, SnapshotdError
 from .fsutil import pid_alive
-from .settings import VERSION
+from .settings import SAFETY_SESSION, VERSION
 
 if TYPE_CHECKING:
     from .client import Client
@@ -380,6 +380,7 @@ def _checkpoint_line(cp: dict[str, Any]) -> str:
 
 
 json_option = click.option("--json", "json_output", is_flag=True, help="Print the result as JSON.")
+yes_option = click.option("-y", "--yes", is_flag=True, help="Do not ask; needed when stdin is not a terminal.")
 
 
 @click.group(context_settings=CONTEXT)
@@ -546,36 +547,61 @@ def diff(ctx: click.Context, source: str, target: str, paths: tuple[str, ...], m
     _invoke(ctx, "diff", params, human, progress="comparing")
 
 
-def _print_changes(result: dict[str, Any], dry_run: bool) -> None:
+def _print_changes(result: dict[str, Any], dry_run: bool, err: bool = False) -> None:
+    """Written, deleted, left alone (and why) and kept paths, a summary, and how to undo."""
     verb = "would " if dry_run else ""
     for path in result.get("written", []):
-        click.echo(f"{click.style('W', fg='green')}  {path}")
+        click.echo(f"{click.style('W', fg='green')}  {path}", err=err)
     for path in result.get("deleted", []):
-        click.echo(f"{click.style('D', fg='red')}  {path}")
+        click.echo(f"{click.style('D', fg='red')}  {path}", err=err)
     for item in result.get("conflicts", []) + result.get("skipped", []):
-        click.echo(f"{click.style('!', fg='magenta')}  {item['path']}: {item['reason']}")
+        click.echo(f"{click.style('!', fg='magenta')}  {item['path']}: {item['reason']}", err=err)
+    for item in result.get("kept", []):
+        click.echo(f"{click.style('K', fg='cyan')}  {item['path']}: {item['reason']}", err=err)
     summary = f"{verb}write {len(result.get('written', []))}, {verb}delete {len(result.get('deleted', []))}"
-    click.echo(click.style(summary, dim=True))
+    click.echo(click.style(summary, dim=True), err=err)
     safety = result.get("safety_checkpoint")
     if safety:
-        click.echo(f"undo with: snapshotd restore {safety['id'][:12]}")
+        click.echo(f"undo with: snapshotd restore {safety['id'][:12]}  (or: snapshotd undo)", err=err)
 
 
-def _confirm_preview(ctx: click.Context, method: str, params: dict[str, Any], yes: bool) -> bool:
-    """At a terminal, show the dry run and ask before writing anything."""
-    runner: Runner = ctx.obj
-    interactive = sys.stdin.isatty() and sys.stdout.isatty() and not runner.json and not ctx.params.get("json_output")
-    if yes or params.get("dry_run") or not interactive:
+def _refuse_without_terminal(ctx: click.Context) -> None:
+    """Nobody can answer a question without a terminal on stdin: refuse, pointing to --yes."""
+    if not sys.stdin.isatty():
+        raise click.UsageError(
+            f"'{ctx.info_name}' changes things and stdin is not a terminal to ask on; pass --yes to go ahead."
+        )
+
+
+def _may_go_ahead(ctx: click.Context, question: str, yes: bool) -> bool:
+    """Whether a destructive command may run: --yes, or a person at the terminal said yes.
+
+    The question goes to stderr, so it is seen whatever stdout is piped to.
+    """
+    if yes:
         return True
+    _refuse_without_terminal(ctx)
+    return click.confirm(question, default=False, err=True)
+
+
+def _confirm_preview(ctx: click.Context, method: str, params: dict[str, Any], yes: bool) -> dict[str, Any] | None:
+    """Unless --yes or a dry run, show the dry run at the terminal and ask before writing anything.
+
+    Returns None to go ahead, or the dry run's result when there is nothing
+    to do or the answer was no.
+    """
+    runner: Runner = ctx.obj
+    if yes or params.get("dry_run"):
+        return None
+    _refuse_without_terminal(ctx)
     try:
         preview = runner.call(method, {**{k: v for k, v in params.items() if v is not None}, "dry_run": True})
     except SnapshotdError as error:
         _fail(runner, error)
-    if not preview.get("written") and not preview.get("deleted"):
-        _print_changes(preview, True)
-        return False
-    _print_changes(preview, True)
-    return click.confirm("Go ahead?", default=False)
+    _print_changes(preview, True, err=True)
+    if (preview.get("written") or preview.get("deleted")) and click.confirm("Go ahead?", default=False, err=True):
+        return None
+    return preview
 
 
 @main.command(cls=_PathsAfterDashDash, context_settings=CONTEXT)
@@ -583,7 +609,7 @@ def _confirm_preview(ctx: click.Context, method: str, params: dict[str, Any], ye
 @click.argument("paths", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
 @click.option("--into", "into", metavar="PATH", type=click.Path(file_okay=False), help="Restore into this worktree (another than the checkpoint's own).")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation at a terminal.")
+@yes_option
 @json_option
 @click.pass_context
 def restore(ctx: click.Context, checkpoint_id: str, paths: tuple[str, ...], dry_run: bool, into: str | None, yes: bool, json_output: bool) -> None:
@@ -596,9 +622,34 @@ def restore(ctx: click.Context, checkpoint_id: str, paths: tuple[str, ...], dry_
         "path": os.path.abspath(into) if into else None,
         "allow_other_worktree": True if into else None,
     }
-    if not _confirm_preview(ctx, "restore", params, yes):
+    if _confirm_preview(ctx, "restore", params, yes) is not None:
         return
     _invoke(ctx, "restore", params, lambda r: _print_changes(r, dry_run), progress="restoring")
+
+
+@main.command(context_settings=CONTEXT)
+@click.argument("path", default=".", type=click.Path(file_okay=False))
+@yes_option
+@json_option
+@click.pass_context
+def undo(ctx: click.Context, path: str, yes: bool, json_output: bool) -> None:
+    """Put the worktree holding PATH back as it was before its last restore or revert.
+
+    That is its newest safety checkpoint, restored in turn (with a safety
+    checkpoint of its own, so a second undo is a redo).
+    """
+    runner = _use_json(ctx)
+    folder = os.path.abspath(path)
+    try:
+        found = runner.call("list", {"path": folder, "session": SAFETY_SESSION, "limit": 1})["checkpoints"]
+    except SnapshotdError as error:
+        _fail(runner, error)
+    if not found:
+        _fail(runner, NotFound(f"There is no restore or revert to undo in the worktree holding {folder}."))
+    params = {"checkpoint": found[0]["id"], "path": folder}
+    if _confirm_preview(ctx, "restore", params, yes) is not None:
+        return
+    _invoke(ctx, "restore", params, lambda r: _print_changes(r, False), progress="undoing")
 
 
 @main.command(cls=_PathsAfterDashDash, context_settings=CONTEXT)
@@ -606,7 +657,7 @@ def restore(ctx: click.Context, checkpoint_id: str, paths: tuple[str, ...], dry_
 @click.argument("rest", nargs=-1, metavar="[TO] [PATHS...]")
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
 @click.option("--force", is_flag=True, help="Also take back paths changed since TO.")
-@click.option("-y", "--yes", is_flag=True, help="Do not ask for confirmation at a terminal.")
+@yes_option
 @json_option
 @click.pass_context
 def revert(ctx: click.Context, source: str, rest: tuple[str, ...], dry_run: bool, force: bool, yes: bool, json_output: bool) -> None:
@@ -627,18 +678,38 @@ def revert(ctx: click.Context, source: str, rest: tuple[str, ...], dry_run: bool
         "dry_run": dry_run or None,
         "force": force or None,
     }
-    if not _confirm_preview(ctx, "revert", params, yes):
+    preview = _confirm_preview(ctx, "revert", params, yes)
+    if preview is None:
+        preview = _invoke(ctx, "revert", params, lambda r: _print_changes(r, dry_run), progress="reverting")
+    elif preview.get("written") or preview.get("deleted"):
+        return  # the answer was no
+    _fail_on_conflicts(ctx.obj, preview)
+
+
+def _fail_on_conflicts(runner: Runner, result: dict[str, Any]) -> None:
+    """A revert that left any path unreverted exits 1, saying which (already listed) and why."""
+    conflicts = result.get("conflicts") or []
+    if not conflicts:
         return
-    _invoke(ctx, "revert", params, lambda r: _print_changes(r, dry_run), progress="reverting")
+    if not runner.json:
+        names = ", ".join(f"{c['path']} ({c['reason']})" for c in conflicts[:5])
+        more = f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
+        click.echo(
+            click.style("error: ", fg="red", bold=True)
+            + f"{len(conflicts)} path(s) left unreverted: {names}{more}; pass --force to revert them anyway.",
+            err=True,
+        )
+    sys.exit(1)
 
 
 @main.command(context_settings=CONTEXT)
 @click.argument("checkpoints", nargs=-1, metavar="CHECKPOINT... | --session S [PATH]")
 @click.option("--session", metavar="S", help="Delete every checkpoint of this session (of PATH's worktree, default: here).")
 @click.option("-C", "--path", "path", type=click.Path(file_okay=False), help="The worktree, with --session (same as PATH).")
+@yes_option
 @json_option
 @click.pass_context
-def delete(ctx: click.Context, checkpoints: tuple[str, ...], session: str | None, path: str | None, json_output: bool) -> None:
+def delete(ctx: click.Context, checkpoints: tuple[str, ...], session: str | None, path: str | None, yes: bool, json_output: bool) -> None:
     """Delete checkpoints by id, or every checkpoint of a session."""
     params: dict[str, Any]
     if session is not None:
@@ -652,6 +723,9 @@ def delete(ctx: click.Context, checkpoints: tuple[str, ...], session: str | None
         params = {"checkpoints": list(checkpoints)}
     else:
         raise click.UsageError("Give checkpoint ids, or --session S.")
+    what = f"every checkpoint of session {session!r}" if session is not None else f"{len(checkpoints)} checkpoint(s)"
+    if not _may_go_ahead(ctx, f"Delete {what}?", yes):
+        return
     _invoke(ctx, "delete", params, lambda r: click.echo(f"deleted {r['deleted']} checkpoint(s)"))
 
 
@@ -659,10 +733,13 @@ def delete(ctx: click.Context, checkpoints: tuple[str, ...], session: str | None
 @click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.option("--keep", type=click.IntRange(min=0), metavar="N", help="Keep the newest N per session (default 50).")
 @click.option("--older-than", "older_than", type=click.IntRange(min=0), metavar="SECONDS", help="Delete only those older than this.")
+@yes_option
 @json_option
 @click.pass_context
-def gc(ctx: click.Context, path: str | None, keep: int | None, older_than: int | None, json_output: bool) -> None:
+def gc(ctx: click.Context, path: str | None, keep: int | None, older_than: int | None, yes: bool, json_output: bool) -> None:
     """Delete old checkpoints (of PATH's worktree, or of every known one)."""
+    if not _may_go_ahead(ctx, "Delete old checkpoints?", yes):
+        return
     params = {"path": os.path.abspath(path) if path else None, "keep": keep, "older_than_s": older_than}
     _invoke(ctx, "gc", params, lambda r: click.echo(f"deleted {r['deleted']} checkpoint(s)"), progress="collecting")
 

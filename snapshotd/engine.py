@@ -45,13 +45,12 @@ from .gitproc import GitTarget, run_git
 from .gitrepo import Repository, is_git_only, open_repository, read_head, repository
 from .paths import to_worktree_relative
 from .protocol import optional_bool, optional_int, optional_str, optional_str_list
-from .settings import VERSION, data_home, size_cap as resolve_size_cap
+from .settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
 from .store import Checkpoint, Store, ref_name, validate_session
 from .warm import WarmState, capture_warm, rule_sources, signature_of
 from .watch import Watcher
 from .worktree import Records, WorktreeInfo, identify, locate, object_format
 
-SAFETY_SESSION = "snapshotd:safety"
 WATCH_START_TIMEOUT_S = 5.0
 RECONCILE_IDLE_S = 5.0
 NOTIFY_DEBOUNCE_S = 0.05

@@ -7,6 +7,7 @@ from pathlib import Path
 
 DEFAULT_SIZE_CAP = 64 * 1024 * 1024
 VERSION = "0.1.0"
+SAFETY_SESSION = "snapshotd:safety"  # the session of the checkpoints taken before each restore or revert
 
 
 def data_home(explicit: str | os.PathLike[str] | None = None) -> Path:

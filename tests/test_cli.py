@@ -307,7 +307,7 @@ def test_revert_one_turn_and_its_conflicts(daemon: Daemon, env: dict[str, str], 
     after_turn = checkpoint(repo, env, "--session", "agent")["checkpoint"]["id"]
     write(repo / "docs" / "readme.md", "someone else's work\n")
 
-    reverted = cli("revert", "--json", before_turn, after_turn, cwd=repo, env=env).json()
+    reverted = cli("revert", "--json", before_turn, after_turn, "--yes", cwd=repo, env=env).json()
     assert set(reverted) >= {"safety_checkpoint", "written", "deleted", "conflicts"}
     assert reverted["written"] == ["a.txt"] and reverted["deleted"] == ["agent-new.txt"]
     assert reverted["conflicts"] == []
@@ -319,10 +319,16 @@ def test_revert_one_turn_and_its_conflicts(daemon: Daemon, env: dict[str, str], 
     write(repo / "a.txt", "agent again\n")
     checkpoint(repo, env, "--session", "agent")
     write(repo / "a.txt", "a person edits after the agent\n")
-    dry = cli("revert", "--json", turn2_start, "--dry-run", cwd=repo, env=env).json()
+    dry = cli("revert", "--json", turn2_start, "--dry-run", cwd=repo, env=env, code=1).json()
     assert [c["path"] for c in dry["conflicts"]] == ["a.txt"] and dry["written"] == []
-    text = cli("revert", turn2_start, cwd=repo, env=env).stdout
-    assert "!  a.txt: " in text
+    # A path left unreverted is a failure, human and JSON alike, naming it, why, and --force.
+    human = cli("revert", turn2_start, "--yes", cwd=repo, env=env, code=1)
+    assert "!  a.txt: changed since the checkpoint" in human.stdout
+    [error] = human.stderr.splitlines()
+    assert error.startswith("error: 1 path(s) left unreverted: a.txt (changed since the checkpoint)")
+    assert "--force" in error
+    as_json = cli("revert", "--json", turn2_start, "--yes", cwd=repo, env=env, code=1).json()
+    assert as_json["conflicts"] == [{"path": "a.txt", "reason": "changed since the checkpoint"}]
     assert (repo / "a.txt").read_text() == "a person edits after the agent\n"
 
     forced = cli("revert", "--json", turn2_start, "--force", "--yes", "--", "a.txt", cwd=repo, env=env).json()
@@ -330,12 +336,25 @@ def test_revert_one_turn_and_its_conflicts(daemon: Daemon, env: dict[str, str], 
     assert (repo / "a.txt").read_text() == "alpha\n"
 
 
-def _at_a_terminal(args: list[str], answer: bytes, env: dict[str, str], cwd: Path) -> tuple[int, str]:
-    """Run ``snapshotd ARGS`` on a pseudo-terminal, answer its prompt, return (status, screen)."""
+def _at_a_terminal(
+    args: list[str],
+    answer: bytes,
+    env: dict[str, str],
+    cwd: Path,
+    *,
+    prompt: bytes = b"Go ahead?",
+    stdout: Any = None,
+) -> tuple[int, str]:
+    """Run ``snapshotd ARGS`` on a pseudo-terminal, answer its prompt, return (status, screen).
+
+    ``stdout`` sends the command's standard output elsewhere (a pipe, say)
+    while stdin and stderr stay on the terminal.
+    """
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         [sys.executable, "-m", "snapshotd", *args],
-        stdin=slave, stdout=slave, stderr=slave, cwd=cwd, env=env, start_new_session=True,
+        stdin=slave, stdout=slave if stdout is None else stdout, stderr=slave, cwd=cwd, env=env,
+        start_new_session=True,
     )
     os.close(slave)
     screen = b""
@@ -355,7 +374,7 @@ def _at_a_terminal(args: list[str], answer: bytes, env: dict[str, str], cwd: Pat
             if not chunk:
                 break
             screen += chunk
-            if not answered and b"Go ahead?" in screen:
+            if not answered and prompt in screen:
                 os.write(master, answer)
                 answered = True
         return proc.wait(timeout=30), screen.decode(errors="replace")
@@ -389,6 +408,79 @@ def test_restore_at_a_terminal_shows_the_plan_and_asks(daemon: Daemon, env: dict
     assert (repo / "a.txt").read_text() == "alpha\n"
 
 
+def test_the_prompt_is_asked_when_stdout_is_a_pipe(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    cp = checkpoint(repo, env)["checkpoint"]
+    write(repo / "a.txt", "changed\n")
+
+    # `snapshotd restore ID | cat` at a terminal: stdin is the terminal, so it asks (on stderr).
+    read_end, write_end = os.pipe()
+    try:
+        code, screen = _at_a_terminal(["restore", cp["id"]], b"n\n", env, repo, stdout=write_end)
+    finally:
+        os.close(write_end)
+        os.close(read_end)
+    assert code == 0 and "Go ahead?" in screen and "a.txt" in screen, screen
+    assert (repo / "a.txt").read_text() == "changed\n", "it wrote without asking"
+
+    # --json at a terminal asks too; the answer yes lets it run.
+    code, screen = _at_a_terminal(["restore", "--json", cp["id"]], b"y\n", env, repo, stdout=subprocess.DEVNULL)
+    assert code == 0 and "Go ahead?" in screen, screen
+    assert (repo / "a.txt").read_text() == "alpha\n"
+
+
+def test_destructive_commands_refuse_without_a_terminal_unless_yes(
+    daemon: Daemon, env: dict[str, str], repo: Path
+) -> None:
+    first = checkpoint(repo, env, "--session", "s")["checkpoint"]["id"]
+    write(repo / "a.txt", "changed\n")
+    second = checkpoint(repo, env, "--session", "s")["checkpoint"]["id"]
+    write(repo / "a.txt", "changed again\n")
+    before = worktree_listing(repo)
+    runs = [
+        ["restore", first],
+        ["revert", first, second],
+        ["delete", first],
+        ["delete", "--session", "s", str(repo)],
+        ["gc", str(repo), "--keep", "0"],
+    ]
+    for args in runs:
+        refused = cli(*args, cwd=repo, env=env, code=2)
+        assert "stdin is not a terminal" in refused.stderr and "--yes" in refused.stderr, refused
+    assert worktree_listing(repo) == before
+    listed = cli("list", "--json", repo, env=env).json()["checkpoints"]
+    assert {cp["id"] for cp in listed} >= {first, second}
+    # A dry run changes nothing, so it needs no --yes.
+    assert cli("restore", "--json", first, "--dry-run", cwd=repo, env=env).json()["written"] == ["a.txt"]
+
+
+def test_undo_puts_back_the_last_restore_and_twice_is_a_redo(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    assert_one_error_line(cli("undo", repo, env=env, code=1), "no restore or revert to undo")
+    cp = checkpoint(repo, env)["checkpoint"]
+    write(repo / "a.txt", "the newest edit\n")
+    write(repo / "new.txt", "made since\n")
+    cli("restore", cp["id"], "--yes", cwd=repo, env=env)
+    assert (repo / "a.txt").read_text() == "alpha\n" and not (repo / "new.txt").exists()
+
+    refused = cli("undo", cwd=repo, env=env, code=2)
+    assert "--yes" in refused.stderr and (repo / "a.txt").read_text() == "alpha\n"
+    undone = cli("undo", "--json", "--yes", cwd=repo / "src", env=env).json()
+    assert undone["written"] == ["a.txt", "new.txt"]
+    assert (repo / "a.txt").read_text() == "the newest edit\n" and (repo / "new.txt").read_text() == "made since\n"
+
+    redone = cli("undo", repo, "--yes", env=env)
+    assert "W  a.txt" in redone.stdout and "D  new.txt" in redone.stdout
+    assert (repo / "a.txt").read_text() == "alpha\n" and not (repo / "new.txt").exists()
+
+
+def test_delete_asks_at_a_terminal(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    cp = checkpoint(repo, env)["checkpoint"]["id"]
+    code, screen = _at_a_terminal(["delete", cp], b"n\n", env, repo, prompt=b"Delete 1 checkpoint(s)?")
+    assert code == 0 and "Delete 1 checkpoint(s)?" in screen, screen
+    assert [c["id"] for c in cli("list", "--json", repo, env=env).json()["checkpoints"]] == [cp]
+    code, screen = _at_a_terminal(["delete", cp], b"y\n", env, repo, prompt=b"Delete 1 checkpoint(s)?")
+    assert code == 0 and "deleted 1 checkpoint(s)" in screen, screen
+
+
 # --------------------------------------------------------------------------
 # delete, gc, repair, status, open, worktrees
 
@@ -398,19 +490,19 @@ def test_delete_and_gc(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     s2 = [checkpoint(repo, env, "--session", "s2")["checkpoint"]["id"] for _ in range(2)]
     s3 = [checkpoint(repo, env, "--session", "s3")["checkpoint"]["id"] for _ in range(3)]
 
-    assert cli("delete", "--json", s1[0][:9], env=env).json() == {"deleted": 1}
-    assert cli("delete", "--json", "--session", "s2", repo, env=env).json() == {"deleted": 2}
-    text = cli("delete", "--session", "s3", "-C", repo, env=env).stdout
+    assert cli("delete", "--json", s1[0][:9], "--yes", env=env).json() == {"deleted": 1}
+    assert cli("delete", "--json", "--session", "s2", repo, "-y", env=env).json() == {"deleted": 2}
+    text = cli("delete", "--session", "s3", "-C", repo, "--yes", env=env).stdout
     assert text.strip() == "deleted 3 checkpoint(s)"
     remaining = [cp["id"] for cp in cli("list", "--json", repo, env=env).json()["checkpoints"]]
     assert sorted(remaining) == sorted(s1[1:])
     assert not set(remaining) & set(s2 + s3)
 
     s4 = [checkpoint(repo, env, "--session", "s4")["checkpoint"]["id"] for _ in range(3)]
-    assert cli("gc", "--json", repo, "--keep", "1", env=env).json() == {"deleted": 3, "freed_bytes": 0}
+    assert cli("gc", "--json", repo, "--keep", "1", "--yes", env=env).json() == {"deleted": 3, "freed_bytes": 0}
     kept = {cp["id"] for cp in cli("list", "--json", repo, env=env).json()["checkpoints"]}
     assert kept == {s1[-1], s4[-1]}
-    assert cli("gc", repo, "--keep", "1", env=env).stdout.strip() == "deleted 0 checkpoint(s)"
+    assert cli("gc", repo, "--keep", "1", "--yes", env=env).stdout.strip() == "deleted 0 checkpoint(s)"
 
 
 def test_open_worktrees_status_and_repair(
