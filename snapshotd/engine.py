@@ -625,7 +625,9 @@ class Engine:
                 "conflicts": list(plan.conflicts),
             }
             if report_kept:
-                result["kept"] = kept_mod.left_out(current.stats.skipped, paths) + kept
+                conflicted = {c["path"] for c in plan.conflicts}
+                found = kept_mod.left_out(current.stats.skipped, paths) + kept
+                result["kept"] = [item for item in found if item["path"] not in conflicted]
             return result
 
     def _ignored_files(self, state: WorktreeState, touched: list[str]) -> kept_mod.IgnoredFiles:

@@ -1416,15 +1416,19 @@ def prepared_plan(
     journal_fd: int | None = None
     try:
         if plan.writes or plan.deletes:
-            journal, journal_fd = _write_journal(
-                journal_dir,
-                token,
-                os.path.abspath(workdir),
-                temps,
-                os.path.basename(stage.directory) if checkout is not None else None,
-                applier.backups,
-            )
-            stage.prepare(root_fd, plan)
+            try:
+                journal, journal_fd = _write_journal(
+                    journal_dir,
+                    token,
+                    os.path.abspath(workdir),
+                    temps,
+                    os.path.basename(stage.directory) if checkout is not None else None,
+                    applier.backups,
+                )
+                stage.prepare(root_fd, plan)
+            except OSError as exc:
+                error = filesystem_error(exc, journal_dir, "prepare the restore in")
+                raise type(error)(f"{error.message} Nothing was changed.", **error.data) from exc
         yield PreparedPlan(plan, applier, temps, links)
     finally:
         for temp in temps.values():

@@ -535,6 +535,13 @@ async def test_older_gitignore_never_exposes_ignored_files(engine, tmp_path):
     assert [c["path"] for c in result["skipped"]] == ["was-visible.env"]
     assert sorted(result["written"]) == [".gitignore", "app.py"]
     assert result["deleted"] == []
+    # What the older .gitignore no longer hides is listed, with the reason.
+    assert [k["path"] for k in result["kept"]] == ["secret.env", "secrets/"]
+    assert all("ignored when the restore began" in k["reason"] for k in result["kept"])
+    # Still-ignored files are not listed: nothing changed for them.
+    (wt / "build.log").write_text("ignored before and after\n")
+    back = await restore(engine, wt, result["safety_checkpoint"]["id"])
+    assert back["kept"] == []
 
 
 async def test_subfolder_restore_leaves_siblings_and_parent_alone(engine, tmp_path):
