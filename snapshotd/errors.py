@@ -117,6 +117,18 @@ class ShuttingDown(SnapshotdError):
     kind = "shutting_down"
 
 
+class StateUnreadable(SnapshotdError):
+    """A file of snapshotd's own state exists but cannot be read; nothing is recreated over it."""
+
+    kind = "state_unreadable"
+
+
+class NeedsForce(SnapshotdError):
+    """A request that is allowed only when asked for explicitly (``force``)."""
+
+    kind = "needs_force"
+
+
 class FilesystemError(SnapshotdError):
     """The disk refused a write: full, over quota, read-only, or not permitted."""
 
@@ -177,6 +189,8 @@ ERRORS_BY_KIND: dict[str, type[SnapshotdError]] = {
         Busy,
         ShuttingDown,
         FilesystemError,
+        StateUnreadable,
+        NeedsForce,
     )
     if cls.kind is not None
 }

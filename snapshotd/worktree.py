@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pygit2
 
-from .errors import NotADirectory, NotFound, PathOutsideWorktree, Unsupported
+from .errors import NotADirectory, NotFound, PathOutsideWorktree, StateUnreadable, Unsupported
 from .fsutil import atomic_write, file_lock
 
 
@@ -132,13 +132,24 @@ class Records:
         self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
 
     def load(self) -> dict[str, dict]:
+        """Every record; none when the file does not exist yet.
+
+        A file that exists but cannot be read or parsed is an error: rewriting
+        it would orphan the stores of every worktree it lists.
+        """
         try:
-            data = json.loads(self.path.read_bytes())
+            raw = self.path.read_bytes()
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError):
-            return {}
-        return data if isinstance(data, dict) else {}
+        except OSError as exc:
+            raise unreadable(self.path, exc) from exc
+        try:
+            data = json.loads(raw)
+        except ValueError as exc:
+            raise unreadable(self.path, "it is not valid JSON") from exc
+        if not isinstance(data, dict):
+            raise unreadable(self.path, "it does not hold a JSON object")
+        return data
 
     def claim_folder(self, root: str, st: os.stat_result, claim: str) -> str:
         """Find or create the id of a folder known by its records alone (plain folders, copies).
@@ -208,12 +219,29 @@ def _is_copy(other: dict, st: os.stat_result) -> bool:
     return "ino" in other and (other.get("dev"), other.get("ino")) != (st.st_dev, st.st_ino)
 
 
+def unreadable(path: Path, cause: OSError | str) -> StateUnreadable:
+    """The error for a state file that exists but cannot be used; it names the file and the cause."""
+    reason = cause if isinstance(cause, str) else (cause.strerror or type(cause).__name__).lower()
+    return StateUnreadable(
+        f"snapshotd cannot read {path} ({reason}); fix or move it away, nothing was changed.", path=str(path)
+    )
+
+
 def _read_id(id_file: Path) -> str | None:
+    """The worktree id in ``id_file``; None only when the file does not exist.
+
+    Any other failure (permissions, a folder in its place, no descriptors
+    left) is an error: minting a new id would orphan the worktree's checkpoints.
+    """
     try:
-        value = id_file.read_text().strip()
-    except OSError:
+        value = id_file.read_text(errors="surrogateescape").strip()
+    except FileNotFoundError:
         return None
-    return value if value.startswith("wt_") else None
+    except OSError as exc:
+        raise unreadable(id_file, exc) from exc
+    if not value.startswith("wt_"):
+        raise unreadable(id_file, "it does not hold a snapshotd worktree id")
+    return value
 
 
 def _claim_id(id_file: Path, *, replace: bool) -> str:

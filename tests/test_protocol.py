@@ -60,6 +60,9 @@ CONTRACT_KINDS = {
     "too_large",
     "busy",
     "shutting_down",
+    # additions
+    "state_unreadable",
+    "needs_force",
 }
 
 

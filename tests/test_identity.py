@@ -1,0 +1,129 @@
+"""A worktree's identity and the daemon's records are created only where they do not exist.
+
+When ``.git/snapshotd/id`` or ``worktrees.json`` exists but cannot be read (a
+folder in its place, no permission, invalid JSON), the request fails with one
+sentence naming the file, and neither file is rewritten: a fresh id or a
+records file holding only this worktree would orphan checkpoints.
+The permission cases run as an unprivileged user (root reads anything).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_helpers import child_env
+from repo_helpers import init_repo, write
+
+from snapshotd.engine import Engine
+from snapshotd.errors import StateUnreadable
+
+NOBODY = 65534
+
+
+def records_file() -> Path:
+    return Path(os.environ["SNAPSHOTD_HOME"], "worktrees.json")
+
+
+async def test_an_id_path_that_is_a_folder_is_an_error_not_a_new_id(engine: Engine, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    await engine.call("checkpoint", {"path": str(repo)})
+    id_file = repo / ".git" / "snapshotd" / "id"
+    old_id = id_file.read_text()
+    records_before = records_file().read_bytes()
+    id_file.unlink()
+    id_file.mkdir()
+    with pytest.raises(StateUnreadable) as caught:
+        await Engine().call("checkpoint", {"path": str(repo)})
+    assert str(id_file) in caught.value.message and "is a directory" in caught.value.message
+    assert id_file.is_dir() and list(id_file.iterdir()) == []
+    assert records_file().read_bytes() == records_before
+    id_file.rmdir()
+    id_file.write_text(old_id)
+    again = await Engine().call("open", {"path": str(repo)})
+    assert again["worktree"]["id"] == old_id.strip()
+
+
+async def test_invalid_records_are_an_error_and_are_not_rewritten(engine: Engine, tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    write(folder / "a.txt", "a\n")
+    repo = init_repo(tmp_path / "repo", ("b.txt", "b\n"))
+    await engine.call("checkpoint", {"path": str(folder)})
+    broken = records_file().read_bytes()[:-5]
+    records_file().write_bytes(broken)
+    for target in (folder, repo):
+        with pytest.raises(StateUnreadable) as caught:
+            await Engine().call("checkpoint", {"path": str(target)})
+        assert str(records_file()) in caught.value.message and "not valid JSON" in caught.value.message
+        assert records_file().read_bytes() == broken
+
+
+@pytest.fixture
+def nobody_dir() -> Iterator[Path]:
+    """A folder the unprivileged user owns, under a path it can reach (not pytest's 0700 tree)."""
+    folder = Path(tempfile.mkdtemp(prefix="snapshotd-nobody-"))
+    os.chmod(folder, 0o755)
+    os.chown(folder, NOBODY, NOBODY)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)
+
+
+def as_nobody(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``snapshotd --embedded --json ARGS`` as the unprivileged user, with its home in ``folder``."""
+    env = child_env(HOME=str(folder), SNAPSHOTD_HOME=str(folder / "home"), XDG_CONFIG_HOME=str(folder / ".config"))
+    command = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    return subprocess.run(
+        [*command, sys.executable, "-m", "snapshotd", "--embedded", "--json", *args],
+        cwd=folder, env=env, capture_output=True, text=True, timeout=60, check=False,
+    )
+
+
+def chown_tree(root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [*dirnames, *filenames]:
+            os.lchown(os.path.join(dirpath, name), NOBODY, NOBODY)
+
+
+def test_an_unreadable_id_is_an_error_not_a_new_id(nobody_dir: Path) -> None:
+    repo = init_repo(nobody_dir / "repo", ("a.txt", "a\n"))
+    chown_tree(nobody_dir)
+    first = as_nobody(nobody_dir, "checkpoint", str(repo))
+    assert first.returncode == 0, first.stderr
+    id_file = repo / ".git" / "snapshotd" / "id"
+    old_id = id_file.read_text()
+    records = nobody_dir / "home" / "worktrees.json"
+    records_before = records.read_bytes()
+    os.chmod(id_file, 0o000)
+    failed = as_nobody(nobody_dir, "checkpoint", str(repo))
+    assert failed.returncode == 1
+    error = json.loads(failed.stdout)["error"]
+    assert error["data"]["kind"] == "state_unreadable"
+    assert str(id_file) in error["message"] and "permission denied" in error["message"]
+    assert id_file.read_text() == old_id and records.read_bytes() == records_before
+    os.chmod(id_file, 0o600)
+    listed = as_nobody(nobody_dir, "list", str(repo))
+    assert [cp["worktree"] for cp in json.loads(listed.stdout)["checkpoints"]] == [old_id.strip()]
+
+
+def test_unreadable_records_are_an_error_and_are_not_rewritten(nobody_dir: Path) -> None:
+    folder = nobody_dir / "plain"
+    write(folder / "a.txt", "a\n")
+    chown_tree(nobody_dir)
+    assert as_nobody(nobody_dir, "checkpoint", str(folder)).returncode == 0
+    records = nobody_dir / "home" / "worktrees.json"
+    before = records.read_bytes()
+    os.chmod(records, 0o000)
+    failed = as_nobody(nobody_dir, "checkpoint", str(folder))
+    assert failed.returncode == 1
+    error = json.loads(failed.stdout)["error"]
+    assert error["data"]["kind"] == "state_unreadable" and str(records) in error["message"]
+    assert records.read_bytes() == before and os.stat(records).st_mode & 0o777 == 0
