@@ -13,6 +13,9 @@ Layout, in the repository that holds the worktree's objects:
   or collecting old ones only rewrites pins (internal, ids never shown) and
   leaves every kept checkpoint's id unchanged; what is dropped becomes
   unreachable and ``git gc`` frees it.
+* Sequence numbers only grow in a session: a pin also records the highest seq
+  the session has given (``Snapshotd-Last-Seq``), and a session whose
+  checkpoints were all dropped keeps a **floor** pin (no parents) with it.
 
 Ref updates are compare-and-swap under libgit2's ref lock (``git update-ref
 <ref> <new> <old>`` in a repository libgit2 cannot open), so two writers (the
@@ -164,23 +167,37 @@ def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
 ObjectId = pygit2.Oid | str  # a hex string in a GitRepository
 
 
+LAST_SEQ = TRAILER + "Last-Seq: "
+
+
 @dataclass(frozen=True)
 class Pin:
+    """One link of a session's chain; a floor (``checkpoint`` None) only remembers ``last_seq``."""
+
     id: ObjectId
-    checkpoint: ObjectId
+    checkpoint: ObjectId | None
     previous: ObjectId | None
     seq: int
+    last_seq: int  # the highest seq given in the session when this pin was written
+
+
+def _number(text: str) -> int:
+    return int(text) if text.isdigit() else 0
 
 
 def _read_pin(repo: Repository, oid: ObjectId) -> Pin:
     commit = repo[oid]
     parents = commit.parent_ids
-    seq_text = commit.message.split()[-1] if commit.message.split() else "0"
+    lines = commit.message.splitlines()
+    words = lines[0].split() if lines else []
+    seq = _number(words[-1]) if words else 0
+    last_seq = next((_number(line[len(LAST_SEQ) :]) for line in lines if line.startswith(LAST_SEQ)), seq)
     return Pin(
         id=oid,
-        checkpoint=parents[0],
+        checkpoint=parents[0] if parents else None,
         previous=parents[1] if len(parents) > 1 else None,
-        seq=int(seq_text) if seq_text.isdigit() else 0,
+        seq=seq,
+        last_seq=max(seq, last_seq),
     )
 
 
@@ -200,13 +217,17 @@ class Store:
             return None
         return None if ref is None else ref.target
 
-    def pins(self, name: str) -> Iterator[Pin]:
-        """Walk one session's pins, newest first."""
+    def _head_pin(self, name: str) -> Pin | None:
+        """The pin a session's ref points at (a floor when all its checkpoints were dropped)."""
         oid = self._ref_target(name)
-        while oid is not None:
-            pin = _read_pin(self.repo, oid)
+        return None if oid is None else _read_pin(self.repo, oid)
+
+    def pins(self, name: str) -> Iterator[Pin]:
+        """Walk one session's pins of checkpoints, newest first."""
+        pin = self._head_pin(name)
+        while pin is not None and pin.checkpoint is not None:
             yield pin
-            oid = pin.previous
+            pin = None if pin.previous is None else _read_pin(self.repo, pin.previous)
 
     def load(self, oid: ObjectId) -> Checkpoint:
         try:
@@ -285,12 +306,16 @@ class Store:
     def _empty_tree(self) -> ObjectId:
         return self.repo.TreeBuilder().write()
 
-    def _write_pin(self, checkpoint: ObjectId, previous: ObjectId | None, seq: int, created_at: str) -> ObjectId:
+    def _write_pin(
+        self, checkpoint: ObjectId | None, previous: ObjectId | None, seq: int, created_at: str, last_seq: int
+    ) -> ObjectId:
+        """A pin of ``checkpoint`` on top of ``previous``; with no checkpoint, a floor keeping ``last_seq``."""
         signature = _signature(created_at)
-        parents = [checkpoint] + ([previous] if previous is not None else [])
-        return self.repo.create_commit(
-            None, signature, signature, f"snapshotd pin {seq}\n", self._empty_tree(), parents
-        )
+        parents = [] if checkpoint is None else [checkpoint] + ([previous] if previous is not None else [])
+        message = f"snapshotd pin {seq}\n"
+        if last_seq > seq:
+            message += f"\n{LAST_SEQ}{last_seq}\n"
+        return self.repo.create_commit(None, signature, signature, message, self._empty_tree(), parents)
 
     def _swap(self, name: str, new: ObjectId | None, expected: ObjectId | None) -> None:
         """Point ``name`` at ``new`` (or delete it) only if it still points at ``expected``."""
@@ -351,7 +376,8 @@ class Store:
         name = ref_name(worktree_id, session)
         while True:
             head_pin = self._ref_target(name)
-            previous = _read_pin(self.repo, head_pin) if head_pin is not None else None
+            head = _read_pin(self.repo, head_pin) if head_pin is not None else None
+            previous = head if head is not None and head.checkpoint is not None else None
             previous_cp = self.load(previous.checkpoint) if previous is not None else None
             checkpoint = Checkpoint(
                 id="",
@@ -360,7 +386,7 @@ class Store:
                 worktree=worktree_id,
                 session=session,
                 label=label,
-                seq=(previous.seq if previous else 0) + 1,
+                seq=(head.last_seq if head else 0) + 1,
                 created_at=now_iso(),
                 base=base,
                 changed=previous_cp is None or previous_cp.tree != tree,
@@ -370,7 +396,9 @@ class Store:
             commit_id = self.repo.create_commit(
                 None, signature, signature, _message(checkpoint), self._oid(tree), parents
             )
-            pin = self._write_pin(commit_id, head_pin, checkpoint.seq, checkpoint.created_at)
+            pin = self._write_pin(
+                commit_id, previous.id if previous else None, checkpoint.seq, checkpoint.created_at, checkpoint.seq
+            )
             if isinstance(self.repo, GitRepository):
                 self.repo.flush()  # the commit and pin are written now, not at the ref update
             if checkpoint.changed:
@@ -397,15 +425,34 @@ class Store:
             dropped = len(pins) - len(kept)
             if dropped == 0:
                 return 0
-            # Pins older than the oldest dropped one are reused as they are.
+            # Pins older than the oldest dropped one are reused as they are; the new
+            # head is always written anew, to carry the session's highest seq.
             oldest_dropped = max(index for index, pin in enumerate(pins) if pin not in kept)
-            base_pin = pins[oldest_dropped].previous
-            new_head = base_pin
-            for pin in reversed([pin for pin in pins[:oldest_dropped] if pin in kept]):
-                created_at = self.load(pin.checkpoint).created_at
-                new_head = self._write_pin(pin.checkpoint, new_head, pin.seq, created_at)
+            base = pins[oldest_dropped].previous
+            rewritten = [pin for pin in pins[:oldest_dropped] if pin in kept]
+            if not rewritten and base is not None:
+                rewritten = [_read_pin(self.repo, base)]
+                base = rewritten[0].previous
+            new_head = self._repin(rewritten, base, pins[0].last_seq)
             try:
                 self._swap(name, new_head, head_pin)
             except RefRaced:
                 continue
             return dropped
+
+    def _repin(self, pins: Sequence[Pin], base: ObjectId | None, last_seq: int) -> ObjectId:
+        """Pin ``pins`` (newest first) again on top of ``base``; the newest carries ``last_seq``.
+
+        With no pins left this is a floor, so the next checkpoint still gets ``last_seq + 1``.
+        """
+        if not pins:
+            return self._write_pin(None, None, 0, now_iso(), last_seq)
+        new_head = base
+        for pin in reversed(pins):
+            assert pin.checkpoint is not None
+            created_at = self.load(pin.checkpoint).created_at
+            new_head = self._write_pin(
+                pin.checkpoint, new_head, pin.seq, created_at, last_seq if pin is pins[0] else pin.seq
+            )
+        assert new_head is not None
+        return new_head
