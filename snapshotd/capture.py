@@ -320,7 +320,7 @@ class TreeBuilder:
 
     def _hash(self, path: str, st: os.stat_result, mode: int) -> pygit2.Oid | None:
         cached = self.cache.lookup(path, st)
-        if cached is not None:
+        if cached is not None and cached in self.odb:  # a gc of the store may have pruned it
             return cached
         absolute = os.path.join(self.info.path, path)
         if mode == MODE_LINK and stat.S_ISLNK(st.st_mode):

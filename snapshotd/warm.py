@@ -222,6 +222,8 @@ def capture_warm(
 ) -> str | None:
     """Apply the dirty paths to the warm index; the new tree, or None when a full scan is needed."""
     repo = open_repo(info)
+    if warm.tree not in repo.odb:
+        return None  # a gc of the store pruned the last tree: only a full scan can rebuild it
     recording = RecordingIndex(warm.index, warm.tree)
     builder = WarmBuilder(warm, repo, info, recording, warm.settings, cache, stats, size_cap, fence_ns)
     unknown: list[str] = []
