@@ -733,15 +733,48 @@ def delete(ctx: click.Context, checkpoints: tuple[str, ...], session: str | None
 @click.argument("path", required=False, type=click.Path(file_okay=False))
 @click.option("--keep", type=click.IntRange(min=0), metavar="N", help="Keep the newest N per session (default 50).")
 @click.option("--older-than", "older_than", type=click.IntRange(min=0), metavar="SECONDS", help="Delete only those older than this.")
+@click.option("--all", "every", is_flag=True, help="Collect every known worktree, not only PATH's.")
+@click.option("--dry-run", is_flag=True, help="List what would be deleted, per worktree and session; delete nothing.")
+@click.option("--include-safety", is_flag=True, help="Also collect the safety checkpoints taken before restores.")
 @yes_option
 @json_option
 @click.pass_context
-def gc(ctx: click.Context, path: str | None, keep: int | None, older_than: int | None, yes: bool, json_output: bool) -> None:
-    """Delete old checkpoints (of PATH's worktree, or of every known one)."""
-    if not _may_go_ahead(ctx, "Delete old checkpoints?", yes):
+def gc(
+    ctx: click.Context,
+    path: str | None,
+    keep: int | None,
+    older_than: int | None,
+    every: bool,
+    dry_run: bool,
+    include_safety: bool,
+    yes: bool,
+    json_output: bool,
+) -> None:
+    """Delete old checkpoints of the worktree holding PATH (default: here), or with --all of every one."""
+    if every and path is not None:
+        raise click.UsageError("Give PATH or --all, not both.")
+    if not dry_run and not _may_go_ahead(ctx, "Delete old checkpoints?", yes):
         return
-    params = {"path": os.path.abspath(path) if path else None, "keep": keep, "older_than_s": older_than}
-    _invoke(ctx, "gc", params, lambda r: click.echo(f"deleted {r['deleted']} checkpoint(s)"), progress="collecting")
+
+    def human(result: dict[str, Any]) -> None:
+        if not dry_run:
+            click.echo(f"deleted {result['deleted']} checkpoint(s)")
+            return
+        if not result["would_delete"]:
+            click.echo("nothing to delete")
+        for item in result["would_delete"]:
+            session = item["session"] if item["session"] is not None else "-"
+            click.echo(f"would delete {len(item['checkpoints'])} checkpoint(s) of session {session} in {item['path']}")
+
+    params = {
+        "path": None if every else os.path.abspath(path or "."),
+        "all": every or None,
+        "keep": keep,
+        "older_than_s": older_than,
+        "dry_run": dry_run or None,
+        "include_safety": include_safety or None,
+    }
+    _invoke(ctx, "gc", params, human, progress="collecting")
 
 
 @main.command(context_settings=CONTEXT)

@@ -279,7 +279,7 @@ class Engine:
                 limiter=thread_limiter,
             )
             if tree is None:
-                return await self._cold(state, "too many new paths")
+                return await self._cold(state, "too many new paths or a pruned store")
             state.needs_reconcile = True
         stats.ms = (time.perf_counter() - started) * 1000
         self.counters["processes"] += stats.processes
@@ -735,56 +735,77 @@ class Engine:
         return {"deleted": await trio.to_thread.run_sync(drop_ids, limiter=thread_limiter)}
 
     async def _gc(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        """Drop old checkpoints of one worktree (or, with ``all``, of every known one).
+
+        Safety checkpoints (the ones "undo" hints point to) are kept unless
+        ``include_safety``; ``dry_run`` reports per worktree and session what
+        would go and changes nothing.
+        """
         keep = optional_int(params, "keep", min=0)
         older_than = optional_int(params, "older_than_s", min=0)
+        every = optional_bool(params, "all")
+        dry_run = optional_bool(params, "dry_run")
+        include_safety = optional_bool(params, "include_safety")
         if keep is None and older_than is None:
             keep = 50
         state = await self._resolve(params, required=False)
-        states = [state] if state is not None else []
-        if state is None:
-            for worktree_id, record in self.records.load().items():
-                if os.path.isdir(record.get("path", "")):
-                    try:
-                        states.append(await trio.to_thread.run_sync(self._by_id, worktree_id, limiter=thread_limiter))
-                    except SnapshotdError:
-                        continue
+        if (state is None) == (not every):
+            raise InvalidParams(
+                "Give 'path' or 'worktree' for the worktree to collect, or 'all': true for every known worktree."
+                if state is None
+                else "Give either 'all' or a worktree ('path' or 'worktree'), not both."
+            )
+        states = [state] if state is not None else await self._known_states()
         cutoff = None
         if older_than is not None:
             cutoff = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - older_than))
+        skipped_session = None if include_safety else SAFETY_SESSION
 
-        def collect(state: WorktreeState) -> int:
+        def collect(state: WorktreeState) -> list[dict[str, Any]]:
             with repository(state.info.store_dir) as repo:
-                return collect_in(Store(repo), state)
-
-        def collect_in(store: Store, state: WorktreeState) -> int:
-            deleted = 0
-            for name in store.session_refs(state.info.id):
-                checkpoints = list(store.iter_session(name))
-                kept = [
-                    cp
-                    for index, cp in enumerate(checkpoints)
-                    if (keep is not None and index < keep) or (cutoff is not None and cp.created_at[:19] >= cutoff)
-                ]
-                deleted += store.rewrite(name, keep=kept)
-            return deleted
+                return _collect_sessions(Store(repo), state.info, keep, cutoff, skipped_session, dry_run)
 
         total = freed = 0
+        would_delete: list[dict[str, Any]] = []
         for each in states:
             async with each.lock:
-                deleted = await trio.to_thread.run_sync(collect, each, limiter=thread_limiter)
+                sessions = await trio.to_thread.run_sync(collect, each, limiter=thread_limiter)
+                deleted = sum(len(item["checkpoints"]) for item in sessions)
+                if dry_run:
+                    would_delete += sessions
+                    continue
                 total += deleted
                 if deleted and each.info.kind == "plain":
-                    freed += await self._prune_own_store(each.info)
-        return {"deleted": total, "freed_bytes": freed}
+                    freed += await self._prune_own_store(each)
+        result: dict[str, Any] = {"deleted": total, "freed_bytes": freed}
+        if dry_run:
+            result["would_delete"] = would_delete
+        return result
 
-    async def _prune_own_store(self, info: WorktreeInfo) -> int:
+    async def _known_states(self) -> list[WorktreeState]:
+        """Every recorded worktree that is still where the records say."""
+        states = []
+        for worktree_id, record in self.records.load().items():
+            if os.path.isdir(record.get("path", "")):
+                try:
+                    states.append(await trio.to_thread.run_sync(self._by_id, worktree_id, limiter=thread_limiter))
+                except SnapshotdError:
+                    continue
+        return states
+
+    async def _prune_own_store(self, state: WorktreeState) -> int:
         """Collect a plain folder's app-owned repository; bytes freed.
 
+        The warm tree and the stat cache name objects of that store, which the
+        prune may remove: both are dropped, so the next capture hashes afresh.
         A git worktree's own repository is left to the user's ``git gc``: the
         dropped checkpoints are unreachable there and go at its next run.
         """
+        info = state.info
         objects = Path(info.store_dir, "objects")
         before = await trio.to_thread.run_sync(_folder_bytes, objects)
+        state.warm = None
+        state.cache = StatCache()
         await run_git(GitTarget(git_dir=info.store_dir, work_tree=None), ["gc", "--prune=now", "--quiet"])
         self.counters["processes"] += 1
         return max(0, before - await trio.to_thread.run_sync(_folder_bytes, objects))
@@ -833,3 +854,36 @@ class Engine:
         if self._on_shutdown is not None:
             self._on_shutdown()
         return {}
+
+
+def _collect_sessions(
+    store: Store,
+    info: WorktreeInfo,
+    keep: int | None,
+    cutoff: str | None,
+    skipped_session: str | None,
+    dry_run: bool,
+) -> list[dict[str, Any]]:
+    """Per session of one worktree, the checkpoints gc drops (dropped unless ``dry_run``).
+
+    A checkpoint stays when it is among the newest ``keep`` of its session or
+    newer than ``cutoff``; the session ``skipped_session`` is left whole.
+    """
+    out = []
+    for name in store.session_refs(info.id):
+        if skipped_session is not None and name == ref_name(info.id, skipped_session):
+            continue
+        checkpoints = list(store.iter_session(name))
+        kept = [
+            cp
+            for index, cp in enumerate(checkpoints)
+            if (keep is not None and index < keep) or (cutoff is not None and cp.created_at[:19] >= cutoff)
+        ]
+        kept_ids = {cp.id for cp in kept}
+        going = [cp.id for cp in checkpoints if cp.id not in kept_ids]
+        if not going:
+            continue
+        if not dry_run:
+            store.rewrite(name, keep=kept)
+        out.append({"worktree": info.id, "path": info.path, "session": checkpoints[0].session, "checkpoints": going})
+    return out
