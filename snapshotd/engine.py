@@ -65,6 +65,7 @@ class WorktreeState:
     lock: trio.Lock = field(default_factory=trio.Lock)
     cache: StatCache = field(default_factory=StatCache)
     watcher: Watcher | None = None
+    watched: WorktreeInfo | None = None  # where the watcher was started (the worktree may have moved since)
     warm: WarmState | None = None
     needs_reconcile: bool = False
     last_activity: float = field(default_factory=time.monotonic)
@@ -198,17 +199,29 @@ class Engine:
     # --- worktrees -------------------------------------------------------------
 
     def open_path(self, path: str) -> WorktreeState:
+        """The state of the worktree holding ``path``, opened on first sight.
+
+        A known worktree met at a new place (the folder or repository was
+        moved) keeps its id and state; :meth:`_ensure_watch` then replaces
+        the watcher of the old place.
+        """
         info = identify(locate(path), self.records)
         state = self.worktrees.get(info.id)
-        if state is None or state.info != info:
-            if state is None:
-                remove_stale_temp_files(Path(info.state_dir, "tmp"), "index-")
-                restore_mod.recover(os.path.join(info.state_dir, "journal"), info.path)
-                state = WorktreeState(info)
-            else:
-                state.info = info
+        if state is None:
+            remove_stale_temp_files(Path(info.state_dir, "tmp"), "index-")
+            restore_mod.recover(os.path.join(info.state_dir, "journal"), info.path)
+            state = WorktreeState(info)
             self.worktrees[info.id] = state
+        elif state.info != info:
+            state.info = info
         return state
+
+    def _forget_watch(self, state: WorktreeState) -> None:
+        """Stop the worktree's watcher and drop the warm tree built from it (it watched another place)."""
+        if state.cancel is not None:
+            state.cancel.cancel()
+        state.watcher = None
+        state.warm = None
 
     def _by_id(self, worktree_id: str) -> WorktreeState:
         state = self.worktrees.get(worktree_id)
@@ -313,10 +326,14 @@ class Engine:
     # --- watching ----------------------------------------------------------------
 
     async def _ensure_watch(self, state: WorktreeState) -> None:
+        """Watch the worktree where it is now (again, after it moved)."""
+        if state.watcher is not None and state.watched != state.info:
+            self._forget_watch(state)
         if not self.watch or self.nursery is None or state.watcher is not None:
             return
         watcher = Watcher(state.info, on_change=lambda paths, overflow: self._changed(state, paths, overflow))
         state.watcher = watcher
+        state.watched = state.info
         self.nursery.start_soon(self._run_worktree, state, watcher)
         if not await watcher.wait_started(WATCH_START_TIMEOUT_S):
             self.counters["watch_failures"] += 1

@@ -180,12 +180,6 @@ async def _mend_git_links(info: WorktreeInfo, records: Records, extra: list[str]
 
 async def _refresh(engine: Engine, info: WorktreeInfo) -> None:
     """Point the engine's state for ``info.id`` at the new path; its watcher restarts there."""
-    state = engine.worktrees.get(info.id)
-    if state is not None and state.info != info:
-        if state.cancel is not None:
-            state.cancel.cancel()  # the old watch still follows the folder under its old name
-        state.watcher = None
-        state.warm = None
     await trio.to_thread.run_sync(engine.open_path, info.path, limiter=thread_limiter)
 
 
