@@ -189,6 +189,24 @@ class Settings:
         return cls(flag("core.fileMode", True), flag("core.symlinks", True), filters)
 
 
+_WILDCARD = re.compile(r"([*?\[\\ ])")
+
+
+def own_data_excludes(info: WorktreeInfo) -> list[str]:
+    """``ls-files`` options that leave snapshotd's own data out of a scan of ``info``'s worktree.
+
+    Its home (records and the repositories of plain folders) changes at every
+    checkpoint, so a worktree holding it (a plain folder at ``$HOME``, say)
+    would otherwise capture the store's new objects forever.
+    """
+    home = os.path.realpath(info.home)
+    root = os.path.realpath(info.path)
+    if not home.startswith(root.rstrip("/") + "/"):
+        return []
+    relative = os.path.relpath(home, root)
+    return ["--exclude=/" + _WILDCARD.sub(r"\\\1", relative) + "/"]
+
+
 def git_target(info: WorktreeInfo) -> GitTarget:
     return GitTarget(git_dir=info.git_dir or info.store_dir, work_tree=info.path)
 
@@ -753,7 +771,7 @@ async def capture_cold(
         if is_git_only(info.store_dir):
             # Hashing, flags and the tree all by git; a missing index file is an empty index.
             fence_ns = make_fence(tmp_dir)
-            listing = await run_git(git_target(info), [*LS_FILES, "-c"], index_file=index_path)
+            listing = await run_git(git_target(info), [*LS_FILES, *own_data_excludes(info), "-c"], index_file=index_path)
             stats.processes += 1
             result = await trio.to_thread.run_sync(
                 _build_git_only, info, index_path, listing, cache, stats, size_cap, fence_ns, limiter=thread_limiter
@@ -770,7 +788,7 @@ async def capture_cold(
         try:
             async with trio.open_nursery() as nursery:  # read the index in-process while git scans
                 nursery.start_soon(load)
-                listing = await run_git(git_target(info), LS_FILES, index_file=index_path)
+                listing = await run_git(git_target(info), [*LS_FILES, *own_data_excludes(info)], index_file=index_path)
                 stats.processes += 1
         except BaseExceptionGroup as group:
             if len(group.exceptions) == 1:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .errors import Busy, InternalError, NotFound, SnapshotdError
+from .errors import Busy, InternalError, NeedsForce, NotFound, SnapshotdError
 from .fsutil import pid_alive
 from .settings import SAFETY_SESSION, VERSION
 
@@ -339,11 +339,21 @@ def _invoke(
     params: dict[str, Any],
     human: Callable[[dict[str, Any]], Any],
     progress: str | None = None,
+    ask_force: bool = False,
 ) -> dict[str, Any]:
+    """Call ``method`` and print its result; with ``ask_force``, a refusal that needs ``force`` is asked at a terminal."""
     runner = _use_json(ctx)
     params = {key: value for key, value in params.items() if value is not None}
     try:
-        result = runner.call(method, params, progress=progress)
+        try:
+            result = runner.call(method, params, progress=progress)
+        except NeedsForce as error:
+            if not (ask_force and sys.stdin.isatty()):
+                raise
+            click.echo(error.message, err=True)
+            if not click.confirm("Go ahead anyway?", default=False, err=True):
+                sys.exit(1)
+            result = runner.call(method, {**params, "force": True}, progress=progress)
     except SnapshotdError as error:
         _fail(runner, error)
     _emit(runner, result, human)
@@ -431,9 +441,12 @@ def _serve_failed(message: str) -> None:
 @click.option("-m", "--label", metavar="LABEL", help="A label for the checkpoint.")
 @click.option("--session", metavar="S", help="The session (agent thread) the checkpoint belongs to.")
 @click.option("--exact", is_flag=True, help="Scan the whole worktree even when a watcher is warm.")
+@click.option("--force", is_flag=True, help="Checkpoint even your home folder or / (asked at a terminal otherwise).")
 @json_option
 @click.pass_context
-def checkpoint(ctx: click.Context, path: str, label: str | None, session: str | None, exact: bool, json_output: bool) -> None:
+def checkpoint(
+    ctx: click.Context, path: str, label: str | None, session: str | None, exact: bool, force: bool, json_output: bool
+) -> None:
     """Record the worktree holding PATH as a checkpoint."""
 
     def human(result: dict[str, Any]) -> None:
@@ -444,8 +457,8 @@ def checkpoint(ctx: click.Context, path: str, label: str | None, session: str | 
         for skipped in stats["skipped"]:
             click.echo(click.style(f"skipped {skipped}", fg="magenta"), err=True)
 
-    params = {"path": os.path.abspath(path), "label": label, "session": session, "exact": exact or None}
-    _invoke(ctx, "checkpoint", params, human, progress="capturing")
+    params = {"path": os.path.abspath(path), "label": label, "session": session, "exact": exact or None, "force": force or None}
+    _invoke(ctx, "checkpoint", params, human, progress="capturing", ask_force=True)
 
 
 @main.command(name="list", context_settings=CONTEXT)

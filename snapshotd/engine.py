@@ -34,6 +34,7 @@ from .errors import (
     Ambiguous,
     InvalidParams,
     MethodNotFound,
+    NeedsForce,
     NotFound,
     SnapshotdError,
     Unsupported,
@@ -118,6 +119,19 @@ def _no_safety(exc: BaseException, store_dir: str) -> SnapshotdError:
     return type(error)(
         f"{error.message.rstrip('.')}; no safety checkpoint could be taken, so nothing was changed.", **error.data
     )
+
+
+def refuse_broad_folder(root: str) -> None:
+    """Refuse to checkpoint the user's home folder or ``/`` unless forced: it would take every file under it."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    real = os.path.realpath(root)
+    if real in (home, "/"):
+        what = "your home folder" if real == home else "the root of the file system"
+        raise NeedsForce(
+            f"The worktree {real} is {what}, so a checkpoint would copy every file under it; "
+            "pass force (snapshotd checkpoint --force) to do it anyway.",
+            path=real,
+        )
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -432,8 +446,14 @@ class Engine:
         session = validate_session(params.get("session"))
         label = optional_str(params, "label")
         exact = optional_bool(params, "exact")
+        force = optional_bool(params, "force")
+        path = optional_str(params, "path")
+        if path is not None and not force:  # before opening: a watch of all of $HOME is costly too
+            refuse_broad_folder((await trio.to_thread.run_sync(locate, path, limiter=thread_limiter)).root)
         state = await self._resolve(params)
         assert state is not None
+        if path is None and not force:
+            refuse_broad_folder(state.info.path)
         started = time.perf_counter()
         async with state.lock:
             result = await self.capture(state, exact=exact)

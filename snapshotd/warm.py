@@ -25,6 +25,7 @@ from .capture import (
     TreeBuilder,
     git_target,
     open_repo,
+    own_data_excludes,
 )
 from .gitproc import run_git_sync
 from .settings import git_config_home
@@ -248,7 +249,7 @@ def capture_warm(
             return None
         listing = run_git_sync(
             git_target(info),
-            ["ls-files", "-z", "-t", "-c", "-o", "--exclude-standard", "--", *unknown],
+            ["ls-files", "-z", "-t", "-c", "-o", "--exclude-standard", *own_data_excludes(info), "--", *unknown],
             env_extra={"GIT_LITERAL_PATHSPECS": "1"},
         )
         stats.processes += 1

@@ -32,6 +32,7 @@ class WorktreeInfo:
     common_dir: str | None
     store_dir: str  # the repository holding the checkpoints
     state_dir: str  # snapshotd's own per-worktree files (temp indexes, journals)
+    home: str  # snapshotd's data folder, never part of a capture
 
     def to_wire(self, head: str | None, branch: str | None, watching: bool) -> dict:
         return {
@@ -306,6 +307,7 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             common_dir=located.common_dir,
             store_dir=located.common_dir or located.git_dir,
             state_dir=str(state_dir),
+            home=str(home),
         )
     else:
         claim = "plain"
@@ -323,6 +325,7 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             common_dir=None,
             store_dir=str(store_dir),
             state_dir=str(state_dir),
+            home=str(home),
         )
     Path(info.state_dir, "tmp").mkdir(parents=True, exist_ok=True)
     record = {**asdict(info), "dev": st.st_dev, "ino": st.st_ino, "claim": claim}
