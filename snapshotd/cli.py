@@ -441,7 +441,7 @@ def _serve_failed(message: str) -> None:
 @click.option("-m", "--label", metavar="LABEL", help="A label for the checkpoint.")
 @click.option("--session", metavar="S", help="The session (agent thread) the checkpoint belongs to.")
 @click.option("--exact", is_flag=True, help="Scan the whole worktree even when a watcher is warm.")
-@click.option("--force", is_flag=True, help="Checkpoint even your home folder or / (asked at a terminal otherwise).")
+@click.option("--force", is_flag=True, help="Checkpoint even your home folder or /.")
 @json_option
 @click.pass_context
 def checkpoint(

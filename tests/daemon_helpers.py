@@ -150,6 +150,15 @@ def running_daemon(socket_path: str | Path, log: str | Path, *extra_args: str) -
         daemon.kill()
 
 
+@contextmanager
+def quiet_daemon(folder: Path) -> Iterator[Daemon]:
+    """A daemon on ``folder``/run/s.sock for the block, whose log must show no error at the end."""
+    with running_daemon(folder / "run" / "s.sock", folder / "daemon.log") as running:
+        yield running
+        problems = log_problems(running.log_text())
+    assert not problems, running.log_text()
+
+
 @dataclass
 class CliResult:
     args: tuple[str, ...]

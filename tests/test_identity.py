@@ -87,6 +87,14 @@ def as_nobody(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def state_error(failed: subprocess.CompletedProcess[str]) -> dict:
+    """The ``state_unreadable`` error a command printed as JSON, having exited 1."""
+    assert failed.returncode == 1, failed.stderr
+    error = json.loads(failed.stdout)["error"]
+    assert error["data"]["kind"] == "state_unreadable"
+    return error
+
+
 def chown_tree(root: Path) -> None:
     for dirpath, dirnames, filenames in os.walk(root):
         for name in [*dirnames, *filenames]:
@@ -103,10 +111,7 @@ def test_an_unreadable_id_is_an_error_not_a_new_id(nobody_dir: Path) -> None:
     records = nobody_dir / "home" / "worktrees.json"
     records_before = records.read_bytes()
     os.chmod(id_file, 0o000)
-    failed = as_nobody(nobody_dir, "checkpoint", str(repo))
-    assert failed.returncode == 1
-    error = json.loads(failed.stdout)["error"]
-    assert error["data"]["kind"] == "state_unreadable"
+    error = state_error(as_nobody(nobody_dir, "checkpoint", str(repo)))
     assert str(id_file) in error["message"] and "permission denied" in error["message"]
     assert id_file.read_text() == old_id and records.read_bytes() == records_before
     os.chmod(id_file, 0o600)
@@ -122,8 +127,6 @@ def test_unreadable_records_are_an_error_and_are_not_rewritten(nobody_dir: Path)
     records = nobody_dir / "home" / "worktrees.json"
     before = records.read_bytes()
     os.chmod(records, 0o000)
-    failed = as_nobody(nobody_dir, "checkpoint", str(folder))
-    assert failed.returncode == 1
-    error = json.loads(failed.stdout)["error"]
-    assert error["data"]["kind"] == "state_unreadable" and str(records) in error["message"]
+    error = state_error(as_nobody(nobody_dir, "checkpoint", str(folder)))
+    assert str(records) in error["message"]
     assert records.read_bytes() == before and os.stat(records).st_mode & 0o777 == 0
