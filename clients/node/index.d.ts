@@ -100,6 +100,8 @@ export type CheckpointParams = WorktreeTarget & {
   label?: string | null;
   /** Scan the whole worktree even when the watcher names the changed paths. */
   exact?: boolean;
+  /** Checkpoint even the user's home folder or `/` (refused with `needs_force` otherwise). */
+  force?: boolean;
 };
 
 export type ListParams = WorktreeTarget & {
@@ -228,7 +230,10 @@ export interface DeleteResult {
 
 export interface GcWouldDelete {
   worktree: string;
+  path: string;
   session: string | null;
+  /** Ids of the checkpoints that would go. */
+  checkpoints: string[];
   [field: string]: unknown;
 }
 
@@ -373,7 +378,9 @@ export type ErrorKind =
   | "unsupported"
   | "too_large"
   | "busy"
-  | "shutting_down";
+  | "shutting_down"
+  | "state_unreadable"
+  | "needs_force";
 
 export interface ErrorDetails {
   code?: number | null;
