@@ -113,7 +113,7 @@ def test_a_prune_by_another_process_leaves_the_daemon_working(daemon: Daemon, tm
     for turn in ("two", "three"):
         write(folder / "a.txt", turn + "\n")
         last = cli("checkpoint", "--json", cwd=folder, env=env).json()["checkpoint"]
-    assert cli("--embedded", "gc", "--json", "--keep", "0", cwd=folder, env=env).json()["deleted"] == 2
+    assert cli("--embedded", "gc", "--json", "--keep", "0", "--yes", cwd=folder, env=env).json()["deleted"] == 2
     store = Path(os.environ["SNAPSHOTD_HOME"], "repos", last["worktree"] + ".git")
     assert not git_ok(store, "cat-file", "-e", last["tree"])  # pruned under the daemon's warm state
     write(folder / "a.txt", "four\n")
@@ -138,8 +138,8 @@ def test_cli_gc_means_here_unless_all(daemon: Daemon, tmp_path: Path) -> None:
     ]
     human = cli("gc", "--dry-run", "--keep", "0", cwd=repos[0], env=env).stdout
     assert "would delete 2 checkpoint(s) of session s1" in human and str(repos[0]) in human
-    assert cli("gc", "--json", "--keep", "0", cwd=repos[0], env=env).json()["deleted"] == 3
+    assert cli("gc", "--json", "--keep", "0", "--yes", cwd=repos[0], env=env).json()["deleted"] == 3
     assert len(cli("list", "--json", cwd=repos[1], env=env).json()["checkpoints"]) == 3
     cli("gc", "--all", str(repos[1]), env=env, code=2)
-    assert cli("gc", "--json", "--all", "--keep", "1", cwd=tmp_path, env=env).json()["deleted"] == 1
+    assert cli("gc", "--json", "--all", "--keep", "1", "--yes", cwd=tmp_path, env=env).json()["deleted"] == 1
     assert len(cli("list", "--json", cwd=repos[1], env=env).json()["checkpoints"]) == 2

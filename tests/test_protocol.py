@@ -63,6 +63,7 @@ CONTRACT_KINDS = {
     # additions
     "state_unreadable",
     "needs_force",
+    "filesystem",
 }
 
 
