@@ -591,7 +591,8 @@ def _flag_kinds(listing: bytes) -> tuple[set[str], set[str]]:
     return skip, valid
 
 
-def _folders_above(path: str) -> Iterator[str]:
+def folders_above(path: str) -> Iterator[str]:
+    """The folders that hold ``path``, outermost first ("a", "a/b" for "a/b/c")."""
     parts = path.split("/")
     for depth in range(1, len(parts)):
         yield "/".join(parts[:depth])
@@ -674,7 +675,7 @@ def _build_with_git(
         if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
             assert cache is not None
             hit = cache.lookup_entry(path, st)
-            inside_turned = bool(turned) and any(folder in turned for folder in _folders_above(path))
+            inside_turned = bool(turned) and any(folder in turned for folder in folders_above(path))
             if hit is not None and hit.mode is not None and not inside_turned and known_bytes < MAX_CACHEINFO_BYTES:
                 item = f"{hit.mode:o},{hit.oid},{path}"
                 known += ["--cacheinfo", item]

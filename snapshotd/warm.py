@@ -23,6 +23,7 @@ from .capture import (
     Settings,
     StatCache,
     TreeBuilder,
+    folders_above,
     git_target,
     open_repo,
     own_data_excludes,
@@ -212,6 +213,17 @@ class WarmBuilder(TreeBuilder):
                 self.index.add(pygit2.IndexEntry(flagged, entry.id, entry.mode))
 
 
+def outermost(paths: list[str]) -> list[str]:
+    """``paths`` without those that lie inside another of them, sorted.
+
+    Git answers for a folder's whole content; a pathspec below it as well
+    would make ``ls-files`` look into the folder even when it is a nested
+    repository (and then list neither the repository nor its files).
+    """
+    given = set(paths)
+    return sorted(path for path in given if not any(folder in given for folder in folders_above(path)))
+
+
 def capture_warm(
     info: WorktreeInfo,
     warm: WarmState,
@@ -245,6 +257,7 @@ def capture_warm(
         else:
             unknown.append(path)
     if unknown:
+        unknown = outermost(unknown)
         if len(unknown) > MAX_UNKNOWN_PATHS or sum(len(p) + 1 for p in unknown) > MAX_ARGV_BYTES:
             return None
         listing = run_git_sync(
@@ -260,6 +273,7 @@ def capture_warm(
         for path in unknown:
             st = builder.walker.lstat(path)
             if st is not None and stat.S_ISDIR(st.st_mode):
+                warm.not_ignored -= {p for p in warm.not_ignored if p.startswith(path + "/")}
                 for inner in entries_under(builder.index, path):
                     if inner not in listed:
                         builder.drop(inner)
