@@ -301,12 +301,16 @@ class Engine:
         stats = CaptureStats(scan="watch")
         if dirty:
             fence_ns = make_fence(os.path.join(state.info.state_dir, "tmp"))
-            tree = await trio.to_thread.run_sync(
-                capture_warm, state.info, state.warm, dirty, state.cache, stats, self.size_cap, fence_ns,
-                limiter=thread_limiter,
-            )
+            try:
+                tree = await trio.to_thread.run_sync(
+                    capture_warm, state.info, state.warm, dirty, state.cache, stats, self.size_cap, fence_ns,
+                    limiter=thread_limiter,
+                )
+            except BaseException:
+                self._forget_failed_capture(state, dirty)
+                raise
             if tree is None:
-                return await self._cold(state, "too many new paths or a pruned store")
+                return await self._cold(state, "too many new paths or a pruned store", hints=dirty)
             state.needs_reconcile = True
         stats.ms = (time.perf_counter() - started) * 1000
         self.counters["processes"] += stats.processes
@@ -319,6 +323,7 @@ class Engine:
         hints = set(hints or ())
         if keep:
             self.counters[f"cold_reasons.{reason}"] += 1
+            state.watcher.ensure_whole()  # watches re-armed before the scan reads the disk
             hints |= state.watcher.take()[0]  # the full scan covers everything the watcher saw so far
         sources = rule_sources(state.info) if keep else []
         signature = signature_of(sources)
@@ -328,7 +333,11 @@ class Engine:
                 index_mtime_ns = os.stat(os.path.join(state.info.git_dir, "index")).st_mtime_ns
             except OSError:
                 index_mtime_ns = 0
-        result = await capture_cold(state.info, state.cache, self.size_cap, keep_pristine=keep, hints=hints)
+        try:
+            result = await capture_cold(state.info, state.cache, self.size_cap, keep_pristine=keep, hints=hints)
+        except BaseException:
+            self._forget_failed_capture(state, hints)
+            raise
         state.warm = WarmState.from_cold(result, index_mtime_ns, sources, signature) if keep else None
         self.counters["processes"] += result.stats.processes
         self.counters[f"captures.{result.stats.scan}"] += 1
@@ -336,6 +345,17 @@ class Engine:
             kind = "object_format" if result.stats.fallback.startswith("object format") else "git_index"
             self.counters[f"fallbacks.{kind}"] += 1
         return result
+
+    def _forget_failed_capture(self, state: WorktreeState, dirty: set[str]) -> None:
+        """A capture failed part-way: drop the warm state it may have half changed, keep what it took.
+
+        The next capture is then a full scan that re-hashes ``dirty`` whatever
+        their stat data say, as if the failed one had never run.
+        """
+        state.warm = None
+        if state.watcher is not None:
+            state.watcher.put_back(dirty, {"a capture failed"})
+        self.counters["captures.failed"] += 1
 
     # --- watching ----------------------------------------------------------------
 

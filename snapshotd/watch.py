@@ -1,49 +1,133 @@
-"""Watching one worktree with watchfiles, and knowing when the watch can be trusted.
+"""Watching one worktree with inotify, and knowing when the watch can be trusted.
 
 Events are hints: they name paths to re-examine, never what happened to them.
 Before a capture trusts the dirty set it syncs with the watcher: it writes a
 cookie file and waits until the cookie's own event comes back, so every write
 that finished before the request has been read off the kernel's queue.
 
-Watchfiles does not report an inotify queue overflow and can miss files made
-inside a just-created folder, so the capture treats every folder event as
-"walk this folder to its depth", and the watcher asks for a full scan when a
-window holds so many changes that the kernel queue may have overflowed, after
-any error or restart of the watch, and when ignore rules or the user's index
-change.
+The watcher talks to inotify itself (through libc) rather than through
+watchfiles, whose backend (the notify crate) follows symlinks to folders: it
+watched whatever a link pointed to (all of ``/usr`` for a link to it), and
+because its watch maps are keyed by path while the kernel gives one watch per
+folder inode, replacing a link to a folder of the worktree removed the watches
+of that folder and everything below it, silently (docs/upstream/). Here:
+
+- every folder is opened by name under its parent's descriptor with
+  ``O_NOFOLLOW`` and watched through that descriptor, so a symlink is an entry
+  and never a folder to descend, and only the worktree is watched;
+- watches are keyed by descriptor; the kernel's ``IN_IGNORED`` drops one, and a
+  folder that still exists without a watch is watched again and marked dirty;
+- ``IN_Q_OVERFLOW`` asks for a full scan and a re-arm;
+- at every sync the kernel's own count of this instance's watches
+  (``/proc/self/fdinfo``) must equal the folders the watcher holds; any
+  difference, a folder that could not be watched, or a folder seen twice (a
+  bind mount) makes the watcher suspect: the next capture is a full scan and
+  the watch is re-armed from a new walk of the worktree first.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import itertools
+import logging
 import os
 import secrets
+import struct
 from collections.abc import Callable
-from pathlib import Path
 
 import trio
-import watchfiles
 
 from .worktree import WorktreeInfo
 
+log = logging.getLogger(__name__)
+
 COOKIE_PREFIX = "cookie-"
 SYNC_TIMEOUT_S = 2.0
-WATCH_DEBOUNCE_MS = 30
-WATCH_STEP_MS = 5
-RUST_TIMEOUT_MS = 100
+WATCH_STEP_S = 0.005
 IGNORE_FILES = (".gitignore",)
-OVERFLOW_REASON = "burst large enough to overflow the kernel queue"
+OVERFLOW_REASON = "kernel event queue overflowed"
+LOST_REASON = "inotify watches lost"
+
+IN_MODIFY = 0x2
+IN_ATTRIB = 0x4
+IN_CLOSE_WRITE = 0x8
+IN_MOVED_FROM = 0x40
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_ONLYDIR = 0x01000000
+IN_ISDIR = 0x40000000
+FOLDER_MASK = (
+    IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO
+    | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
+)
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (struct inotify_event)
+_OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_SIZE = 1 << 16
 
 
-def _queue_limit() -> int:
-    try:
-        return int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
-    except (OSError, ValueError):
-        return 16384
+class Inotify:
+    """One inotify instance, through libc: watches by descriptor, raw events, the kernel's watch count."""
+
+    def __init__(self) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise _last_error("inotify_init1")
+
+    def add(self, folder_fd: int) -> int:
+        """Watch the folder open as ``folder_fd`` (its descriptor, so no path is resolved again)."""
+        path = f"/proc/self/fd/{folder_fd}".encode()
+        wd = self._libc.inotify_add_watch(self.fd, path, FOLDER_MASK)
+        if wd < 0:
+            raise _last_error("inotify_add_watch")
+        return wd
+
+    def remove(self, wd: int) -> None:
+        """Drop a watch; one the kernel already dropped is no error."""
+        self._libc.inotify_rm_watch(self.fd, wd)
+
+    def read(self) -> list[tuple[int, int, str]]:
+        """Every event queued now, as (wd, mask, name); empty when none is."""
+        events: list[tuple[int, int, str]] = []
+        while True:
+            try:
+                data = os.read(self.fd, _READ_SIZE)
+            except BlockingIOError:
+                return events
+            offset = 0
+            while offset < len(data):
+                wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                offset += _EVENT.size
+                name = data[offset : offset + length].rstrip(b"\0")
+                offset += length
+                events.append((wd, mask, os.fsdecode(name)))
+
+    def _fdinfo(self) -> bytes:
+        with open(f"/proc/self/fdinfo/{self.fd}", "rb") as info:
+            return info.read()
+
+    def kernel_watch_count(self) -> int:
+        """How many watches the kernel holds for this instance (one ``inotify wd:`` line each)."""
+        return self._fdinfo().count(b"\ninotify wd:")
+
+    def kernel_watches(self) -> set[int]:
+        """The descriptors of the watches the kernel holds for this instance."""
+        return {int(line.split()[1][3:]) for line in self._fdinfo().splitlines() if line.startswith(b"inotify wd:")}
+
+    def close(self) -> None:
+        trio.lowlevel.notify_closing(self.fd)
+        os.close(self.fd)
 
 
-QUEUE_LIMIT = _queue_limit()
+def _last_error(call: str) -> OSError:
+    number = ctypes.get_errno()
+    return OSError(number, f"{call}: {os.strerror(number)}")
 
 
 class Watcher:
@@ -63,13 +147,17 @@ class Watcher:
         self.live = False
         self.events = 0
         self.cookie_waits = 0
-        self.window_changes = 0
+        self.rearms = 0
         self.error: str | None = None
+        self.suspect: str | None = None  # why the watch may have gaps; cleared by a re-arm that proves whole
         self._on_change = on_change
         self._counter = itertools.count()
         self._cookie_events: dict[str, trio.Event] = {}
         self._started = trio.Event()
         self._git_dir = os.path.realpath(info.git_dir) if info.git_dir else None
+        self._inotify: Inotify | None = None
+        self._folder_of: dict[int, str] = {}  # wd -> absolute folder path
+        self._wd_of: dict[str, int] = {}  # absolute folder path -> wd
 
     # --- classification ----------------------------------------------------------
 
@@ -107,75 +195,184 @@ class Watcher:
                 self.full_scan_reasons.add("ignore rules changed")
         changed.add(rel)
 
-    @staticmethod
-    def _real_path(path: str, real_parents: dict[str, str]) -> str:
-        """The event's path through real folders only.
-
-        The watcher follows symlinks to folders and may report a change under
-        a link's name (``link_to_dir/x`` for ``dir/x``); the capture never
-        looks through links, so the change is filed under the real path too.
-        (The literal path is kept as well: when a folder was just replaced by a
-        link, the event is about what used to be there.)
-        """
-        parent, _, name = path.rpartition(os.sep)
-        real = real_parents.get(parent)
-        if real is None:
-            real = real_parents[parent] = os.path.realpath(parent)
-        return real + os.sep + name if real != parent else path
-
     def take(self) -> tuple[set[str], set[str]]:
         """Hand the dirty set and the scan reasons to a capture, and start a new window."""
         dirty, reasons = self.dirty, self.full_scan_reasons
         self.dirty, self.full_scan_reasons = set(), set()
-        self.window_changes = 0
         return dirty, reasons
+
+    def put_back(self, dirty: set[str], reasons: set[str]) -> None:
+        """Return what :meth:`take` handed to a capture that failed, so the next one sees it again."""
+        self.dirty |= dirty
+        self.full_scan_reasons |= reasons
+
+    # --- the set of watches --------------------------------------------------------
+
+    @staticmethod
+    def _descend(rel_parent: str, name: str) -> bool:
+        """Whether the walk watches folder ``name`` under ``rel_parent`` (worktree-relative).
+
+        The worktree's own git dir is watched apart (only what changes the
+        rules); in a nested repository's git dir only ``refs`` matters, as it
+        moves the gitlink.
+        """
+        if not rel_parent:
+            return name != ".git"
+        parts = rel_parent.split("/")
+        if ".git" not in parts:
+            return True
+        return len(parts) > parts.index(".git") + 1 or name == "refs"
+
+    def _watch(self, folder_fd: int, path: str) -> bool:
+        """Watch one open folder under ``path``; False when the kernel refused it."""
+        assert self._inotify is not None
+        try:
+            wd = self._inotify.add(folder_fd)
+        except OSError as exc:
+            self.suspect = f"a folder could not be watched ({exc.strerror}): {path}"
+            return False
+        known = self._folder_of.get(wd)
+        if known is not None and known != path:
+            if os.path.lexists(known) and self._wd_of.get(known) == wd:
+                self.suspect = f"one folder appears twice in the worktree: {known} and {path}"
+                return True
+            self._wd_of.pop(known, None)
+        self._folder_of[wd] = path
+        self._wd_of[path] = wd
+        return True
+
+    def _walk(self, folder_fd: int, path: str, rel: str) -> int:
+        """Watch the folder open as ``folder_fd`` and every folder below it; how many were watched."""
+        if not self._watch(folder_fd, path):
+            return 0
+        count = 1
+        try:
+            entries = [entry.name for entry in os.scandir(folder_fd) if entry.is_dir(follow_symlinks=False)]
+        except OSError:
+            return count
+        for name in entries:
+            if not self._descend(rel, name):
+                continue
+            try:
+                child = os.open(name, _OPEN_FOLDER, dir_fd=folder_fd)
+            except OSError:  # gone, replaced by a link, or unreadable (git cannot read it either)
+                continue
+            try:
+                count += self._walk(child, f"{path}/{name}", f"{rel}/{name}" if rel else name)
+            finally:
+                os.close(child)
+        return count
+
+    def _open_in_tree(self, rel: str) -> int:
+        """Open a worktree folder by its relative path, one component at a time, never through a link."""
+        fd = os.open(self.root, _OPEN_FOLDER)
+        for name in rel.split("/") if rel else ():
+            try:
+                child = os.open(name, _OPEN_FOLDER, dir_fd=fd)
+            finally:
+                os.close(fd)
+            fd = child
+        return fd
+
+    def _watch_tree(self, rel: str) -> int:
+        """Watch the worktree folder ``rel`` ("" is the root) and everything below it; how many were watched."""
+        try:
+            fd = self._open_in_tree(rel)
+        except OSError as exc:
+            if not rel:
+                self.suspect = f"the worktree folder could not be opened ({exc.strerror})"
+            return 0
+        try:
+            return self._walk(fd, os.path.join(self.root, rel) if rel else self.root, rel)
+        finally:
+            os.close(fd)
+
+    def _watch_extra(self, path: str) -> None:
+        """Watch one folder outside the walk (git dir, its ``info``, the cookies), on its own."""
+        try:
+            fd = os.open(path, _OPEN_FOLDER)
+        except OSError:
+            return
+        try:
+            self._watch(fd, path)
+        finally:
+            os.close(fd)
+
+    def arm(self) -> None:
+        """(Re)build the whole set of watches from a walk of the worktree, dropping stale ones.
+
+        Clears :attr:`suspect` only when the kernel's count then equals the
+        folders held; otherwise the watcher stays suspect and captures stay cold.
+        """
+        assert self._inotify is not None
+        self.suspect = None
+        before = dict(self._folder_of)
+        self._folder_of.clear()
+        self._wd_of.clear()
+        self._watch_tree("")
+        extras = [self.cookie_dir]
+        if self._git_dir is not None:
+            extras += [self._git_dir, os.path.join(self._git_dir, "info")]
+        for extra in extras:
+            self._watch_extra(extra)
+        for wd in (before.keys() | self._inotify.kernel_watches()) - self._folder_of.keys():
+            self._inotify.remove(wd)
+        self.rearms += 1
+        if self.suspect is None:
+            self.check()
+
+    def check(self) -> bool:
+        """Whether every watch the watcher counts on is still in the kernel; marks it suspect if not."""
+        if self._inotify is None:
+            return False
+        if self.suspect is None:
+            kernel = self._inotify.kernel_watch_count()
+            if kernel != len(self._folder_of):
+                self.suspect = f"{LOST_REASON}: the kernel holds {kernel}, the watcher {len(self._folder_of)}"
+        return self.suspect is None
+
+    def ensure_whole(self) -> None:
+        """Re-arm when the watch may have gaps, and ask the next capture for a full scan if so.
+
+        Called before a capture trusts the dirty set and before a full scan, so
+        the scan that follows (the next capture at the latest) covers whatever
+        the lost watches missed.
+        """
+        if self._inotify is None or self.check():
+            return
+        reason = self.suspect
+        log.warning("The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
+        self.arm()
+        self.full_scan_reasons.add(reason.split(":")[0] if reason else LOST_REASON)
 
     # --- running -----------------------------------------------------------------
 
-    def _paths(self) -> list[str]:
-        paths = [self.root]
-        for extra in (self._git_dir, self.cookie_dir):
-            if extra and not any(extra == p or extra.startswith(p + os.sep) for p in paths):
-                paths.append(extra)
-        return paths
-
     async def run(self) -> None:
-        """Watch until cancelled; :meth:`wait_started` returns once events are flowing."""
+        """Watch until cancelled; :meth:`wait_started` returns once the watches are in place."""
         os.makedirs(self.cookie_dir, exist_ok=True)
         for stale in os.listdir(self.cookie_dir):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.cookie_dir, stale))
-        stop = trio.Event()
         try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._announce_start)
-                async for changes in watchfiles.awatch(
-                    *self._paths(),
-                    watch_filter=None,
-                    debounce=WATCH_DEBOUNCE_MS,
-                    step=WATCH_STEP_MS,
-                    rust_timeout=RUST_TIMEOUT_MS,
-                    stop_event=stop,
-                    ignore_permission_denied=True,
-                ):
-                    self._absorb(changes)
+            self._inotify = Inotify()
+            await trio.to_thread.run_sync(self.arm)
+            self.live = True
+            self._started.set()
+            while True:
+                await trio.lowlevel.wait_readable(self._inotify.fd)
+                await trio.sleep(WATCH_STEP_S)  # let a burst gather into one batch
+                self._absorb(self._inotify.read())
         except Exception as exc:  # the watch itself failed: fall back to full scans
             self.error = f"{type(exc).__name__}: {exc}"
-            self.live = False
             self.full_scan_reasons.add("watcher failed")
         finally:
             self.live = False
             self._started.set()
             for event in self._cookie_events.values():
                 event.set()
-
-    async def _announce_start(self) -> None:
-        """Writes before the first iteration are lost, so confirm the watch with a cookie."""
-        while not self.live:
-            if await self.sync(timeout=0.5):
-                self.live = True
-                self._started.set()
-                return
+            if self._inotify is not None:
+                self._inotify.close()
+                self._inotify = None
 
     async def wait_started(self, timeout: float) -> bool:
         """Wait until the watch is confirmed live (or failed); True when live."""
@@ -183,25 +380,72 @@ class Watcher:
             await self._started.wait()
         return self.live
 
-    def _absorb(self, changes: set[tuple[watchfiles.Change, str]]) -> None:
+    def _absorb(self, events: list[tuple[int, int, str]]) -> None:
+        """File one batch of raw events: dirty paths, new folders to watch, lost watches."""
         changed: set[str] = set()
-        real_parents: dict[str, str] = {}
-        for _, path in changes:
+        overflow = False
+        for wd, mask, name in events:
             self.events += 1
+            if mask & IN_Q_OVERFLOW:
+                overflow = True
+                self.full_scan_reasons.add(OVERFLOW_REASON)
+                self.suspect = OVERFLOW_REASON
+                continue
+            folder = self._folder_of.get(wd)
+            if folder is None:
+                continue  # a watch already dropped (a folder moved away or deleted)
+            if mask & IN_IGNORED:
+                self._dropped(wd, folder, changed)
+                continue
+            path = f"{folder}/{name}" if name else folder
+            if mask & IN_ISDIR:
+                if mask & IN_MOVED_FROM:
+                    self._unwatch_under(path)
+                if mask & (IN_CREATE | IN_MOVED_TO):
+                    self._watch_new(path)
             self._classify(path, changed)
-            real = self._real_path(path, real_parents)
-            if real != path:
-                self._classify(real, changed)
-        self.window_changes += len(changed)
-        overflow = self.window_changes >= QUEUE_LIMIT // 2
-        if overflow:
-            self.full_scan_reasons.add(OVERFLOW_REASON)
         self.dirty |= changed
-        if changed and self._on_change is not None:
+        if (changed or overflow) and self._on_change is not None:
             self._on_change(changed, overflow)
 
+    def _dropped(self, wd: int, folder: str, changed: set[str]) -> None:
+        """The kernel dropped a watch: the folder went, or (if it is still there) it must be watched again."""
+        del self._folder_of[wd]
+        if self._wd_of.get(folder) == wd:
+            del self._wd_of[folder]
+        rel = os.path.relpath(folder, self.root)
+        if folder in self._wd_of or rel.startswith("..") or not os.path.isdir(folder) or os.path.islink(folder):
+            return
+        if rel == ".":
+            self.suspect = f"{LOST_REASON}: the worktree folder's own watch"
+            return
+        self._watch_new(folder)  # a new folder at the old path; what was written before is in a full walk of it
+        self._classify(folder, changed)
+
+    def _watch_new(self, path: str) -> None:
+        """A folder appeared in the worktree: watch it and everything already below it."""
+        rel = os.path.relpath(path, self.root)
+        if rel.startswith("..") or rel == ".":
+            return
+        parent, _, name = rel.rpartition("/")
+        if self._descend(parent, name):
+            self._watch_tree(rel)
+
+    def _unwatch_under(self, path: str) -> None:
+        """A folder moved away: its watches would report under a stale path, so drop them."""
+        assert self._inotify is not None
+        prefix = path + "/"
+        for wd, folder in list(self._folder_of.items()):
+            if folder == path or folder.startswith(prefix):
+                self._inotify.remove(wd)
+                del self._folder_of[wd]
+                self._wd_of.pop(folder, None)
+
     async def sync(self, timeout: float = SYNC_TIMEOUT_S) -> bool:
-        """Write a cookie and wait for its event: True when every earlier write has been seen."""
+        """Write a cookie and wait for its event: True when every earlier write has been seen.
+
+        A watch found with gaps is re-armed here, and the next capture told to scan everything.
+        """
         name = f"{COOKIE_PREFIX}{os.getpid()}-{next(self._counter)}-{secrets.token_hex(3)}"
         event = trio.Event()
         self._cookie_events[name] = event
@@ -212,8 +456,11 @@ class Watcher:
             os.close(fd)
             with trio.move_on_after(timeout):
                 await event.wait()
-            return event.is_set() and name not in self._cookie_events
+            synced = event.is_set() and name not in self._cookie_events and self.live
         finally:
             self._cookie_events.pop(name, None)
             with contextlib.suppress(OSError):
                 os.unlink(path)
+        if synced:
+            self.ensure_whole()
+        return synced

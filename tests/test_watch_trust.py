@@ -1,0 +1,128 @@
+"""When the warm path may trust the watcher: lost watches, links, nested repositories."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from oracle import oracle_tree
+from repo_helpers import git
+from test_warm import checkpoint, make_repo, warm_up
+
+
+def inotify_watches() -> int:
+    """Inotify watches this process holds, over all its inotify descriptors."""
+    total = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}") != "anon_inode:inotify":
+                continue
+            with open(f"/proc/self/fdinfo/{fd}") as info:
+                total += sum(1 for line in info if line.startswith("inotify wd:"))
+        except OSError:
+            continue
+    return total
+
+
+def linked_repo(root: Path) -> Path:
+    """A repository with ``lib/`` (and folders below it) and a symlink ``alias -> lib``, as git's own tree has."""
+    repo = make_repo(root)
+    for folder in ("lib", "lib/po", "lib/po/glossary"):
+        (repo / folder).mkdir()
+        (repo / folder / "file.txt").write_text(f"{folder} v1\n")
+    (repo / "alias").symlink_to("lib")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "lib and its alias")
+    return repo
+
+
+async def test_rewriting_a_link_to_a_folder_keeps_the_folder_watched(watched_engine, tmp_path):
+    # git's checkout rewrites a symlink by unlink + symlink; watchfiles then dropped
+    # the watches of the folder the link points to, and warm captures stayed stale.
+    repo = linked_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    (repo / "alias").unlink()
+    (repo / "alias").symlink_to("lib")
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    for folder in ("lib", "lib/po", "lib/po/glossary"):
+        (repo / folder / "file.txt").write_text(f"{folder} v2\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+def watcher_of(engine, repo: Path):
+    """The engine's watcher for the worktree at ``repo``."""
+    (state,) = [s for s in engine.worktrees.values() if s.info.path == os.path.realpath(repo)]
+    return state.watcher
+
+
+async def test_a_link_to_a_big_outside_folder_adds_no_watch_and_no_dirty_path(watched_engine, tmp_path):
+    outside = tmp_path / "outside"
+    for index in range(300):
+        (outside / f"d{index}" / "inner").mkdir(parents=True)
+    repo = make_repo(tmp_path / "r")
+    (repo / "usr").symlink_to(outside)
+    before = inotify_watches()
+    await warm_up(watched_engine, repo)
+    folders = sum(1 for _, dirs, _ in os.walk(repo) for _ in dirs) + 1
+    assert inotify_watches() - before <= folders  # the worktree's folders and its git dir's few, nothing outside
+    (outside / "d7" / "inner" / "new.txt").write_text("outside")
+    (outside / "d8" / "file").write_text("outside")
+    watcher = watcher_of(watched_engine, repo)
+    assert await watcher.sync()
+    assert not [path for path in watcher.dirty if path.startswith("usr/")]
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["scan"] == "watch"
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_a_watch_the_watcher_does_not_hold_makes_the_next_capture_full(watched_engine, tmp_path):
+    from snapshotd.watch import IN_MODIFY
+
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    watcher = watcher_of(watched_engine, repo)
+    stray = tmp_path / "stray"
+    stray.mkdir()
+    # Fault: the kernel's set of watches and the watcher's disagree.
+    assert watcher._inotify._libc.inotify_add_watch(watcher._inotify.fd, str(stray).encode(), IN_MODIFY) > 0
+    (repo / "README").write_text("changed\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["scan"] == "full"
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    (repo / "README").write_text("changed again\n")
+    again = await checkpoint(watched_engine, repo)
+    assert again["stats"]["scan"] == "watch"  # re-armed and proven whole
+    assert again["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_a_watch_dropped_behind_the_watchers_back_is_watched_again(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    watcher = watcher_of(watched_engine, repo)
+    src = str(repo / "src")
+    watcher._inotify.remove(watcher._wd_of[src])  # fault: the kernel drops the folder's watch
+    assert await watcher.sync()
+    (repo / "src" / "a.py").write_text("print('after')\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_a_nested_repository_made_after_a_warm_capture_is_a_gitlink(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    lib = repo / "vendor" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "code.c").write_text("int x;\n")
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    git(lib, "init", "-q")
+    (lib / "code.c").write_text("int y;\n")
+    git(lib, "add", "-A")
+    git(lib, "commit", "-qm", "nested")
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    (lib / "code.c").write_text("int z;\n")  # inside the nested repository: not the superproject's file
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    git(lib, "commit", "-qam", "moves the gitlink")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["scan"] == "watch"
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
