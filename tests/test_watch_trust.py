@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 from oracle import oracle_tree
 from repo_helpers import git
 from test_warm import checkpoint, make_repo, warm_up
@@ -125,4 +126,50 @@ async def test_a_nested_repository_made_after_a_warm_capture_is_a_gitlink(watche
     git(lib, "commit", "-qam", "moves the gitlink")
     result = await checkpoint(watched_engine, repo)
     assert result["stats"]["scan"] == "watch"
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_a_warm_capture_that_fails_part_way_leaves_no_trace(watched_engine, tmp_path, monkeypatch):
+    from snapshotd import warm
+
+    repo = make_repo(tmp_path / "r")
+    (repo / "src" / "b.py").write_text("print('b')\n")
+    await warm_up(watched_engine, repo)
+    assert (await checkpoint(watched_engine, repo))["stats"]["scan"] == "watch"
+    (repo / "src" / "a.py").write_text("print('a2')\n")
+    (repo / "src" / "b.py").write_text("print('b2')\n")
+    hash_file = warm.WarmBuilder._hash
+
+    def disk_full_at_b(self, path, st, mode):  # fault: the disk fills up after a.py was applied
+        if path == "src/b.py":
+            raise OSError(28, "No space left on device", path)
+        return hash_file(self, path, st, mode)
+
+    monkeypatch.setattr(warm.WarmBuilder, "_hash", disk_full_at_b)
+    with pytest.raises(OSError):
+        await checkpoint(watched_engine, repo)
+    monkeypatch.setattr(warm.WarmBuilder, "_hash", hash_file)
+    result = await checkpoint(watched_engine, repo)
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_a_full_scan_that_fails_keeps_what_the_watcher_saw(watched_engine, tmp_path, monkeypatch):
+    from snapshotd import engine as engine_mod
+
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    assert (await checkpoint(watched_engine, repo))["stats"]["scan"] == "watch"
+    (repo / "README").write_text("edited\n")
+    with open(repo / ".gitignore", "a") as handle:
+        handle.write("*.tmp\n")  # makes the next capture a full scan
+
+    async def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    capture_cold = engine_mod.capture_cold
+    monkeypatch.setattr(engine_mod, "capture_cold", disk_full)
+    with pytest.raises(OSError):
+        await checkpoint(watched_engine, repo)
+    monkeypatch.setattr(engine_mod, "capture_cold", capture_cold)
+    result = await checkpoint(watched_engine, repo)
     assert result["checkpoint"]["tree"] == oracle_tree(repo)
