@@ -828,6 +828,24 @@ def status(ctx: click.Context, json_output: bool) -> None:
     _invoke(ctx, "status", {}, human)
 
 
+@main.command(context_settings=CONTEXT)
+@click.argument("path", default=".", type=click.Path(file_okay=False))
+@json_option
+@click.pass_context
+def verify(ctx: click.Context, path: str, json_output: bool) -> None:
+    """Compare the daemon's warm state of the worktree holding PATH with a full scan; exit 1 on a difference."""
+
+    def human(result: dict[str, Any]) -> None:
+        for difference in result["differences"]:
+            click.echo(f"{difference['path']}: {difference['cause']}")
+        if not result["differences"]:
+            click.echo(f"no difference (full scan {result['scan_ms']:.0f} ms)")
+
+    result = _invoke(ctx, "verify", {"path": os.path.abspath(path)}, human, progress="scanning")
+    if result["differences"]:
+        sys.exit(1)
+
+
 @main.command(name="open", context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
 @json_option

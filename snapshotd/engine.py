@@ -9,6 +9,7 @@ behind a limiter so the trio loop stays responsive.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import Counter
@@ -52,10 +53,18 @@ from .warm import WarmState, capture_warm, rule_sources, signature_of
 from .watch import Watcher
 from .worktree import Records, WorktreeInfo, identify, locate, object_format
 
+log = logging.getLogger(__name__)
+
 WATCH_START_TIMEOUT_S = 5.0
 RECONCILE_IDLE_S = 5.0
 NOTIFY_DEBOUNCE_S = 0.05
 NOTIFY_MAX_PATHS = 1000
+MISS_CAUSES = {
+    "added": "on disk but not in the warm state: the watcher missed a new path",
+    "deleted": "in the warm state but gone from disk: the watcher missed a deletion",
+    "modified": "changed on disk: the watcher missed a write",
+    "type_changed": "changed type on disk: the watcher missed a replacement",
+}
 
 
 @dataclass
@@ -134,6 +143,11 @@ def refuse_broad_folder(root: str) -> None:
         )
 
 
+def _tree_entry(oid: str | None, mode: str | None) -> dict[str, str] | None:
+    """One side of a ``verify`` difference: the entry's blob (or commit) id and mode, None when absent."""
+    return None if oid is None else {"oid": oid, "mode": mode or ""}
+
+
 def _folder_bytes(folder: Path) -> int:
     total = 0
     for dirpath, _, names in os.walk(folder):
@@ -182,6 +196,7 @@ class Engine:
             "shutdown": self._shutdown,
             "subscribe": self._subscribe,
             "unsubscribe": self._unsubscribe,
+            "verify": self._verify,
         }
         self._subscription_ids = iter(range(1, 1 << 62))
 
@@ -404,11 +419,44 @@ class Engine:
                 cold = await self._cold(state, "idle reconciliation")
                 state.needs_reconcile = False
                 self.counters["reconciliations"] += 1
-                if cold.tree != warm.tree:
-                    with repository(state.info.store_dir) as repo:
-                        missed = diff_mod.diff_trees(repo, warm.tree, cold.tree, find_renames=False)["files"]
-                    self.counters["watch_miss"] += max(1, len(missed))
+                await self._watch_misses(state, warm.tree, cold.tree, "idle reconciliation")
             state.last_activity = time.monotonic()
+
+    async def _watch_misses(self, state: WorktreeState, warm_tree: str, disk_tree: str, by: str) -> list[dict[str, Any]]:
+        """The paths where the warm tree differs from a full scan, each logged and counted as ``watch_miss``."""
+        if warm_tree == disk_tree:
+            return []
+
+        def compare() -> list[dict[str, Any]]:
+            with repository(state.info.store_dir) as repo:
+                return diff_mod.diff_trees(repo, warm_tree, disk_tree, find_renames=False)["files"]
+
+        differences = []
+        for change in await trio.to_thread.run_sync(compare, limiter=thread_limiter):
+            cause = MISS_CAUSES.get(change["status"], change["status"])
+            if change["status"] == "modified" and change["old_oid"] == change["new_oid"]:
+                cause = "mode changed on disk: the watcher missed a chmod"
+            log.warning("watch_miss in %s (%s): %s %s", state.info.path, by, change["path"], cause)
+            differences.append({
+                "path": change["path"],
+                "warm": _tree_entry(change["old_oid"], change["old_mode"]),
+                "disk": _tree_entry(change["new_oid"], change["new_mode"]),
+                "cause": cause,
+            })
+        self.counters["watch_miss"] += max(1, len(differences))
+        return differences
+
+    async def _verify(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        """The warm state against a full scan now; the scan's result becomes the warm state, nothing is recorded."""
+        state = await self._resolve(params)
+        assert state is not None
+        async with state.lock:
+            warm = await self.capture(state)
+            started = time.perf_counter()
+            disk = await self._cold(state, "verify")
+            scan_ms = (time.perf_counter() - started) * 1000
+            differences = await self._watch_misses(state, warm.tree, disk.tree, "verify")
+        return {"differences": differences, "scan_ms": round(scan_ms, 3)}
 
     def _changed(self, state: WorktreeState, paths: set[str], overflow: bool) -> None:
         state.last_activity = time.monotonic()

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import mmap
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -173,3 +176,74 @@ async def test_a_full_scan_that_fails_keeps_what_the_watcher_saw(watched_engine,
     monkeypatch.setattr(engine_mod, "capture_cold", capture_cold)
     result = await checkpoint(watched_engine, repo)
     assert result["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+@contextlib.contextmanager
+def unseen_write(path: Path, data: bytes) -> Iterator[None]:
+    """Change a file's first bytes through a shared mapping, the file kept open: inotify reports nothing."""
+    with open(path, "r+b") as handle, mmap.mmap(handle.fileno(), 0) as mapped:
+        mapped[: len(data)] = data
+        mapped.flush()
+        yield
+
+
+async def test_verify_names_each_change_the_watcher_missed(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    clean = await watched_engine.call("verify", {"path": str(repo)})
+    assert clean["differences"] == [] and clean["scan_ms"] >= 0
+    with unseen_write(repo / "README", b"READ"):
+        stale = await checkpoint(watched_engine, repo)
+        assert stale["stats"]["scan"] == "watch"
+        assert stale["checkpoint"]["changed"] is False  # the watcher saw nothing
+        found = await watched_engine.call("verify", {"path": str(repo)})
+    disk_oid = git(repo, "hash-object", "README")
+    assert found["differences"] == [{
+        "path": "README",
+        "warm": {"oid": git(repo, "rev-parse", "HEAD:README"), "mode": "100644"},
+        "disk": {"oid": disk_oid, "mode": "100644"},
+        "cause": "changed on disk: the watcher missed a write",
+    }]
+    assert (await watched_engine.call("status", {}))["counters"]["watch_miss"] == 1
+    assert (await watched_engine.call("verify", {"path": str(repo)}))["differences"] == []
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_idle_reconciliation_logs_each_missed_path(watched_engine, tmp_path, monkeypatch, caplog):
+    import trio
+
+    from snapshotd import engine as engine_mod
+
+    monkeypatch.setattr(engine_mod, "RECONCILE_IDLE_S", 0.2)
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    with unseen_write(repo / "README", b"READ"), caplog.at_level("WARNING", logger="snapshotd.engine"):
+        (repo / "src" / "a.py").write_text("print('seen')\n")
+        assert (await checkpoint(watched_engine, repo))["stats"]["scan"] == "watch"
+        with trio.fail_after(10):
+            while not (await watched_engine.call("status", {}))["counters"].get("reconciliations"):
+                await trio.sleep(0.1)
+    assert (await watched_engine.call("status", {}))["counters"]["watch_miss"] == 1
+    (record,) = [r for r in caplog.records if "watch_miss" in r.getMessage()]
+    assert "README changed on disk: the watcher missed a write" in record.getMessage()
+    assert "idle reconciliation" in record.getMessage()
+
+
+def test_verify_on_the_command_line_exits_1_on_a_difference(tmp_path):
+    from daemon_helpers import child_env, cli, running_daemon
+
+    repo = make_repo(tmp_path / "r")
+    sock = tmp_path / "run" / "s.sock"
+    env = child_env(sock)
+    with running_daemon(sock, tmp_path / "daemon.log") as daemon:
+        cli("checkpoint", str(repo), env=env)
+        clean = cli("verify", "--json", str(repo), env=env).json()
+        assert clean["differences"] == []
+        assert "no difference" in cli("verify", str(repo), env=env).stdout
+        cli("checkpoint", str(repo), env=env)
+        with unseen_write(repo / "README", b"READ"):
+            cli("checkpoint", str(repo), env=env)
+            human = cli("verify", str(repo), env=env, code=1)
+        assert human.stdout == "README: changed on disk: the watcher missed a write\n"
+        assert "watch_miss in" in daemon.log_text() and "README" in daemon.log_text()
+        assert cli("verify", "--json", str(repo), env=env).json()["differences"] == []
