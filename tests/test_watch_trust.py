@@ -247,3 +247,34 @@ def test_verify_on_the_command_line_exits_1_on_a_difference(tmp_path):
         assert human.stdout == "README: changed on disk: the watcher missed a write\n"
         assert "watch_miss in" in daemon.log_text() and "README" in daemon.log_text()
         assert cli("verify", "--json", str(repo), env=env).json()["differences"] == []
+
+
+GIT_CLONE = os.environ.get("SNAPSHOTD_GIT_CLONE", "")
+GIT_TURNS = (
+    "7ff1e8dc1e1680510c96e69965b3fa81372c5037~1",
+    "7ff1e8dc1e1680510c96e69965b3fa81372c5037",
+    "b70a02dcc9",
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.path.isdir(os.path.join(GIT_CLONE, "objects")) and not os.path.isdir(os.path.join(GIT_CLONE, ".git")),
+    reason="needs SNAPSHOTD_GIT_CLONE: the git dir of a local clone of git's own repository (public git/git)",
+)
+async def test_warm_captures_equal_git_on_git_own_history(watched_engine, tmp_path):
+    # Each turn moves the files as an agent's edits would (read-tree -u from a private
+    # index that starts without stat data, so the first move rewrites every file),
+    # leaving the worktree's own index and HEAD alone.
+    source = GIT_CLONE if os.path.isdir(os.path.join(GIT_CLONE, "objects")) else os.path.join(GIT_CLONE, ".git")
+    worktree = tmp_path / "wt"
+    git(tmp_path, "clone", "-q", "--no-checkout", source, str(worktree))
+    git(worktree, "checkout", "-q", GIT_TURNS[0])
+    mover = {"GIT_DIR": source, "GIT_WORK_TREE": str(worktree), "GIT_INDEX_FILE": str(tmp_path / "mover.idx")}
+    git(worktree, "read-tree", GIT_TURNS[0], env=mover)
+    await warm_up(watched_engine, worktree)
+    for turn in GIT_TURNS[1:]:
+        git(worktree, "read-tree", "--reset", "-u", turn, env=mover)
+        result = await checkpoint(watched_engine, worktree)
+        assert result["checkpoint"]["tree"] == oracle_tree(worktree), f"turn {turn}"
+    assert (await watched_engine.call("verify", {"path": str(worktree)}))["differences"] == []
