@@ -25,7 +25,6 @@ __all__ = ["run_daemon", "serve_daemon"]
 
 log = logging.getLogger("snapshotd")
 SHUTDOWN_GRACE_S = 0.05
-THREADS_FOR_WATCHERS = 10_000
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
@@ -60,8 +59,6 @@ async def serve_daemon(
     :class:`FileExistsError` or another :class:`OSError`.
     """
     path = resolve_socket_path(socket_path)
-    # Each watcher blocks one thread in watchfiles; the default limit of 40 would cap worktrees.
-    trio.to_thread.current_default_thread_limiter().total_tokens = THREADS_FOR_WATCHERS
     try:
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
@@ -114,7 +111,6 @@ def run_daemon(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s snapshotd[%(process)d] %(levelname)s %(message)s"
     )
-    logging.getLogger("watchfiles").setLevel(logging.WARNING)
     trio.run(
         lambda: serve_daemon(socket_path, allow_root=allow_root, size_cap=size_cap, watch=watch)
     )

@@ -945,6 +945,7 @@ class Engine:
             if state.watcher is not None:
                 counters["watcher.events"] = counters.get("watcher.events", 0) + state.watcher.events
                 counters["watcher.cookie_waits"] = counters.get("watcher.cookie_waits", 0) + state.watcher.cookie_waits
+                counters["watcher.rearms"] = counters.get("watcher.rearms", 0) + state.watcher.rearms
         return {
             "worktrees": [self._wire_worktree(state) for state in self.worktrees.values()],
             "counters": counters,
