@@ -118,7 +118,8 @@ class Inotify:
 
     def kernel_watches(self) -> set[int]:
         """The descriptors of the watches the kernel holds for this instance."""
-        return {int(line.split()[1][3:]) for line in self._fdinfo().splitlines() if line.startswith(b"inotify wd:")}
+        lines = self._fdinfo().splitlines()
+        return {int(line.split()[1][3:], 16) for line in lines if line.startswith(b"inotify wd:")}  # in hex
 
     def close(self) -> None:
         trio.lowlevel.notify_closing(self.fd)
@@ -158,6 +159,7 @@ class Watcher:
         self._inotify: Inotify | None = None
         self._folder_of: dict[int, str] = {}  # wd -> absolute folder path
         self._wd_of: dict[str, int] = {}  # absolute folder path -> wd
+        self._unchecked = True  # events other than cookies came since the kernel's watches were counted
 
     # --- classification ----------------------------------------------------------
 
@@ -319,26 +321,32 @@ class Watcher:
             self._inotify.remove(wd)
         self.rearms += 1
         if self.suspect is None:
-            self.check()
+            self.check(always=True)
 
-    def check(self) -> bool:
-        """Whether every watch the watcher counts on is still in the kernel; marks it suspect if not."""
+    def check(self, *, always: bool = False) -> bool:
+        """Whether every watch the watcher counts on is still in the kernel; marks it suspect if not.
+
+        Watches change only with events (or the watcher's own doing), so the
+        kernel is asked (a few microseconds a watch) only after a burst of
+        events other than cookies, unless ``always``.
+        """
         if self._inotify is None:
             return False
-        if self.suspect is None:
+        if self.suspect is None and (always or self._unchecked):
+            self._unchecked = False
             kernel = self._inotify.kernel_watch_count()
             if kernel != len(self._folder_of):
                 self.suspect = f"{LOST_REASON}: the kernel holds {kernel}, the watcher {len(self._folder_of)}"
         return self.suspect is None
 
-    def ensure_whole(self) -> None:
+    def ensure_whole(self, *, always: bool = False) -> None:
         """Re-arm when the watch may have gaps, and ask the next capture for a full scan if so.
 
-        Called before a capture trusts the dirty set and before a full scan, so
-        the scan that follows (the next capture at the latest) covers whatever
-        the lost watches missed.
+        Called before a capture trusts the dirty set (after a burst) and
+        before every full scan (``always``), so the scan that follows (the
+        next capture at the latest) covers whatever the lost watches missed.
         """
-        if self._inotify is None or self.check():
+        if self._inotify is None or self.check(always=always):
             return
         reason = self.suspect
         log.warning("The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
@@ -394,6 +402,7 @@ class Watcher:
             folder = self._folder_of.get(wd)
             if folder is None:
                 continue  # a watch already dropped (a folder moved away or deleted)
+            self._unchecked = self._unchecked or folder != self.cookie_dir
             if mask & IN_IGNORED:
                 self._dropped(wd, folder, changed)
                 continue
