@@ -84,8 +84,12 @@ async def test_a_watch_the_watcher_does_not_hold_makes_the_next_capture_full(wat
     from snapshotd.watch import IN_MODIFY
 
     repo = make_repo(tmp_path / "r")
+    for index in range(40):  # watch descriptors past 9 and 15 (the kernel lists them in hex)
+        (repo / "many" / f"d{index}").mkdir(parents=True)
+        (repo / "many" / f"d{index}" / "f").write_text(str(index))
     await warm_up(watched_engine, repo)
     watcher = watcher_of(watched_engine, repo)
+    assert watcher.live
     stray = tmp_path / "stray"
     stray.mkdir()
     # Fault: the kernel's set of watches and the watcher's disagree.
