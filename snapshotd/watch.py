@@ -346,8 +346,8 @@ class Watcher:
         before every full scan (``always``), so the scan that follows (the
         next capture at the latest) covers whatever the lost watches missed.
         """
-        if self._inotify is None or self.check(always=always):
-            return
+        if self._inotify is None or not self.live or self.check(always=always):
+            return  # not live: the first walk is still running, and captures are cold until it ends
         reason = self.suspect
         log.warning("The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
         self.arm()
