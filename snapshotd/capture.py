@@ -119,15 +119,40 @@ class StatCache:
         self.entries.pop(path, None)
 
 
+SKIP_TOO_LARGE = "larger than the size cap for untracked files"
+SKIP_SPECIAL = "not a file, link or folder (a FIFO, socket or device), which git cannot add"
+SKIP_NO_COMMIT = "a nested repository with no commit yet"
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Why a path on disk was left out of a capture."""
+
+    reason: str
+    size: int | None = None
+    cap: int | None = None
+
+    def to_wire(self, path: str) -> dict:
+        wire: dict = {"path": path, "reason": self.reason}
+        if self.size is not None:
+            wire["size"] = self.size
+        if self.cap is not None:
+            wire["cap"] = self.cap
+        return wire
+
+
 @dataclass
 class CaptureStats:
     ms: float = 0.0
     processes: int = 0
     scan: str = "full"
     hashed: int = 0
-    skipped: list[str] = field(default_factory=list)
+    skipped: dict[str, Skip] = field(default_factory=dict)  # path (a folder's ends in "/") -> why
     fallback: str | None = None
     objects_written: int = 0
+
+    def skip(self, path: str, reason: str, *, size: int | None = None, cap: int | None = None) -> None:
+        self.skipped[path] = Skip(reason, size, cap)
 
     def to_wire(self) -> dict:
         return {
@@ -135,7 +160,8 @@ class CaptureStats:
             "processes": self.processes,
             "scan": self.scan,
             "hashed": self.hashed,
-            "skipped": sorted(set(self.skipped)),
+            "skipped": sorted(self.skipped),
+            "skipped_files": [self.skipped[path].to_wire(path) for path in sorted(self.skipped)],
         }
 
 
@@ -398,16 +424,16 @@ class TreeBuilder:
                 if head is not None:
                     self.index.add(pygit2.IndexEntry(path, head, MODE_GITLINK))
                 elif untracked:
-                    self.stats.skipped.append(path + "/")
+                    self.stats.skip(path + "/", SKIP_NO_COMMIT)
                 return
             self._remove(path)  # a file that became a folder; its contents are listed apart
             return
         mode = file_mode(st, previous, self.settings)
         if mode is None:
-            self.stats.skipped.append(path)  # FIFOs, sockets, devices: git cannot add them
+            self.stats.skip(path, SKIP_SPECIAL)
             return
         if untracked and self.size_cap and st.st_size > self.size_cap and mode != MODE_LINK:
-            self.stats.skipped.append(path)
+            self.stats.skip(path, SKIP_TOO_LARGE, size=st.st_size, cap=self.size_cap)
             self._remove(path)
             return
         oid = self._hash(path, st, mode)
@@ -656,10 +682,10 @@ def _build_with_git(
         if st is None:
             continue
         if raw.endswith("/") and gitlink_commit(os.path.join(info.path, path)) is None:
-            stats.skipped.append(raw)
+            stats.skip(raw, SKIP_NO_COMMIT)
             continue
         if not raw.endswith("/") and size_cap and stat.S_ISREG(st.st_mode) and st.st_size > size_cap:
-            stats.skipped.append(path)
+            stats.skip(path, SKIP_TOO_LARGE, size=st.st_size, cap=size_cap)
             continue
         paths.append(path)
     # Files hashed before and unchanged since go in as known entries, which update-index

@@ -379,6 +379,22 @@ def _short(hex_id: str | None) -> str:
     return hex_id[:12] if hex_id else "-"
 
 
+def _size(count: int) -> str:
+    """A byte count as people read it (``80.0 MiB``)."""
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB")
+    power = 0
+    while count >= 1024 ** (power + 1) and power < len(units) - 1:
+        power += 1
+    return f"{count} bytes" if power == 0 else f"{count / 1024**power:.1f} {units[power]}"
+
+
+def _skip_reason(item: dict[str, Any]) -> str:
+    """Why a capture left a path out, with its size against the cap where that is the reason."""
+    if "size" in item and "cap" in item:
+        return f"{_size(item['size'])}, over the {_size(item['cap'])} cap for untracked files (--size-cap on serve)"
+    return item["reason"]
+
+
 def _checkpoint_line(cp: dict[str, Any]) -> str:
     mark = "" if cp.get("changed", True) else click.style(" (unchanged)", dim=True)
     label = cp.get("label") or ""
@@ -454,8 +470,8 @@ def checkpoint(
         click.echo(_checkpoint_line(cp))
         detail = f"{stats['scan']} scan, {stats['hashed']} hashed, {stats['processes']} processes, {stats['ms']:.0f} ms"
         click.echo(click.style(detail, dim=True))
-        for skipped in stats["skipped"]:
-            click.echo(click.style(f"skipped {skipped}", fg="magenta"), err=True)
+        for item in stats["skipped_files"]:
+            click.echo(click.style(f"left out {item['path']}: {_skip_reason(item)}", fg="magenta"), err=True)
 
     params = {"path": os.path.abspath(path), "label": label, "session": session, "exact": exact or None, "force": force or None}
     _invoke(ctx, "checkpoint", params, human, progress="capturing", ask_force=True)

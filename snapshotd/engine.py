@@ -327,6 +327,7 @@ class Engine:
             if tree is None:
                 return await self._cold(state, "too many new paths or a pruned store", hints=dirty)
             state.needs_reconcile = True
+        stats.skipped = dict(state.warm.skipped)
         stats.ms = (time.perf_counter() - started) * 1000
         self.counters["processes"] += stats.processes
         self.counters["captures.watch"] += 1

@@ -21,6 +21,7 @@ from .capture import (
     CaptureResult,
     CaptureStats,
     Settings,
+    Skip,
     StatCache,
     TreeBuilder,
     folders_above,
@@ -97,6 +98,7 @@ class WarmState:
     sources: list[str]
     signature: tuple
     not_ignored: set[str] = field(default_factory=set)
+    skipped: dict[str, Skip] = field(default_factory=dict)  # left out of the last tree, still on disk
 
     @classmethod
     def from_cold(
@@ -113,6 +115,7 @@ class WarmState:
             index_mtime_ns=index_mtime_ns,
             sources=sources,
             signature=signature,
+            skipped=dict(result.stats.skipped),
         )
 
 
@@ -287,4 +290,15 @@ def capture_warm(
             builder.apply(path, untracked=untracked and path not in warm.pristine, keep_if_missing=path in warm.flagged)
     tree = builder.finish()
     warm.tree = tree
+    warm.skipped = {**_untouched(warm.skipped, dirty), **stats.skipped}
     return tree
+
+
+def _untouched(skipped: dict[str, Skip], dirty: set[str]) -> dict[str, Skip]:
+    """The left-out paths that no dirty path names or holds: left out still, though not re-examined."""
+    kept = {}
+    for path, why in skipped.items():
+        plain = path.rstrip("/")
+        if plain not in dirty and not any(folder in dirty for folder in folders_above(plain)):
+            kept[path] = why
+    return kept

@@ -369,6 +369,14 @@ async def test_size_cap(mode: str, nursery: trio.Nursery, tmp_path: Path) -> Non
         assert sorted(result["stats"]["skipped"]) == made.info["skipped"]
         for path in made.info["skipped"]:
             assert (repo / path).stat().st_size > cap
+        clean = await checkpoint(engine, repo)  # nothing changed: the big files are still left out
+        assert clean["checkpoint"]["changed"] is False
+        assert sorted(clean["stats"]["skipped"]) == made.info["skipped"]
+        assert result["stats"]["skipped_files"] == [
+            {"path": path, "reason": "larger than the size cap for untracked files", "size": (repo / path).stat().st_size, "cap": cap}
+            for path in made.info["skipped"]
+        ]
+        assert clean["stats"]["skipped_files"] == result["stats"]["skipped_files"]
         entries = tree_entries(repo, result["checkpoint"]["tree"])
         assert "exact.bin" in entries and "data1.bin" in entries  # [56, 60]
         assert blob(repo, result["checkpoint"]["id"], "tracked_big.bin") == b"U" * (cap * 4)
@@ -377,7 +385,7 @@ async def test_size_cap(mode: str, nursery: trio.Nursery, tmp_path: Path) -> Non
         again = await checkpoint(engine, repo)
         assert again["checkpoint"]["changed"] is False
         assert again["checkpoint"]["tree"] == result["checkpoint"]["tree"]
-        assert "another_big.bin" in again["stats"]["skipped"]
+        assert sorted(again["stats"]["skipped"]) == sorted([*made.info["skipped"], "another_big.bin"])
 
         (repo / "under.bin").write_bytes(b"k" * (cap + 5))  # grows past the cap
         grown = await checkpoint(engine, repo)
@@ -388,6 +396,11 @@ async def test_size_cap(mode: str, nursery: trio.Nursery, tmp_path: Path) -> Non
         tracked = await checkpoint(engine, repo)
         assert_matches_git(repo, tracked, size_cap=cap)
         assert "under.bin" not in tracked["stats"]["skipped"]
+        assert "another_big.bin" in tracked["stats"]["skipped"]
+        (repo / "another_big.bin").unlink()
+        gone = await checkpoint(engine, repo)
+        assert_matches_git(repo, gone, size_cap=cap)
+        assert "another_big.bin" not in gone["stats"]["skipped"]
     finally:
         await engine.aclose()
 
