@@ -48,8 +48,17 @@ export interface CaptureStats {
   processes: number;
   scan: "full" | "watch" | "none";
   hashed: number;
-  /** Untracked files left out for being over the size cap. */
+  /** Paths on disk left out of the tree (over the size cap, FIFOs, empty nested repositories). */
   skipped: string[];
+  /** The same paths with why; size and cap (bytes) for a file over the size cap. */
+  skipped_files: SkippedFile[];
+}
+
+export interface SkippedFile {
+  path: string;
+  reason: string;
+  size?: number;
+  cap?: number;
 }
 
 export type GitMode = "100644" | "100755" | "120000" | "160000" | "040000" | string;
