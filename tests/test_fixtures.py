@@ -181,7 +181,8 @@ def test_synthetic_command_line(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_synthetic_50k_is_fast(tmp_path: Path) -> None:
+def test_synthetic_50k_builds_and_commits(tmp_path: Path) -> None:
+    """The 50k tree the benchmarks use: every file committed (its build time is bench's to report)."""
     made = make_synthetic.make_synthetic(tmp_path / "big", 50_000, commit=True)
-    assert made.seconds < 60
     assert git(made.worktree, "ls-files", "-z").count("\0") == 50_000
+    assert git(made.worktree, "status", "--porcelain").strip() == ""
