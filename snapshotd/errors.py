@@ -109,6 +109,12 @@ class TooLarge(SnapshotdError):
     kind = "too_large"
 
 
+class Untrusted(SnapshotdError):
+    """Another user's repository (git's ``safe.directory`` rule), or a state folder that is not ours."""
+
+    kind = "untrusted"
+
+
 class Busy(SnapshotdError):
     kind = "busy"
 
@@ -186,6 +192,7 @@ ERRORS_BY_KIND: dict[str, type[SnapshotdError]] = {
         GitError,
         Unsupported,
         TooLarge,
+        Untrusted,
         Busy,
         ShuttingDown,
         FilesystemError,

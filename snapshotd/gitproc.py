@@ -161,3 +161,27 @@ def start_git_session(target: GitTarget, args: Sequence[str], *, timeout: float 
     call = _Call.make(target, args, None, None)
     with call.errors():
         return spawn.Session(call.argv, cwd=call.cwd, env=call.env, timeout=timeout)
+
+
+PROTECTED_SCOPES = ("system", "global", "command")
+
+
+def protected_config_values(name: str) -> list[str]:
+    """Every value of the multi-valued setting ``name`` in the user's own configuration, in git's order.
+
+    Only what git calls protected configuration counts (system, global,
+    command line), never a repository's file, so a repository cannot vouch for
+    itself. Paths come expanded (``~/x``), as git reads them; git runs from
+    ``/`` with no repository.
+    """
+    args = ["config", "--show-scope", "-z", "--type=path", "--includes", "--get-all", name]
+    call = _Call(args, git_argv(args), "/", git_env(GitTarget(git_dir=os.devnull, work_tree=None)))
+    with call.errors():
+        result = spawn.run_sync(call.argv, cwd=call.cwd, env=call.env, input=None, timeout=GIT_TIMEOUT_S)
+    fields = _check(result, args, (0, 1)).split(b"\0")
+    return [
+        os.fsdecode(value)
+        for scope, value in zip(fields[0::2], fields[1::2], strict=False)
+        if scope.decode("ascii", "replace") in PROTECTED_SCOPES
+    ]
+

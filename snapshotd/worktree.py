@@ -19,6 +19,7 @@ import pygit2
 
 from .errors import NotADirectory, NotFound, PathOutsideWorktree, StateUnreadable, Unsupported
 from .fsutil import atomic_write, file_lock
+from .ownership import check_repository_owner
 
 
 @dataclass(frozen=True)
@@ -96,15 +97,27 @@ def locate(path: str) -> Located:
     while True:
         dotgit = current / ".git"
         if dotgit.is_dir() and (dotgit / "HEAD").exists():
-            git_dir = str(dotgit)
-            return Located(str(current), git_dir, _common_dir(git_dir))
+            return _trusted(str(current), str(dotgit), ())
         if dotgit.is_file():
             git_dir = read_gitfile(dotgit)
             if git_dir and os.path.isdir(git_dir):
-                return Located(str(current), git_dir, _common_dir(git_dir))
+                return _trusted(str(current), git_dir, (str(dotgit),))
         if current.parent == current:
             return Located(real, None, None)
         current = current.parent
+
+
+def _trusted(root: str, git_dir: str, gitfiles: tuple[str, ...]) -> Located:
+    """The repository found at ``root``, once git's ownership rule allows it (see :mod:`.ownership`).
+
+    Checked before its config or anything else of it is read: the worktree,
+    the ``.git`` file that led here, the git dir and the common dir.
+    """
+    check_repository_owner(root, [*gitfiles, root, git_dir])
+    common_dir = _common_dir(git_dir)
+    if common_dir != git_dir:
+        check_repository_owner(root, [common_dir])
+    return Located(root, git_dir, common_dir)
 
 
 def object_format(common_dir: str) -> str:

@@ -58,6 +58,7 @@ CONTRACT_KINDS = {
     "git_error",
     "unsupported",
     "too_large",
+    "untrusted",
     "busy",
     "shutting_down",
     # additions

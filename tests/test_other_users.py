@@ -1,0 +1,194 @@
+"""Another local user gets nothing from snapshotd: not its repositories, not its socket.
+
+The tests run as root. Another user's files are made by ``chown`` to uid 65534;
+processes of another user are children with privileges dropped by ``setpriv``.
+Everything they share lives under a fresh world-writable folder in ``/tmp``
+(pytest's own folders are private to root).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_helpers import assert_one_error_line, child_env, cli_process
+from repo_helpers import git, init_repo, write
+
+from snapshotd.engine import Engine
+from snapshotd.errors import SnapshotdError
+
+OTHER_UID = 65534
+DROP = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups"]
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A world-writable folder with the sticky bit, as ``/tmp`` is."""
+    folder = Path(tempfile.mkdtemp(prefix="snapshotd-shared-"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def chown_tree(path: Path, uid: int = OTHER_UID) -> None:
+    for dirpath, dirnames, filenames in os.walk(path):
+        os.lchown(dirpath, uid, uid)
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
+def plant_repository(parent: Path, marker: Path, *, object_format: str = "sha1") -> Path:
+    """Another user's repository at ``parent/.git`` whose ``core.fsmonitor`` program writes ``marker``."""
+    git(parent, "init", "-q", f"--object-format={object_format}", ".")
+    script = parent / "fsmonitor.sh"
+    write(script, f"#!/bin/sh\necho ran >> {marker}\nexit 1\n", mode=0o755)
+    git(parent, "config", "core.fsmonitor", str(script))
+    git(parent, "config", "core.untrackedCache", "false")
+    chown_tree(parent / ".git")
+    os.lchown(script, OTHER_UID, OTHER_UID)
+    make_world_writable(parent / ".git")
+    return parent / ".git"
+
+
+def make_world_writable(path: Path) -> None:
+    """What a careless or hostile owner does: everyone may write, so nothing stops a writer there."""
+    for dirpath, _, filenames in os.walk(path):
+        os.chmod(dirpath, 0o777)
+        for name in filenames:
+            os.chmod(os.path.join(dirpath, name), 0o666)
+
+
+def object_files(git_dir: Path) -> list[str]:
+    return sorted(str(p.relative_to(git_dir)) for p in (git_dir / "objects").rglob("*") if p.is_file())
+
+
+@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
+async def test_a_repository_planted_above_by_another_user_is_refused(
+    shared: Path, tmp_path: Path, object_format: str
+) -> None:
+    marker = tmp_path / "fsmonitor-ran"
+    planted = plant_repository(shared, marker, object_format=object_format)
+    project = shared / "myproject"
+    write(project / "secret.txt", "mine\n", mode=0o600)
+    objects_before = object_files(planted)
+    engine = Engine()
+    try:
+        with pytest.raises(SnapshotdError) as refused:
+            await engine.call("checkpoint", {"path": str(project)})
+    finally:
+        await engine.aclose()
+    message = refused.value.message
+    assert refused.value.kind == "untrusted"
+    assert f"git config --global --add safe.directory {shared}" in message
+    assert f"uid {OTHER_UID}" in message
+    assert not marker.exists(), "the other user's core.fsmonitor program ran"
+    assert object_files(planted) == objects_before
+    assert not (planted / "snapshotd").exists()
+
+
+def test_the_command_line_names_the_owner_and_the_remedy(shared: Path, tmp_path: Path) -> None:
+    marker = tmp_path / "fsmonitor-ran"
+    plant_repository(shared, marker)
+    project = shared / "myproject"
+    write(project / "a.txt", "a\n")
+    result = cli_process("--embedded", "checkpoint", project, code=None)
+    line = assert_one_error_line(result, "safe.directory", str(shared), f"uid {OTHER_UID}")
+    assert "unexpectedly" not in line
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
+async def test_safe_directory_in_the_users_own_config_allows_it(
+    shared: Path, tmp_path: Path, object_format: str
+) -> None:
+    marker = tmp_path / "fsmonitor-ran"
+    plant_repository(shared, marker, object_format=object_format)
+    git(tmp_path, "config", "--global", "--add", "safe.directory", str(shared))
+    write(shared / "myproject" / "a.txt", "a\n")
+    engine = Engine()
+    try:
+        result = await engine.call("checkpoint", {"path": str(shared / "myproject")})
+    finally:
+        await engine.aclose()
+    assert result["checkpoint"]["worktree"].startswith("wt_")
+
+
+async def test_safe_directory_in_the_repository_config_does_not_count(shared: Path, tmp_path: Path) -> None:
+    planted = plant_repository(shared, tmp_path / "fsmonitor-ran")
+    with open(planted / "config", "a") as config:
+        config.write(f"[safe]\n\tdirectory = *\n\tdirectory = {shared}\n")
+    write(shared / "myproject" / "a.txt", "a\n")
+    engine = Engine()
+    try:
+        with pytest.raises(SnapshotdError, match=r"safe\.directory"):
+            await engine.call("checkpoint", {"path": str(shared / "myproject")})
+    finally:
+        await engine.aclose()
+
+
+async def test_an_empty_safe_directory_entry_clears_the_ones_before(shared: Path, tmp_path: Path) -> None:
+    plant_repository(shared, tmp_path / "fsmonitor-ran")
+    git(tmp_path, "config", "--global", "--add", "safe.directory", "*")
+    git(tmp_path, "config", "--global", "--add", "safe.directory", "")
+    write(shared / "myproject" / "a.txt", "a\n")
+    engine = Engine()
+    try:
+        with pytest.raises(SnapshotdError, match=r"safe\.directory"):
+            await engine.call("checkpoint", {"path": str(shared / "myproject")})
+    finally:
+        await engine.aclose()
+
+
+async def test_root_trusts_the_user_sudo_names_as_git_does(
+    shared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    repo = init_repo(shared / "repo", ("a.txt", "a\n"))
+    expected = git(repo, "write-tree")
+    chown_tree(repo)
+    monkeypatch.setenv("SUDO_UID", str(OTHER_UID + 1))
+    engine = Engine()
+    try:
+        with pytest.raises(SnapshotdError, match=r"safe\.directory"):
+            await engine.call("checkpoint", {"path": str(repo)})
+        monkeypatch.setenv("SUDO_UID", str(OTHER_UID))
+        result = await engine.call("checkpoint", {"path": str(repo)})
+    finally:
+        await engine.aclose()
+    assert result["checkpoint"]["tree"] == expected
+
+
+def test_an_unprivileged_user_refuses_roots_repository_above(shared: Path) -> None:
+    """The rule from the other side: uid 65534 checkpointing under a ``.git`` that root planted."""
+    marker = shared / "fsmonitor-ran"
+    plant_repository(shared, marker)
+    chown_tree(shared / ".git", 0)
+    os.lchown(shared / "fsmonitor.sh", 0, 0)
+    home = shared / "home"
+    project = shared / "myproject"
+    write(project / "a.txt", "a\n")
+    for folder in (home, project):
+        chown_tree(folder)
+    env = child_env(HOME=str(home), XDG_CONFIG_HOME=str(home / ".config"), SNAPSHOTD_HOME=str(home / "sd"))
+    env.pop("XDG_RUNTIME_DIR")
+    proc = subprocess.run(
+        [*DROP, sys.executable, "-m", "snapshotd", "--embedded", "checkpoint", str(project)],
+        env=env,
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, proc
+    assert "safe.directory" in proc.stderr and "uid 0" in proc.stderr, proc.stderr
+    assert not marker.exists()
