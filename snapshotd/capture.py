@@ -35,6 +35,7 @@ import trio
 from pygit2.errors import check_error
 
 from .errors import GitError
+from .fsutil import checked_private_folder
 from .gitproc import GitTarget, run_git, run_git_sync
 from .gitrepo import is_git_only
 from .settings import git_config_home
@@ -790,7 +791,7 @@ async def capture_cold(
     """
     started = time.perf_counter()
     stats = CaptureStats(scan="full")
-    tmp_dir = os.path.join(info.state_dir, "tmp")
+    tmp_dir = checked_private_folder(os.path.join(info.state_dir, "tmp"))
     index_path = os.path.join(tmp_dir, f"index-{os.getpid()}-{secrets.token_hex(6)}")
     user_index = os.path.join(info.git_dir, "index") if info.git_dir else None
     try:

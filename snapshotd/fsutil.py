@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import ctypes.util
+import errno
 import fcntl
 import os
 import secrets
 from collections.abc import Iterator
 from pathlib import Path
+
+from .errors import Untrusted
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
@@ -41,12 +44,72 @@ def fsync_dir(path: str | os.PathLike[str]) -> None:
 @contextlib.contextmanager
 def file_lock(path: str | os.PathLike[str]) -> Iterator[None]:
     """An exclusive flock: released by the kernel if the holder dies, so it never goes stale."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         os.close(fd)
+
+
+def open_private_folder(path: str | os.PathLike[str], own_levels: int = 2, *, create: bool = True) -> int:
+    """A descriptor on one of snapshotd's own folders (a state folder or one inside it).
+
+    The last ``own_levels`` components of ``path`` are snapshotd's: each is
+    created mode 0700 when missing (unless ``create`` is false), opened without
+    following a symlink, and must belong to this user; the folders above are
+    the repository's (already checked, see :mod:`.ownership`) or snapshotd's
+    home. So a symlink or another user's folder planted there never redirects
+    a write or a deletion: :class:`~snapshotd.errors.Untrusted` says what is
+    in the way. With ``create`` false a missing folder raises FileNotFoundError.
+    """
+    parts = Path(path).parts
+    base, names = Path(*parts[:-own_levels]), parts[-own_levels:]
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for name in names:
+            parent, fd = fd, _open_own_child(fd, name, Path(path), create)
+            os.close(parent)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _open_own_child(parent_fd: int, name: str, path: Path, create: bool) -> int:
+    """Open (creating 0700) the folder ``name`` under ``parent_fd``; refuse a link or another user's."""
+    if create:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(name, 0o700, dir_fd=parent_fd)
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent_fd)
+    except OSError as exc:
+        if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+            raise
+        raise Untrusted(
+            f"snapshotd will not use {path}: {name} there is not a plain folder (a symlink or a file is in "
+            "its place); remove it and try again.",
+            path=str(path),
+        ) from exc
+    owner = os.fstat(fd).st_uid
+    if owner != os.geteuid():
+        os.close(fd)
+        raise Untrusted(
+            f"snapshotd will not use {path}: {name} there belongs to uid {owner}, not to you; "
+            "remove it and try again.",
+            path=str(path),
+        )
+    return fd
+
+
+def checked_private_folder(path: str | os.PathLike[str], own_levels: int = 2) -> str:
+    """``path`` after :func:`open_private_folder` accepted it (and created what was missing).
+
+    For code that hands the path on (to git, to libgit2): nothing but this user
+    can replace a folder of a chain that is the user's.
+    """
+    os.close(open_private_folder(path, own_levels))
+    return os.fspath(path)
 
 
 def pid_alive(pid: int) -> bool:

@@ -50,8 +50,10 @@ from snapshotd.errors import (
     NotADirectory,
     NotFound,
     SnapshotdError,
+    Untrusted,
     filesystem_error,
 )
+from snapshotd.fsutil import checked_private_folder, open_private_folder
 from snapshotd.gitproc import GitTarget, run_git_sync
 from snapshotd.gitrepo import GitRepository, Repository
 from snapshotd.paths import could_match_under, is_git_dir_name, path_matches
@@ -714,7 +716,7 @@ def _write_journal(
     alone, and the kernel drops the lock when the writer dies, so it never goes
     stale. The lock is taken before the journal gets its final name.
     """
-    os.makedirs(journal_dir, mode=0o700, exist_ok=True)
+    checked_private_folder(journal_dir)
     body = json.dumps(
         {
             "version": 1,
@@ -1479,10 +1481,15 @@ def apply_plan(
 
 
 def _journals(journal_dir: str) -> list[str]:
+    """The names in the journal folder; none when it is missing or not snapshotd's own."""
     try:
-        return sorted(os.listdir(journal_dir))
-    except (FileNotFoundError, NotADirectoryError):
+        fd = open_private_folder(journal_dir, create=False)
+    except (FileNotFoundError, NotADirectoryError, Untrusted):
         return []
+    try:
+        return sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
 
 
 def _same_folder(a: str, b: str) -> bool:

@@ -38,6 +38,7 @@ from collections.abc import Callable
 
 import trio
 
+from .fsutil import open_private_folder
 from .worktree import WorktreeInfo
 
 log = logging.getLogger(__name__)
@@ -154,6 +155,7 @@ class Watcher:
         self._on_change = on_change
         self._counter = itertools.count()
         self._cookie_events: dict[str, trio.Event] = {}
+        self._cookie_fd: int | None = None
         self._started = trio.Event()
         self._git_dir = os.path.realpath(info.git_dir) if info.git_dir else None
         self._inotify: Inotify | None = None
@@ -357,11 +359,8 @@ class Watcher:
 
     async def run(self) -> None:
         """Watch until cancelled; :meth:`wait_started` returns once the watches are in place."""
-        os.makedirs(self.cookie_dir, exist_ok=True)
-        for stale in os.listdir(self.cookie_dir):
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.cookie_dir, stale))
         try:
+            self._open_cookie_dir()
             self._inotify = Inotify()
             await trio.to_thread.run_sync(self.arm)
             self.live = True
@@ -381,6 +380,21 @@ class Watcher:
             if self._inotify is not None:
                 self._inotify.close()
                 self._inotify = None
+            if self._cookie_fd is not None:
+                os.close(self._cookie_fd)
+                self._cookie_fd = None
+
+    def _open_cookie_dir(self) -> None:
+        """Open the cookie folder (never through a symlink, see :func:`open_private_folder`) and empty it.
+
+        Cookies are made and removed relative to this descriptor only, so the
+        clean-up can never delete anything outside snapshotd's own folder.
+        """
+        self._cookie_fd = open_private_folder(os.path.join(self.info.state_dir, "cookies"))
+        for stale in os.listdir(self._cookie_fd):
+            if stale.startswith(COOKIE_PREFIX):
+                with contextlib.suppress(OSError):
+                    os.unlink(stale, dir_fd=self._cookie_fd)
 
     async def wait_started(self, timeout: float) -> bool:
         """Wait until the watch is confirmed live (or failed); True when live."""
@@ -455,21 +469,24 @@ class Watcher:
 
         A watch found with gaps is re-armed here, and the next capture told to scan everything.
         """
+        folder = self._cookie_fd
+        if folder is None:  # the watch has not opened its cookie folder, or has ended
+            return False
         name = f"{COOKIE_PREFIX}{os.getpid()}-{next(self._counter)}-{secrets.token_hex(3)}"
         event = trio.Event()
         self._cookie_events[name] = event
-        path = os.path.join(self.cookie_dir, name)
         self.cookie_waits += 1
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            os.close(fd)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            os.close(os.open(name, flags, 0o600, dir_fd=folder))
             with trio.move_on_after(timeout):
                 await event.wait()
             synced = event.is_set() and name not in self._cookie_events and self.live
         finally:
             self._cookie_events.pop(name, None)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+            if self._cookie_fd == folder:  # else the watch ended and closed it; the next start clears it
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=folder)
         if synced:
             self.ensure_whole()
         return synced

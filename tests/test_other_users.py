@@ -192,3 +192,63 @@ def test_an_unprivileged_user_refuses_roots_repository_above(shared: Path) -> No
     assert proc.returncode == 1, proc
     assert "safe.directory" in proc.stderr and "uid 0" in proc.stderr, proc.stderr
     assert not marker.exists()
+
+
+# --- snapshotd's own folders inside a repository ------------------------------------
+
+
+def victim_folder(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """A folder of the user's with files, some named as snapshotd names its own."""
+    victim = tmp_path / "victim"
+    files = {"notes.txt": b"keep me\n", "cookie-1-2-abcdef": b"not a cookie\n", "index-1-x": b"mine\n"}
+    for name, data in files.items():
+        write(victim / name, data)
+    return victim, files
+
+
+def folder_contents(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+async def test_a_symlinked_cookie_folder_is_never_emptied(watched_engine, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    victim, files = victim_folder(tmp_path)
+    (repo / ".git" / "snapshotd").mkdir()
+    (repo / ".git" / "snapshotd" / "cookies").symlink_to(victim)
+    result = await watched_engine.call("checkpoint", {"path": str(repo)})
+    assert result["checkpoint"]["tree"] == git(repo, "write-tree")
+    assert folder_contents(victim) == files
+    opened = await watched_engine.call("open", {"path": str(repo)})
+    assert "cookies" in (opened["worktree"]["watch_error"] or ""), opened
+
+
+async def test_another_users_cookie_folder_is_refused(watched_engine, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    cookies = repo / ".git" / "snapshotd" / "cookies"
+    write(cookies / "cookie-9-9-planted", "x")
+    chown_tree(cookies)
+    await watched_engine.call("checkpoint", {"path": str(repo)})
+    assert (cookies / "cookie-9-9-planted").exists()
+    opened = await watched_engine.call("open", {"path": str(repo)})
+    assert f"uid {OTHER_UID}" in (opened["worktree"]["watch_error"] or ""), opened
+
+
+@pytest.mark.parametrize("folder", ["tmp", "journal"])
+async def test_a_symlinked_temporary_or_journal_folder_is_refused(engine, tmp_path: Path, folder: str) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    first = await engine.call("checkpoint", {"path": str(repo)})
+    victim, files = victim_folder(tmp_path)
+    state = repo / ".git" / "snapshotd"
+    if (state / folder).exists():
+        shutil.rmtree(state / folder)
+    (state / folder).symlink_to(victim)
+    write(repo / "a.txt", "changed\n")
+    with pytest.raises(SnapshotdError) as refused:
+        if folder == "tmp":
+            await engine.call("checkpoint", {"path": str(repo)})
+        else:
+            await engine.call("restore", {"checkpoint": first["checkpoint"]["id"], "yes": True})
+    assert refused.value.kind == "untrusted"
+    assert "symlink" in refused.value.message
+    assert folder_contents(victim) == files
+    assert (repo / "a.txt").read_text() == "changed\n"
