@@ -8,23 +8,25 @@ method's result object, or ``{"error": {...}}`` with exit status 1.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
 import re
 import socket
+import stat
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
 from .errors import Busy, InternalError, NeedsForce, NotFound, SnapshotdError
-from .fsutil import pid_alive
+from .fsutil import check_socket_folder, pid_alive
 from .settings import SAFETY_SESSION, VERSION
 
 if TYPE_CHECKING:
@@ -236,7 +238,7 @@ def _start_daemon(path: str) -> tuple[subprocess.Popen[bytes], str]:
     not installed.
     """
     folder = os.path.dirname(path)
-    os.makedirs(folder, mode=0o700, exist_ok=True)
+    check_socket_folder(folder, create=True)
     log_path = os.path.join(folder, "snapshotd.log")
     env = dict(os.environ)
     # Run from the current folder (`python -m snapshotd` in a checkout), the
@@ -247,8 +249,7 @@ def _start_daemon(path: str) -> tuple[subprocess.Popen[bytes], str]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     if env.get("SNAPSHOTD_HOME"):
         env["SNAPSHOTD_HOME"] = os.path.abspath(env["SNAPSHOTD_HOME"])
-    with open(log_path, "ab") as log:
-        os.chmod(log_path, 0o600)
+    with _open_log(log_path) as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "snapshotd", "serve", "--socket", path],
             stdin=subprocess.DEVNULL,
@@ -261,6 +262,26 @@ def _start_daemon(path: str) -> tuple[subprocess.Popen[bytes], str]:
         )
     _STARTED.append(proc)
     return proc, log_path
+
+
+def _open_log(log_path: str) -> BinaryIO:
+    """The autostarted daemon's log, for appending: a regular file of this user, mode 0600, never a symlink.
+
+    Its folder has passed :func:`check_socket_folder`, so only this user can
+    have put anything there; a link is still refused rather than followed.
+    """
+    try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PermissionError(f"Refusing the log {log_path}: it is a symlink; remove it and try again.") from exc
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid():
+        os.close(fd)
+        raise PermissionError(f"Refusing the log {log_path}: it is not a regular file of yours; remove it and try again.")
+    os.fchmod(fd, 0o600)
+    return os.fdopen(fd, "ab")
 
 
 @contextmanager

@@ -4,6 +4,12 @@ Both frame and parse with :mod:`.protocol` and raise the server's errors as
 the matching :class:`~snapshotd.errors.SnapshotdError` subclass. A lost
 connection raises :class:`ConnectionError`; a failed connect raises the
 :class:`OSError` from the socket (see :func:`connect_or_none`).
+
+Nothing is sent before the socket is known to be this user's daemon: its
+folder passes the daemon's own rule (:func:`~snapshotd.fsutil.check_socket_folder`)
+and the listener's credentials (SO_PEERCRED) name this user, else
+:class:`UntrustedDaemon`. Another user could otherwise prepare the folder,
+listen there and collect every request (paths, labels) while answering "saved".
 """
 
 from __future__ import annotations
@@ -11,6 +17,8 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
+import os
+import pwd
 import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -20,6 +28,7 @@ from typing import Any
 import trio
 
 from .errors import SnapshotdError
+from .fsutil import check_socket_folder
 from .protocol import (
     LineBuffer,
     Notification,
@@ -30,7 +39,7 @@ from .protocol import (
     resolve_socket_path,
 )
 
-__all__ = ["DEFAULT_RESPONSE_LIMIT", "AsyncClient", "Client", "connect_or_none"]
+__all__ = ["DEFAULT_RESPONSE_LIMIT", "AsyncClient", "Client", "UntrustedDaemon", "connect_or_none"]
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +54,32 @@ def _merge(params: Mapping[str, Any] | None, kwparams: dict[str, Any]) -> dict[s
     merged = dict(params or {})
     merged.update(kwparams)
     return merged
+
+
+class UntrustedDaemon(PermissionError):
+    """What listens on the socket runs as another user; nothing was sent to it."""
+
+
+def _check_folder(socket_path: str) -> None:
+    """Refuse a socket whose folder another user owns or may write to (before connecting)."""
+    check_socket_folder(os.path.dirname(os.path.abspath(socket_path)))
+
+
+def _check_listener(sock: socket.socket | trio.socket.SocketType, socket_path: str) -> None:
+    """Refuse a connected socket whose listener is not this user (SO_PEERCRED)."""
+    from .server import peer_credentials
+
+    _, uid, _ = peer_credentials(sock)
+    own = os.geteuid()
+    if uid != own:
+        try:
+            name = f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
+        except KeyError:
+            name = f"uid {uid}"
+        raise UntrustedDaemon(
+            f"Refusing the daemon at {socket_path}: it runs as another user ({name}, not uid {own}), "
+            "so nothing was sent to it; set SNAPSHOTD_SOCKET or XDG_RUNTIME_DIR to a folder of your own."
+        )
 
 
 def _closed_error(socket_path: str) -> ConnectionError:
@@ -72,10 +107,12 @@ class Client:
         self._ids = itertools.count(1)
         self._buffer = LineBuffer(line_limit)
         self._lines: list[bytes] = []
+        _check_folder(self.socket_path)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             sock.settimeout(timeout)
             sock.connect(self.socket_path)
+            _check_listener(sock, self.socket_path)
         except BaseException:
             sock.close()
             raise
@@ -188,9 +225,11 @@ class AsyncClient:
     ) -> AsyncIterator[AsyncClient]:
         """Connect, run the reader task for the block, then close."""
         path = resolve_socket_path(socket_path)
+        _check_folder(path)
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             await sock.connect(path)
+            _check_listener(sock, path)
         except BaseException:
             sock.close()
             raise

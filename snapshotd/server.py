@@ -26,6 +26,7 @@ from typing import Any
 import trio
 
 from .errors import Busy, InvalidRequest
+from .fsutil import check_socket_folder
 from .protocol import (
     DEFAULT_LINE_LIMIT,
     LineBuffer,
@@ -109,29 +110,6 @@ def systemd_listen_fd(environ: MutableMapping[str, str] | None = None) -> int | 
 
 # --------------------------------------------------------------------------
 # The socket file.
-
-
-def _ensure_private_folder(folder: str) -> None:
-    """Create ``folder`` mode 0700, or check an existing one is ours and private."""
-    try:
-        os.makedirs(folder, mode=0o700)
-    except FileExistsError:
-        pass
-    else:
-        os.chmod(folder, 0o700)
-    info = os.stat(folder)
-    if not stat.S_ISDIR(info.st_mode):
-        raise NotADirectoryError(f"The socket folder {folder} is not a folder.")
-    own = os.geteuid()
-    if info.st_uid != own:
-        raise PermissionError(
-            f"Refusing the socket folder {folder}: it belongs to uid {info.st_uid}, not {own}."
-        )
-    if info.st_mode & 0o022:
-        raise PermissionError(
-            f"Refusing the socket folder {folder}: other users may write to it "
-            f"(mode {stat.S_IMODE(info.st_mode):04o})."
-        )
 
 
 def _take_lock(lock_path: str, socket_path: str) -> int:
@@ -219,7 +197,7 @@ async def _bind(socket_path: str) -> _Bound:
     path = os.path.abspath(socket_path)
     if len(os.fsencode(path)) >= 108:
         raise OSError(errno.ENAMETOOLONG, f"The socket path {path} is too long for a Unix socket.")
-    _ensure_private_folder(os.path.dirname(path))
+    check_socket_folder(os.path.dirname(path), create=True)
     _refuse_non_socket(path)  # before the lock file, so a refused path leaves nothing beside it
     lock_fd = _take_lock(path + ".lock", path)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -718,15 +718,26 @@ def _stop_late_starters(sock: Path) -> None:
         quiet_since = time.monotonic()
 
 
-def test_a_daemon_that_cannot_start_is_reported(repo: Path, tmp_path: Path) -> None:
+def test_a_socket_folder_others_may_write_is_refused_before_a_start(repo: Path, tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
-    shared.chmod(0o777)  # the daemon refuses a socket folder others may write to
+    shared.chmod(0o777)  # the daemon and its clients refuse a socket folder others may write to
     env = child_env(shared / "s.sock")
     human = cli_process("list", repo, env=env, code=1)
-    line = assert_one_error_line(human, "could not start", str(shared / "snapshotd.log"))
+    assert_one_error_line(human, "Refusing the socket folder", "other users may write")
+    assert os.listdir(shared) == []
+    assert_json_error(cli("--json", "list", repo, env=env, code=1))
+
+
+def test_a_daemon_that_cannot_start_is_reported(repo: Path, tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    (folder / "s.sock").write_text("not a socket")  # the daemon will not remove a file in its way
+    env = child_env(folder / "s.sock")
+    human = cli_process("list", repo, env=env, code=1)
+    line = assert_one_error_line(human, "could not start", str(folder / "snapshotd.log"))
     assert "exit status 1" in line
-    assert "other users may write" in (shared / "snapshotd.log").read_text()
+    assert "not a socket" in (folder / "snapshotd.log").read_text()
     assert_json_error(cli("--json", "list", repo, env=env, code=1))
 
 

@@ -10,16 +10,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import stat
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from daemon_helpers import assert_one_error_line, child_env, cli_process
+from daemon_helpers import assert_one_error_line, child_env, cli_process, wait_until
 from repo_helpers import git, init_repo, write
 
+from snapshotd.client import AsyncClient
 from snapshotd.engine import Engine
 from snapshotd.errors import SnapshotdError
 
@@ -252,3 +256,153 @@ async def test_a_symlinked_temporary_or_journal_folder_is_refused(engine, tmp_pa
     assert "symlink" in refused.value.message
     assert folder_contents(victim) == files
     assert (repo / "a.txt").read_text() == "changed\n"
+
+
+# --- the socket: the command line talks only to this user's daemon -----------------
+
+FAKE_DAEMON = r"""
+import os, socket, sys
+where, record = sys.argv[1], sys.argv[2]
+if where.isdigit():
+    server = socket.socket(fileno=int(where))
+else:
+    os.makedirs(os.path.dirname(where), mode=0o755, exist_ok=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(where)
+    os.chmod(where, 0o666)
+server.listen()
+print("ready", flush=True)
+server.settimeout(60)
+with open(record, "ab") as out:
+    while True:
+        connection, _ = server.accept()
+        connection.settimeout(2)
+        try:
+            data = connection.recv(65536)
+        except TimeoutError:
+            data = b""
+        out.write(data)
+        out.flush()
+        if data:
+            connection.sendall(b'{"jsonrpc": "2.0", "id": 1, "result": {"saved": true}}\n')
+        connection.close()
+"""
+
+
+@contextmanager
+def fake_daemon(where: str, record: Path, pass_fds: tuple[int, ...] = ()) -> Iterator[None]:
+    """Another user's program listening on a socket, keeping what it receives in ``record``."""
+    proc = subprocess.Popen(
+        [*DROP, sys.executable, "-c", FAKE_DAEMON, where, str(record)],
+        stdout=subprocess.PIPE,
+        pass_fds=pass_fds,
+        cwd="/",
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+
+
+def received(record: Path) -> bytes:
+    return record.read_bytes() if record.exists() else b""
+
+
+def test_a_socket_folder_another_user_prepared_is_refused(shared: Path, tmp_path: Path) -> None:
+    runtime = shared / "run"
+    runtime.mkdir()
+    os.chown(runtime, OTHER_UID, OTHER_UID)
+    record = shared / "received"
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    with fake_daemon(str(runtime / "snapshotd" / "snapshotd.sock"), record):
+        result = cli_process(
+            "checkpoint", repo, "-m", "secret label", env=child_env(XDG_RUNTIME_DIR=str(runtime)), code=None
+        )
+    assert_one_error_line(result, "Refusing the socket folder", f"uid {OTHER_UID}")
+    assert received(record) == b""
+    assert sorted(os.listdir(runtime / "snapshotd")) == ["snapshotd.sock"]
+
+
+async def test_a_listener_of_another_user_is_refused_before_anything_is_sent(tmp_path: Path) -> None:
+    folder = tmp_path / "sock"
+    folder.mkdir(mode=0o700)
+    path = folder / "snapshotd.sock"
+    record = Path(tempfile.mkdtemp(prefix="snapshotd-record-")) / "received"
+    record.parent.chmod(0o1777)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))
+        os.chmod(path, 0o666)
+        # The other user calls listen(), so SO_PEERCRED names that user.
+        with fake_daemon(str(server.fileno()), record, pass_fds=(server.fileno(),)):
+            result = cli_process("checkpoint", tmp_path, env=child_env(path), code=None)
+            with pytest.raises(PermissionError, match="another user"):
+                async with AsyncClient.connect(str(path)) as client:
+                    await client.call("ping")
+    assert_one_error_line(result, "Refusing the daemon", f"uid {OTHER_UID}", "nothing was sent")
+    assert received(record) == b""
+    shutil.rmtree(record.parent)
+
+
+def test_a_planted_log_symlink_is_not_followed(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    (runtime / "snapshotd").mkdir(parents=True, mode=0o700)
+    runtime.chmod(0o700)
+    target = write(tmp_path / "precious.txt", "precious\n", mode=0o644)
+    (runtime / "snapshotd" / "snapshotd.log").symlink_to(target)
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    result = cli_process("checkpoint", repo, env=child_env(XDG_RUNTIME_DIR=str(runtime)), code=None)
+    assert_one_error_line(result, "Refusing the log", "symlink")
+    assert target.read_text() == "precious\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert not (runtime / "snapshotd" / "snapshotd.sock").exists()
+
+
+def test_a_daemon_of_another_user_refuses_root(shared: Path) -> None:
+    """SO_PEERCRED on the daemon's side: even root is not its user unless --allow-root."""
+    home = shared / "home"
+    home.mkdir()
+    os.chown(home, OTHER_UID, OTHER_UID)
+    path = home / "run" / "snapshotd.sock"
+    env = child_env(HOME=str(home), SNAPSHOTD_HOME=str(home / "sd"), XDG_CONFIG_HOME=str(home / ".config"))
+    proc = subprocess.Popen(
+        [*DROP, sys.executable, "-m", "snapshotd", "serve", "--socket", str(path)],
+        env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(lambda: path.exists(), 15, "the other user's daemon to listen")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(10)
+            sock.connect(str(path))
+            sock.sendall(b'{"jsonrpc": "2.0", "id": 1, "method": "ping"}\n')
+            reply = sock.recv(65536)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert b"uid 0 is refused" in reply, reply
+    assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+
+
+def test_the_autostarted_daemon_keeps_its_files_private(tmp_path: Path) -> None:
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    env = child_env(XDG_RUNTIME_DIR=str(runtime))
+    first = cli_process("--json", "checkpoint", repo, env=env).json()
+    write(repo / "a.txt", "b\n")
+    cli_process("--json", "restore", first["checkpoint"]["id"], "--yes", env=env)
+    cli_process("stop", env=env)
+    home = Path(os.environ["SNAPSHOTD_HOME"])
+    state = repo / ".git" / "snapshotd"
+    assert _mode(runtime / "snapshotd") == 0o700
+    assert _mode(runtime / "snapshotd" / "snapshotd.log") == 0o600
+    assert _mode(home) == 0o700
+    assert _mode(home / "worktrees.json") == 0o600
+    assert _mode(state / "cookies") == 0o700
+    assert _mode(state / "journal") == 0o700
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(os.lstat(path).st_mode)
