@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -162,10 +163,43 @@ def _transport_error(exc: OSError, path: str) -> DaemonUnreachable:
     if isinstance(exc, TimeoutError):
         message = f"The daemon at {path} did not answer in time."
     elif isinstance(exc, ConnectionError) and not isinstance(exc, ConnectionRefusedError):
-        message = f"The connection to snapshotd at {path} was lost before it replied; see its log."
+        message = f"The connection to snapshotd at {path} was lost before it replied; see its log: {_daemon_log(path)}."
     else:
         message = f"Cannot talk to snapshotd at {path}: {_os_message(exc)}"
     return DaemonUnreachable(message, socket=path)
+
+
+def _autostart_log(socket_path: str) -> str:
+    """Where a daemon this command starts writes its log: ``snapshotd.log`` beside the socket."""
+    return os.path.join(os.path.dirname(socket_path), "snapshotd.log")
+
+
+def _daemon_log(socket_path: str) -> str:
+    """Where the log of the daemon on ``socket_path`` most likely is, said for a person."""
+    log_path = _autostart_log(socket_path)
+    if os.path.isfile(log_path):
+        return log_path
+    return "the systemd journal (journalctl --user -u snapshotd) or the terminal running 'snapshotd serve'"
+
+
+def _log_embedded_failure(method: str, exc: BaseException) -> str:
+    """Append the traceback of an unexpected failure to ``embedded.log`` in snapshotd's home; its path.
+
+    An embedded run has no daemon log, and the one-line error cannot hold a traceback.
+    """
+    from .settings import data_home
+
+    home = data_home()
+    log_path = str(home / "embedded.log")
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        with _open_log(log_path) as log:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            log.write(f"{stamp} snapshotd --embedded {method}: {type(exc).__name__}\n".encode())
+            log.write("".join(traceback.format_exception(exc)).encode("utf-8", "replace"))
+    except OSError:
+        return "nowhere: snapshotd's home could not take it"
+    return log_path
 
 
 def _call_embedded(method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -185,7 +219,11 @@ def _call_embedded(method: str, params: dict[str, Any]) -> dict[str, Any]:
     except SnapshotdError:
         raise
     except Exception as exc:  # the daemon answers these with an internal error too
-        raise InternalError(f"The operation {method!r} failed unexpectedly ({type(exc).__name__}: {exc}).") from exc
+        where = _log_embedded_failure(method, exc)
+        raise InternalError(
+            f"The operation {method!r} failed unexpectedly ({type(exc).__name__}: {exc}); the details are in {where}.",
+            log=where,
+        ) from exc
 
 
 def _connect(path: str) -> Client | None:
@@ -239,7 +277,7 @@ def _start_daemon(path: str) -> tuple[subprocess.Popen[bytes], str]:
     """
     folder = os.path.dirname(path)
     check_socket_folder(folder, create=True)
-    log_path = os.path.join(folder, "snapshotd.log")
+    log_path = _autostart_log(path)
     env = dict(os.environ)
     # Run from the current folder (`python -m snapshotd` in a checkout), the
     # package is found only there; the daemon runs from `/`, so point it back.

@@ -9,9 +9,11 @@ the param validators give handlers one-sentence :class:`InvalidParams` errors.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -322,10 +324,34 @@ def parse_incoming(line: bytes) -> Response | Notification:
 # Dispatch.
 
 
+def log_location() -> str:
+    """Where this process's log goes, said for a person: a file, the journal or a terminal.
+
+    The daemon logs to its standard error: a file when the command line
+    started it (``snapshotd.log`` beside the socket), the journal under
+    systemd (which names the stream in ``JOURNAL_STREAM``), or the terminal of
+    ``snapshotd serve``.
+    """
+    try:
+        info = os.fstat(2)
+    except OSError:
+        return "the daemon's standard error, which is closed"
+    if os.environ.get("JOURNAL_STREAM") == f"{info.st_dev}:{info.st_ino}":
+        return "the systemd journal (journalctl --user -u snapshotd)"
+    if stat.S_ISREG(info.st_mode):
+        with contextlib.suppress(OSError):
+            return os.readlink("/proc/self/fd/2")
+    if os.isatty(2):
+        return "the terminal running 'snapshotd serve'"
+    return "the daemon's standard error"
+
+
 def _internal_error(method: str, exc: BaseException) -> InternalError:
+    where = log_location()
     return InternalError(
         f"The daemon failed unexpectedly while running {method!r} "
-        f"({type(exc).__name__}); its log has the details."
+        f"({type(exc).__name__}); its log has the details: {where}.",
+        log=where,
     )
 
 

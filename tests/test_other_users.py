@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from daemon_helpers import assert_one_error_line, child_env, cli_process, wait_until
+from daemon_helpers import assert_one_error_line, child_env, cli, cli_process, wait_until
 from repo_helpers import git, init_repo, write
 
 from snapshotd.client import AsyncClient
@@ -406,3 +406,44 @@ def test_the_autostarted_daemon_keeps_its_files_private(tmp_path: Path) -> None:
 
 def _mode(path: Path) -> int:
     return stat.S_IMODE(os.lstat(path).st_mode)
+
+
+# --- internal errors say where their details are -------------------------------------
+
+_INTERNAL_MESSAGE = (
+    "from snapshotd.protocol import _internal_error; "
+    "print(_internal_error('checkpoint', RuntimeError('x')).message)"
+)
+
+
+def _message_with_stderr_at(log: Path, **env: str) -> str:
+    with open(log, "ab") as stderr:
+        proc = subprocess.run(
+            [sys.executable, "-c", _INTERNAL_MESSAGE],
+            stderr=stderr, stdout=subprocess.PIPE, text=True, env=child_env(**env), check=True,
+        )
+    return proc.stdout.strip()
+
+
+def test_an_internal_error_names_the_daemons_log_file(tmp_path: Path) -> None:
+    log = tmp_path / "snapshotd.log"
+    message = _message_with_stderr_at(log)
+    assert message.endswith(f"its log has the details: {log}."), message
+    info = log.stat()
+    under_systemd = _message_with_stderr_at(log, JOURNAL_STREAM=f"{info.st_dev}:{info.st_ino}")
+    assert "journalctl --user -u snapshotd" in under_systemd
+
+
+def test_an_embedded_internal_error_keeps_its_traceback_and_says_where(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(self, method, params=None, session=None):
+        raise RuntimeError("injected fault")
+
+    monkeypatch.setattr(Engine, "call", broken)
+    result = cli("--embedded", "checkpoint", tmp_path, code=None)
+    log = Path(os.environ["SNAPSHOTD_HOME"]) / "embedded.log"
+    assert_one_error_line(result, "injected fault", str(log))
+    text = log.read_text()
+    assert "Traceback" in text and "RuntimeError: injected fault" in text
+    assert _mode(log) == 0o600
