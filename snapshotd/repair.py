@@ -36,6 +36,7 @@ import trio
 from .capture import thread_limiter
 from .errors import NotFound, SnapshotdError
 from .gitproc import GitTarget, run_git
+from .ownership import check_repository_owner
 from .worktree import Records, WorktreeInfo, identify, locate, read_gitfile
 
 if TYPE_CHECKING:
@@ -155,7 +156,13 @@ def _is_copy_of_linked(root: str) -> bool:
 
 
 async def _git_repair(common_dir: str, main: str | None, paths: list[str]) -> None:
-    """Run ``git worktree repair`` from the repository (in its main worktree when known)."""
+    """Run ``git worktree repair`` from the repository (in its main worktree when known).
+
+    The repository may be one found by following records to a new place, so
+    it passes git's ownership rule first, as every repository snapshotd uses.
+    """
+    folders = [folder for folder in (main, common_dir) if folder is not None]
+    await trio.to_thread.run_sync(check_repository_owner, main or common_dir, folders, limiter=thread_limiter)
     await run_git(GitTarget(git_dir=common_dir, work_tree=main), ["worktree", "repair", *paths])
 
 

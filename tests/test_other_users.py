@@ -447,3 +447,19 @@ def test_an_embedded_internal_error_keeps_its_traceback_and_says_where(
     text = log.read_text()
     assert "Traceback" in text and "RuntimeError: injected fault" in text
     assert _mode(log) == 0o600
+
+
+async def test_repair_runs_no_git_in_a_moved_repository_another_user_owns(engine, tmp_path: Path) -> None:
+    main = init_repo(tmp_path / "project" / "main", ("m.txt", "m\n"))
+    linked = tmp_path / "project" / "linked"
+    git(main, "worktree", "add", "-q", "-b", "feature", str(linked))
+    await engine.call("open", {"path": str(linked)})
+    os.rename(tmp_path / "project", tmp_path / "renamed")
+    chown_tree(tmp_path / "renamed")
+    new_linked = tmp_path / "renamed" / "linked"
+    link_before = (new_linked / ".git").read_text()
+    with pytest.raises(SnapshotdError) as refused:
+        await engine.call("repair", {"path": str(new_linked)})
+    assert refused.value.kind == "untrusted"
+    assert "safe.directory" in refused.value.message
+    assert (new_linked / ".git").read_text() == link_before
