@@ -1,5 +1,7 @@
 """Another local user gets nothing from snapshotd: not its repositories, not its socket.
 
+(And when something fails unexpectedly, the error says where the details are.)
+
 The tests run as root. Another user's files are made by ``chown`` to uid 65534;
 processes of another user are children with privileges dropped by ``setpriv``.
 Everything they share lives under a fresh world-writable folder in ``/tmp``
@@ -72,27 +74,30 @@ def make_world_writable(path: Path) -> None:
             os.chmod(os.path.join(dirpath, name), 0o666)
 
 
+async def checkpoint_refused(engine: Engine, path: Path) -> SnapshotdError:
+    """Checkpointing ``path`` fails as untrusted, with git's remedy in its sentence."""
+    with pytest.raises(SnapshotdError) as refused:
+        await engine.call("checkpoint", {"path": str(path)})
+    assert refused.value.kind == "untrusted", refused.value
+    assert "git config --global --add safe.directory" in refused.value.message
+    return refused.value
+
+
 def object_files(git_dir: Path) -> list[str]:
     return sorted(str(p.relative_to(git_dir)) for p in (git_dir / "objects").rglob("*") if p.is_file())
 
 
 @pytest.mark.parametrize("object_format", ["sha1", "sha256"])
 async def test_a_repository_planted_above_by_another_user_is_refused(
-    shared: Path, tmp_path: Path, object_format: str
+    engine: Engine, shared: Path, tmp_path: Path, object_format: str
 ) -> None:
     marker = tmp_path / "fsmonitor-ran"
     planted = plant_repository(shared, marker, object_format=object_format)
     project = shared / "myproject"
     write(project / "secret.txt", "mine\n", mode=0o600)
     objects_before = object_files(planted)
-    engine = Engine()
-    try:
-        with pytest.raises(SnapshotdError) as refused:
-            await engine.call("checkpoint", {"path": str(project)})
-    finally:
-        await engine.aclose()
-    message = refused.value.message
-    assert refused.value.kind == "untrusted"
+    refused = await checkpoint_refused(engine, project)
+    message = refused.message
     assert f"git config --global --add safe.directory {shared}" in message
     assert f"uid {OTHER_UID}" in message
     assert not marker.exists(), "the other user's core.fsmonitor program ran"
@@ -113,61 +118,46 @@ def test_the_command_line_names_the_owner_and_the_remedy(shared: Path, tmp_path:
 
 @pytest.mark.parametrize("object_format", ["sha1", "sha256"])
 async def test_safe_directory_in_the_users_own_config_allows_it(
-    shared: Path, tmp_path: Path, object_format: str
+    engine: Engine, shared: Path, tmp_path: Path, object_format: str
 ) -> None:
     marker = tmp_path / "fsmonitor-ran"
     plant_repository(shared, marker, object_format=object_format)
     git(tmp_path, "config", "--global", "--add", "safe.directory", str(shared))
     write(shared / "myproject" / "a.txt", "a\n")
-    engine = Engine()
-    try:
-        result = await engine.call("checkpoint", {"path": str(shared / "myproject")})
-    finally:
-        await engine.aclose()
+    result = await engine.call("checkpoint", {"path": str(shared / "myproject")})
     assert result["checkpoint"]["worktree"].startswith("wt_")
 
 
-async def test_safe_directory_in_the_repository_config_does_not_count(shared: Path, tmp_path: Path) -> None:
+async def test_safe_directory_in_the_repository_config_does_not_count(
+    engine: Engine, shared: Path, tmp_path: Path
+) -> None:
     planted = plant_repository(shared, tmp_path / "fsmonitor-ran")
     with open(planted / "config", "a") as config:
         config.write(f"[safe]\n\tdirectory = *\n\tdirectory = {shared}\n")
     write(shared / "myproject" / "a.txt", "a\n")
-    engine = Engine()
-    try:
-        with pytest.raises(SnapshotdError, match=r"safe\.directory"):
-            await engine.call("checkpoint", {"path": str(shared / "myproject")})
-    finally:
-        await engine.aclose()
+    await checkpoint_refused(engine, shared / "myproject")
 
 
-async def test_an_empty_safe_directory_entry_clears_the_ones_before(shared: Path, tmp_path: Path) -> None:
+async def test_an_empty_safe_directory_entry_clears_the_ones_before(
+    engine: Engine, shared: Path, tmp_path: Path
+) -> None:
     plant_repository(shared, tmp_path / "fsmonitor-ran")
     git(tmp_path, "config", "--global", "--add", "safe.directory", "*")
     git(tmp_path, "config", "--global", "--add", "safe.directory", "")
     write(shared / "myproject" / "a.txt", "a\n")
-    engine = Engine()
-    try:
-        with pytest.raises(SnapshotdError, match=r"safe\.directory"):
-            await engine.call("checkpoint", {"path": str(shared / "myproject")})
-    finally:
-        await engine.aclose()
+    await checkpoint_refused(engine, shared / "myproject")
 
 
 async def test_root_trusts_the_user_sudo_names_as_git_does(
-    shared: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    engine: Engine, shared: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     repo = init_repo(shared / "repo", ("a.txt", "a\n"))
     expected = git(repo, "write-tree")
     chown_tree(repo)
     monkeypatch.setenv("SUDO_UID", str(OTHER_UID + 1))
-    engine = Engine()
-    try:
-        with pytest.raises(SnapshotdError, match=r"safe\.directory"):
-            await engine.call("checkpoint", {"path": str(repo)})
-        monkeypatch.setenv("SUDO_UID", str(OTHER_UID))
-        result = await engine.call("checkpoint", {"path": str(repo)})
-    finally:
-        await engine.aclose()
+    await checkpoint_refused(engine, repo)
+    monkeypatch.setenv("SUDO_UID", str(OTHER_UID))
+    result = await engine.call("checkpoint", {"path": str(repo)})
     assert result["checkpoint"]["tree"] == expected
 
 
