@@ -386,6 +386,7 @@ export type ErrorKind =
   | "git_error"
   | "unsupported"
   | "too_large"
+  | "untrusted"
   | "busy"
   | "shutting_down"
   | "state_unreadable"
@@ -429,6 +430,7 @@ export class PathOutsideWorktreeError extends ApplicationError {}
 export class GitError extends ApplicationError {}
 export class UnsupportedError extends ApplicationError {}
 export class TooLargeError extends ApplicationError {}
+export class UntrustedError extends ApplicationError {}
 export class BusyError extends ApplicationError {}
 export class ShuttingDownError extends ApplicationError {}
 

@@ -45,6 +45,7 @@ export class PathOutsideWorktreeError extends ApplicationError {}
 export class GitError extends ApplicationError {}
 export class UnsupportedError extends ApplicationError {}
 export class TooLargeError extends ApplicationError {}
+export class UntrustedError extends ApplicationError {}
 export class BusyError extends ApplicationError {}
 export class ShuttingDownError extends ApplicationError {}
 
@@ -86,6 +87,7 @@ const BY_KIND = new Map([
   ["git_error", GitError],
   ["unsupported", UnsupportedError],
   ["too_large", TooLargeError],
+  ["untrusted", UntrustedError],
   ["busy", BusyError],
   ["shutting_down", ShuttingDownError],
 ]);
