@@ -161,17 +161,27 @@ def pid_alive(pid: int) -> bool:
 
 
 def remove_stale_temp_files(folder: Path, prefix: str) -> list[str]:
-    """Remove ``<prefix><pid>-…`` files whose creating process is gone; return their names."""
+    """Remove ``<prefix><pid>-…`` files whose creating process is gone; return their names.
+
+    ``folder`` is one of snapshotd's own (see :func:`open_private_folder`):
+    when a symlink or another user's folder is in its place, nothing is removed.
+    """
+    try:
+        fd = open_private_folder(folder, create=False)
+    except (FileNotFoundError, NotADirectoryError, Untrusted):
+        return []
     removed = []
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.scandir(folder):
-            if not entry.name.startswith(prefix):
+    try:
+        for name in os.listdir(fd):
+            if not name.startswith(prefix):
                 continue
-            pid_text = entry.name[len(prefix) :].split("-", 1)[0]
+            pid_text = name[len(prefix) :].split("-", 1)[0]
             if pid_text.isdigit() and not pid_alive(int(pid_text)):
                 with contextlib.suppress(FileNotFoundError):
-                    os.unlink(entry.path)
-                removed.append(entry.name)
+                    os.unlink(name, dir_fd=fd)
+                removed.append(name)
+    finally:
+        os.close(fd)
     return removed
 
 

@@ -194,7 +194,11 @@ def test_an_unprivileged_user_refuses_roots_repository_above(shared: Path) -> No
 def victim_folder(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
     """A folder of the user's with files, some named as snapshotd names its own."""
     victim = tmp_path / "victim"
-    files = {"notes.txt": b"keep me\n", "cookie-1-2-abcdef": b"not a cookie\n", "index-1-x": b"mine\n"}
+    files = {
+        "notes.txt": b"keep me\n",
+        "cookie-1-2-abcdef": b"named like a cookie\n",
+        "index-999999999-x": b"named like a stale index\n",
+    }
     for name, data in files.items():
         write(victim / name, data)
     return victim, files
@@ -230,18 +234,19 @@ async def test_another_users_cookie_folder_is_refused(watched_engine, tmp_path: 
 @pytest.mark.parametrize("folder", ["tmp", "journal"])
 async def test_a_symlinked_temporary_or_journal_folder_is_refused(engine, tmp_path: Path, folder: str) -> None:
     repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
-    first = await engine.call("checkpoint", {"path": str(repo)})
     victim, files = victim_folder(tmp_path)
     state = repo / ".git" / "snapshotd"
-    if (state / folder).exists():
-        shutil.rmtree(state / folder)
+    if folder == "tmp":  # in place before the worktree is first opened, which clears stale indexes
+        state.mkdir()
+        method, params = "checkpoint", {"path": str(repo)}
+    else:
+        first = await engine.call("checkpoint", {"path": str(repo)})
+        shutil.rmtree(state / folder, ignore_errors=True)
+        method, params = "restore", {"checkpoint": first["checkpoint"]["id"], "yes": True}
     (state / folder).symlink_to(victim)
     write(repo / "a.txt", "changed\n")
     with pytest.raises(SnapshotdError) as refused:
-        if folder == "tmp":
-            await engine.call("checkpoint", {"path": str(repo)})
-        else:
-            await engine.call("restore", {"checkpoint": first["checkpoint"]["id"], "yes": True})
+        await engine.call(method, params)
     assert refused.value.kind == "untrusted"
     assert "symlink" in refused.value.message
     assert folder_contents(victim) == files
