@@ -973,5 +973,11 @@ def ping(ctx: click.Context, json_output: bool) -> None:
     _invoke(ctx, "ping", {}, human)
 
 
+# The agent-tool commands live in their own module, which uses the helpers above.
+from .agent_cli import hook, integrate, mcp  # noqa: E402
+
+for _command in (hook, integrate, mcp):
+    main.add_command(_command)
+
 if __name__ == "__main__":
     main()

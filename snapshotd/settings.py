@@ -28,6 +28,20 @@ def size_cap(explicit: int | None = None) -> int:
     return int(value) if value else DEFAULT_SIZE_CAP
 
 
+DEFAULT_HOOK_BUDGET_S = 2.0
+
+
+def hook_budget(explicit: float | None = None) -> float:
+    """Seconds an agent hook waits for its checkpoint before it lets the agent go on."""
+    if explicit is not None:
+        return explicit
+    value = os.environ.get("SNAPSHOTD_HOOK_BUDGET")
+    try:
+        return float(value) if value else DEFAULT_HOOK_BUDGET_S
+    except ValueError:
+        return DEFAULT_HOOK_BUDGET_S  # a hook never fails the agent over its own setting
+
+
 def git_config_home() -> Path:
     """Where git looks for the user's config, ignore and attributes files: $XDG_CONFIG_HOME/git."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")

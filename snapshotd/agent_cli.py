@@ -1,0 +1,88 @@
+"""The commands that plug snapshotd into agent tools: ``hook``, ``integrate`` and ``mcp``.
+
+They only parse and call into :mod:`.hooks`, :mod:`.integrate` and
+:mod:`.mcp_server`; ``cli.py`` registers them on the main group.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import click
+
+from .cli import CONTEXT, Runner, _fail, _use_json, json_option, to_json
+from .errors import SnapshotdError
+from .hooks import EVENT_SETS, TOOLS, run_hook
+from .settings import hook_budget
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("tool", metavar="claude-code|codex", required=False, default="")
+@click.option("--budget", type=float, metavar="SECONDS", help="Wait at most this long for the checkpoint (default: $SNAPSHOTD_HOOK_BUDGET, else 2).")
+@click.pass_context
+def hook(ctx: click.Context, tool: str, budget: float | None) -> None:
+    """Checkpoint the worktree for one hook payload of the agent on stdin; always exits 0.
+
+    The label says what happened (`before: <prompt>`, `after turn`, `after Bash:
+    <command>`) and the session is the agent's session id. Nothing is printed on
+    stdout; a failure is one line on stderr.
+    """
+    runner: Runner = ctx.obj
+    daemon = Runner(runner.socket_path, embedded=False, json_output=True)
+    note = run_hook(tool, lambda params: daemon.call("checkpoint", params), hook_budget(budget))
+    if note:
+        click.echo(f"snapshotd hook: {note}", err=True)
+    sys.exit(0)
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("tool", type=click.Choice(TOOLS), metavar="claude-code|codex")
+@click.option("--project", "scope", flag_value="project", help="The worktree's settings (.claude/settings.json, .codex/hooks.json).")
+@click.option("--user", "scope", flag_value="user", default=True, help="Your own settings in your home folder (default).")
+@click.option("--events", type=click.Choice(EVENT_SETS), default="turns", show_default=True, help="turns: before each prompt and after each turn; tools: also after each edit or shell tool.")
+@click.option("--remove", is_flag=True, help="Take snapshotd's hook entries out again.")
+@click.option("--dry-run", is_flag=True, help="Show the change as a diff; write nothing.")
+@json_option
+@click.pass_context
+def integrate(ctx: click.Context, tool: str, scope: str, events: str, remove: bool, dry_run: bool, json_output: bool) -> None:
+    """Add snapshotd's hooks to the settings of Claude Code or Codex (or remove them).
+
+    Other settings and hooks stay as they were, byte for byte; running it
+    twice changes nothing.
+    """
+    from . import integrate as integrate_mod  # difflib, tomllib: kept off the hook's start-up path
+
+    runner = _use_json(ctx)
+    try:
+        change = integrate_mod.plan(tool, scope, remove=remove, events=events, cwd=os.getcwd())
+        if not dry_run:
+            integrate_mod.apply(change)
+    except SnapshotdError as error:
+        _fail(runner, error)
+    if runner.json:
+        click.echo(to_json({**change.to_wire(), "dry_run": dry_run, "diff": change.diff()}))
+        return
+    if dry_run:
+        click.echo(change.diff() or f"no change to {change.path}", nl=not change.changed)
+    elif not change.changed:
+        click.echo(f"{change.path}: already as wanted")
+    elif remove:
+        click.echo(f"removed snapshotd's hooks from {change.path}")
+    else:
+        click.echo(f"added snapshotd's hooks ({', '.join(change.events)}) to {change.path}")
+    for warning in change.warnings:
+        click.echo(click.style("warning: ", fg="yellow", bold=True) + warning, err=True)
+
+
+@click.command(context_settings=CONTEXT)
+@click.pass_context
+def mcp(ctx: click.Context) -> None:
+    """Serve snapshotd's tools to an agent over MCP on stdio (needs the `mcp` extra)."""
+    runner: Runner = ctx.obj
+    try:
+        from .mcp_server import serve_stdio
+    except ImportError as exc:
+        click.echo(f"error: the MCP server needs the mcp package ({exc}); install snapshotd[mcp].", err=True)
+        sys.exit(1)
+    serve_stdio(Runner(runner.socket_path, runner.embedded, json_output=True))

@@ -1,0 +1,241 @@
+"""Agent hooks: turn one Claude Code or Codex hook payload into a checkpoint.
+
+Both tools run a command at each lifecycle event with one JSON object on
+stdin (``session_id``, ``cwd``, ``hook_event_name``; ``prompt`` on
+``UserPromptSubmit``; ``tool_name`` and ``tool_input`` around tools; Codex adds
+``turn_id``). :func:`describe` reads what happened into a :class:`HookEvent`
+(the worktree, the agent's session, a label such as ``before: fix the
+parser``), and :func:`run_hook` checkpoints it within a time budget.
+
+A hook must never break or slow the agent, so :func:`run_hook` never raises
+and prints nothing on stdout: it returns a one-line note for stderr instead.
+The checkpoint runs in a child process; when the budget runs out the hook
+returns and the child, detached from the agent's pipes, lets the daemon finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shlex
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import InvalidParams, SnapshotdError
+
+TOOLS = ("claude-code", "codex")
+"""The agent tools whose hook payloads :func:`describe` reads."""
+
+EVENT_SETS = ("turns", "tools")
+"""Which events ``integrate`` hooks: ``turns``, before each prompt and after each turn;
+``tools``, also after each edit or shell tool."""
+
+BEFORE_PROMPT = "before: "
+"""Label prefix of the checkpoint taken as a prompt is submitted: a turn starts there."""
+
+AFTER_TURN = "after turn"
+"""Label of the checkpoint taken when the agent stops at the end of a turn."""
+
+LABEL_DETAIL_CHARS = 72
+"""The part of a label quoted from a prompt or a command is cut to this many characters."""
+
+CHILD_LIMIT_S = 600
+"""A checkpoint left to finish in the background gives up after this long."""
+
+_EDIT_TOOLS_PATH_KEYS = ("file_path", "notebook_path", "path")
+_PATCH_FILE_MARKERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
+
+
+@dataclass(frozen=True)
+class HookEvent:
+    """What a hook payload asks to record: where, in which session, and under which label."""
+
+    event: str
+    cwd: str
+    session: str | None
+    label: str
+
+    def params(self) -> dict[str, Any]:
+        """The params of the ``checkpoint`` call for this event."""
+        return {"path": self.cwd, "session": self.session, "label": self.label}
+
+
+def _shorten(text: str) -> str:
+    """The first non-empty line of ``text``, cut to :data:`LABEL_DETAIL_CHARS`."""
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    if len(line) > LABEL_DETAIL_CHARS:
+        line = line[: LABEL_DETAIL_CHARS - 1].rstrip() + "…"
+    return line
+
+
+def _relative(path: str, cwd: str) -> str:
+    """``path`` relative to the agent's folder when it lies inside it, else as given."""
+    if os.path.isabs(path):
+        rel = os.path.relpath(path, cwd)
+        if not rel.startswith(".."):
+            return rel
+    return path
+
+
+def _patch_files(patch: str) -> list[str]:
+    """The files an ``apply_patch`` body (Codex's edit tool) adds, updates, deletes or moves to."""
+    files = []
+    for line in patch.splitlines():
+        for marker in _PATCH_FILE_MARKERS:
+            if line.startswith(marker) and line[len(marker) :].strip() not in files:
+                files.append(line[len(marker) :].strip())
+    return files
+
+
+def _tool_detail(tool_name: str, tool_input: Any, cwd: str) -> str:
+    """What a tool call did, in a few words: the command of a shell, the files of an edit."""
+    if not isinstance(tool_input, dict):
+        return ""
+    command = tool_input.get("command")
+    if tool_name == "apply_patch" and isinstance(command, str):
+        return ", ".join(_patch_files(command))
+    if isinstance(command, list) and all(isinstance(part, str) for part in command):
+        command = shlex.join(command)
+    if isinstance(command, str):
+        return command
+    for key in _EDIT_TOOLS_PATH_KEYS:
+        if isinstance(tool_input.get(key), str):
+            return _relative(tool_input[key], cwd)
+    return ""
+
+
+def _label(payload: dict[str, Any], event: str, cwd: str) -> str:
+    """The checkpoint's label for one event, so that ``list --session`` reads as the turns."""
+    if event == "UserPromptSubmit":
+        prompt = payload.get("prompt")
+        return BEFORE_PROMPT + _shorten(prompt if isinstance(prompt, str) else "")
+    if event == "Stop":
+        return AFTER_TURN
+    if event in ("PreToolUse", "PostToolUse"):
+        tool_name = payload.get("tool_name") if isinstance(payload.get("tool_name"), str) else "tool"
+        detail = _shorten(_tool_detail(tool_name, payload.get("tool_input"), cwd))
+        when = "before" if event == "PreToolUse" else "after"
+        return f"{when} {tool_name}: {detail}" if detail else f"{when} {tool_name}"
+    if event == "SubagentStop":
+        return "after subagent"
+    if event == "SessionStart":
+        source = payload.get("source")
+        return f"session start ({source})" if isinstance(source, str) and source else "session start"
+    return event
+
+
+def describe(tool: str, data: bytes) -> HookEvent:
+    """Read one hook payload of ``tool`` (``claude-code`` or ``codex``) into a :class:`HookEvent`.
+
+    Raises :class:`~snapshotd.errors.InvalidParams` with one sentence when the
+    tool is unknown or the payload is not a hook object.
+    """
+    if tool not in TOOLS:
+        raise InvalidParams(f"Unknown agent tool {tool!r}; use one of: {', '.join(TOOLS)}.")
+    try:
+        payload = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InvalidParams(f"The hook payload on stdin is not JSON ({exc}).") from exc
+    if not isinstance(payload, dict):
+        raise InvalidParams("The hook payload on stdin is not a JSON object.")
+    event = payload.get("hook_event_name")
+    if not isinstance(event, str) or not event:
+        raise InvalidParams("The hook payload has no 'hook_event_name'; is this command run by the agent's hooks?")
+    cwd = payload.get("cwd")
+    if not isinstance(cwd, str) or not os.path.isabs(cwd):
+        cwd = os.getcwd()
+    session = payload.get("session_id")
+    session = session if isinstance(session, str) and session else None
+    return HookEvent(event=event, cwd=cwd, session=session, label=_label(payload, event, cwd))
+
+
+def read_stdin(deadline: float) -> bytes:
+    """All of stdin, or what came before ``deadline`` (a ``time.monotonic()`` moment)."""
+    fd = 0
+    if os.isatty(fd):
+        raise InvalidParams("This command reads one hook payload on stdin; the agent's hooks run it.")
+    chunks = []
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
+            raise InvalidParams("The hook payload did not arrive on stdin in time.")
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _detach() -> None:
+    """In the child: leave the agent's process group and pipes, so the agent waits for nothing."""
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+
+
+def _note_for(exc: BaseException) -> str:
+    if isinstance(exc, SnapshotdError):
+        return " ".join(exc.message.split())
+    return f"{type(exc).__name__}: {exc}"
+
+
+def within_budget(work: Callable[[], None], budget_s: float) -> str | None:
+    """Run ``work`` in a child process and wait at most ``budget_s`` for it.
+
+    Returns None when it succeeded in time, else a one-line note: its error,
+    or that it goes on in the background (detached, for at most
+    :data:`CHILD_LIMIT_S`).
+    """
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: do the work, report on the pipe, never return
+        status = 0
+        try:
+            os.close(read_fd)
+            _detach()
+            signal.alarm(CHILD_LIMIT_S)
+            note = ""
+            try:
+                work()
+            except BaseException as exc:
+                note = _note_for(exc) or type(exc).__name__
+            with contextlib.suppress(OSError):  # the hook may have left already
+                os.write(write_fd, ("error " + note if note else "ok").encode("utf-8", "replace"))
+        except BaseException:
+            status = 1
+        finally:
+            os._exit(status)
+    os.close(write_fd)
+    try:
+        if not select.select([read_fd], [], [], max(budget_s, 0))[0]:
+            return f"the checkpoint is still running after {round(budget_s, 1):g} s; it finishes in the background."
+        report = b""
+        while chunk := os.read(read_fd, 65536):
+            report += chunk
+        os.waitpid(pid, 0)
+    finally:
+        os.close(read_fd)
+    text = report.decode("utf-8", "replace")
+    if text == "ok":
+        return None
+    return text.removeprefix("error ") or "the checkpoint process ended without a report."
+
+
+def run_hook(tool: str, checkpoint: Callable[[dict[str, Any]], Any], budget_s: float) -> str | None:
+    """Read a payload of ``tool`` on stdin and checkpoint it through ``checkpoint(params)``.
+
+    Never raises; returns None on success or a one-line note for stderr.
+    """
+    try:
+        started = time.monotonic()
+        event = describe(tool, read_stdin(started + budget_s))
+        remaining = budget_s - (time.monotonic() - started)
+        return within_budget(lambda: checkpoint(event.params()), remaining)
+    except BaseException as exc:  # a hook must never fail the agent, whatever happened
+        return _note_for(exc)

@@ -1,0 +1,236 @@
+"""Add snapshotd's hook entries to an agent tool's settings, or take them out again.
+
+Claude Code reads hooks from ``.claude/settings.json`` (project) and
+``~/.claude/settings.json`` (user); Codex from ``.codex/hooks.json`` and
+``~/.codex/hooks.json``. Both use the same shape::
+
+    {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "...", "timeout": 10}]}],
+               "PostToolUse": [{"matcher": "Bash", "hooks": [...]}]}}
+
+:func:`plan` computes the new text of the file with :mod:`.jsonedit`, so that
+everything else in it stays as it was, byte for byte; adding twice changes
+nothing, and removing after adding gives back the file as it was before.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import re
+import shlex
+import shutil
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from . import jsonedit
+from .errors import InvalidParams
+from .fsutil import atomic_write
+from .hooks import TOOLS
+
+HOOK_TIMEOUT_S = 10
+"""The agent's own time limit for one run of the hook (seconds); the hook keeps well inside it."""
+
+TURN_EVENTS = ("UserPromptSubmit", "Stop")
+
+EDIT_MATCHERS = {"claude-code": "Bash|Edit|Write|MultiEdit|NotebookEdit", "codex": "Bash|apply_patch"}
+"""The tools after which ``--events tools`` also checkpoints, as each agent's matcher regex."""
+
+@dataclass
+class Change:
+    """What :func:`plan` would do to one settings file."""
+
+    path: Path
+    old: str | None  # None: the file does not exist
+    new: str | None  # None: it is not to exist
+    events: list[str]
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.old != self.new
+
+    def diff(self) -> str:
+        """The change as a unified diff, for a dry run."""
+        old, new = ((text or "").splitlines(keepends=True) for text in (self.old, self.new))
+        lines = difflib.unified_diff(old, new, fromfile=str(self.path), tofile=str(self.path))
+        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"file": str(self.path), "changed": self.changed, "events": self.events, "warnings": self.warnings}
+
+
+def hook_command(tool: str) -> str:
+    """The command the agent runs: ``snapshotd hook TOOL``, by absolute interpreter if not on PATH."""
+    program = "snapshotd" if shutil.which("snapshotd") else f"{shlex.quote(sys.executable)} -m snapshotd"
+    return f"{program} hook {tool}"
+
+
+def _is_ours(hook: Any, tool: str) -> bool:
+    """Whether one hook handler of the settings runs ``snapshotd ... hook TOOL``."""
+    command = hook.get("command") if isinstance(hook, dict) else None
+    return isinstance(command, str) and re.search(rf"snapshotd\S*\s+(?:\S.*\s)?hook\s+{re.escape(tool)}(\s|$)", command) is not None
+
+
+def wanted_entries(tool: str, events: str) -> dict[str, dict[str, Any]]:
+    """Event name -> the matcher group snapshotd adds for it."""
+    handler = {"type": "command", "command": hook_command(tool), "timeout": HOOK_TIMEOUT_S}
+    wanted: dict[str, dict[str, Any]] = {event: {"hooks": [handler]} for event in TURN_EVENTS}
+    if events == "tools":
+        wanted["PostToolUse"] = {"matcher": EDIT_MATCHERS[tool], "hooks": [handler]}
+    return wanted
+
+
+def _project_root(cwd: str) -> str:
+    """The root of the worktree holding ``cwd`` (the folder itself outside git)."""
+    from .worktree import locate  # pygit2 comes with it: kept off the hook's start-up path
+
+    return locate(cwd).root
+
+
+def settings_path(tool: str, scope: str, cwd: str) -> Path:
+    """The file to edit: the project's (at the worktree's root) or the user's."""
+    if scope == "project":
+        base = Path(_project_root(cwd)) / (".claude" if tool == "claude-code" else ".codex")
+    elif tool == "claude-code":
+        base = Path(os.environ.get("CLAUDE_CONFIG_DIR") or Path.home() / ".claude")
+    else:
+        base = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex")
+    return base / ("settings.json" if tool == "claude-code" else "hooks.json")
+
+
+def _our_positions(root: jsonedit.Node, tool: str) -> list[tuple[str, int, int]]:
+    """(event, group index, handler index) of every snapshotd handler, last first."""
+    hooks = root.member("hooks") if root.kind == "object" else None
+    found = []
+    if hooks is None or hooks.kind != "object":
+        return found
+    for event, groups in zip(hooks.keys, hooks.children, strict=True):
+        for g, group in enumerate(groups.children if groups.kind == "array" else []):
+            handlers = group.member("hooks") if group.kind == "object" else None
+            for h, handler in enumerate(handlers.children if handlers and handlers.kind == "array" else []):
+                if _is_ours(_to_python(handler), tool):
+                    found.append((event, g, h))
+    return found[::-1]
+
+
+def _remove_one(text: str, name: str, event: str, g: int, h: int) -> str:
+    """Take out one handler; then the group, event and ``hooks`` object it leaves empty."""
+    root = jsonedit.parse(text, name)
+    hooks = root.member("hooks")
+    assert hooks is not None
+    groups = hooks.member(event)
+    assert groups is not None
+    handlers = groups.children[g].member("hooks")
+    assert handlers is not None
+    if len(handlers.children) > 1:
+        return jsonedit.remove_child(text, handlers, h)
+    if len(groups.children) > 1:
+        return jsonedit.remove_child(text, groups, g)
+    if len(hooks.children) > 1:
+        return jsonedit.remove_child(text, hooks, hooks.index_of(groups))
+    return jsonedit.remove_child(text, root, root.index_of(hooks))
+
+
+def _without_ours(text: str, name: str, tool: str, keep: dict[str, dict[str, Any]]) -> str:
+    """``text`` without snapshotd's handlers, except those that already match ``keep`` exactly."""
+    while True:
+        root = jsonedit.parse(text, name)
+        for event, g, h in _our_positions(root, tool):
+            groups = root.member("hooks").member(event)  # type: ignore[union-attr]
+            if event in keep and _to_python(groups.children[g]) == keep[event]:
+                continue
+            text = _remove_one(text, name, event, g, h)
+            break
+        else:
+            return text
+
+
+def _to_python(node: jsonedit.Node) -> Any:
+    """The Python value of a parsed node (to read a handler, or compare a group with ours)."""
+    if node.kind == "scalar":
+        return node.value
+    if node.kind == "array":
+        return [_to_python(child) for child in node.children]
+    return {key: _to_python(child) for key, child in zip(node.keys, node.children, strict=True)}
+
+
+def _with_ours(text: str, name: str, tool: str, wanted: dict[str, dict[str, Any]]) -> str:
+    """``text`` with each wanted group appended to its event (the event and ``hooks`` created if missing)."""
+    for event, group in wanted.items():
+        root = jsonedit.parse(text, name)
+        if root.kind != "object":
+            raise InvalidParams(f"{name} does not hold a JSON object; fix or move it, then try again.")
+        unit = jsonedit.indent_unit(text, root)
+        present = {e for e, _, _ in _our_positions(root, tool)}
+        if event in present:
+            continue
+        hooks = root.member("hooks")
+        if hooks is None:
+            text = jsonedit.add_member(text, root, "hooks", {event: [group]}, unit)
+        elif hooks.kind != "object":
+            raise InvalidParams(f"'hooks' in {name} is not an object; fix it, then try again.")
+        elif (groups := hooks.member(event)) is None:
+            text = jsonedit.add_member(text, hooks, event, [group], unit)
+        elif groups.kind != "array":
+            raise InvalidParams(f"'hooks.{event}' in {name} is not a list; fix it, then try again.")
+        else:
+            text = jsonedit.append_item(text, groups, group, unit)
+    return text
+
+
+def codex_hooks_disabled(project_root: str | None) -> list[str]:
+    """Where Codex's ``[features]`` turn hooks off (``hooks = false``, or the older ``codex_hooks``)."""
+    files = [Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "config.toml"]
+    if project_root:
+        files.append(Path(project_root) / ".codex" / "config.toml")
+    found = []
+    for config in files:
+        try:
+            features = tomllib.loads(config.read_text(encoding="utf-8")).get("features", {})
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            continue
+        for key in ("hooks", "codex_hooks"):
+            if isinstance(features, dict) and features.get(key) is False:
+                found.append(
+                    f"Codex hooks are turned off by [features] {key} = false in {config}; "
+                    "set it to true there, or these hooks will not run."
+                )
+    return found
+
+
+def plan(tool: str, scope: str, *, remove: bool, events: str, cwd: str) -> Change:
+    """The change ``integrate`` makes to the settings file of ``tool`` in ``scope``; nothing is written."""
+    if tool not in TOOLS:
+        raise InvalidParams(f"Unknown agent tool {tool!r}; use one of: {', '.join(TOOLS)}.")
+    path = settings_path(tool, scope, cwd)
+    try:
+        old: str | None = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        old = None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidParams(f"Cannot read {path} ({exc}).") from exc
+    wanted = {} if remove else wanted_entries(tool, events)
+    if old is None:
+        new = json.dumps({"hooks": wanted}, indent=2) + "\n" if wanted else None
+    else:
+        new = _with_ours(_without_ours(old, str(path), tool, wanted), str(path), tool, wanted)
+    change = Change(path, old, new, sorted(wanted))
+    if tool == "codex" and not remove:
+        change.warnings = codex_hooks_disabled(_project_root(cwd) if scope == "project" else None)
+    return change
+
+
+def apply(change: Change) -> None:
+    """Write the planned text, atomically, keeping the file's mode."""
+    if not change.changed or change.new is None:
+        return
+    change.path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        mode = change.path.stat().st_mode & 0o7777
+    except FileNotFoundError:
+        mode = 0o644
+    atomic_write(change.path, change.new.encode("utf-8"), mode)

@@ -1,0 +1,225 @@
+"""``snapshotd mcp``: snapshotd's checkpoints as MCP tools, on stdio, with the official SDK.
+
+An agent can list the checkpoints of its worktree and session, look at what
+one turn changed, take a checkpoint, and restore or revert a turn. Whatever
+changes files is a preview until called again with ``confirm: true``, and
+every applied restore or revert is preceded by the daemon's safety checkpoint.
+
+Each tool answers with a few lines of text for the model and the daemon's
+result as structured content; a failure is an MCP tool error (``isError``)
+carrying the daemon's one-sentence message. The worktree is the server's
+current folder (agents start MCP servers in the project) unless ``path`` is
+given; the session is ``$SNAPSHOTD_SESSION``, else the session of the
+worktree's newest checkpoint, which the agent's hooks took for the prompt
+being handled.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
+
+from .cli import Runner
+from .engine import SAFETY_SESSION
+from .errors import InvalidParams, SnapshotdError
+from .hooks import BEFORE_PROMPT
+from .settings import VERSION
+
+PATCH_LIMIT_CHARS = 20_000
+"""The default bound on a patch returned to the model; longer ones are cut and say so."""
+
+_LIST_LIMIT = 20
+
+
+def _line(cp: dict[str, Any]) -> str:
+    """One checkpoint as a line of plain text."""
+    unchanged = "" if cp.get("changed", True) else " (unchanged)"
+    return f"{cp['id'][:12]}  #{cp['seq']:<4} {cp['created_at'][:19].replace('T', ' ')}  {cp.get('label') or '-'}{unchanged}"
+
+
+def _result(text: str, structured: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+
+
+def _error(error: SnapshotdError) -> CallToolResult:
+    message = " ".join(error.message.split())
+    return CallToolResult(
+        content=[TextContent(type="text", text=message)], structured_content={"error": error.to_dict()}, is_error=True
+    )
+
+
+def turn_end(session_checkpoints: list[dict[str, Any]], start: dict[str, Any]) -> dict[str, Any]:
+    """The last checkpoint of the turn that ``start`` opens (itself if nothing followed it).
+
+    A turn runs from one ``before: <prompt>`` checkpoint up to the next one of
+    the same session; ``session_checkpoints`` may come in any order.
+    """
+    end = start
+    for cp in sorted(session_checkpoints, key=lambda c: c["seq"]):
+        if cp["seq"] <= start["seq"]:
+            continue
+        if (cp.get("label") or "").startswith(BEFORE_PROMPT):
+            break
+        end = cp
+    return end
+
+
+def _changes_text(result: dict[str, Any], applied: bool) -> str:
+    """What a restore or revert wrote and deleted (or would), with the way back."""
+    verb = "" if applied else "would "
+    lines = [f"W  {p}" for p in result.get("written", [])] + [f"D  {p}" for p in result.get("deleted", [])]
+    lines += [f"!  {c['path']}: {c['reason']}" for c in result.get("conflicts", []) + result.get("skipped", [])]
+    lines.append(f"{verb}write {len(result.get('written', []))}, {verb}delete {len(result.get('deleted', []))}")
+    safety = result.get("safety_checkpoint")
+    if applied and safety:
+        lines.append(f"undo with: restore checkpoint {safety['id'][:12]} (confirm: true)")
+    elif not applied and (result.get("written") or result.get("deleted")):
+        lines.append("nothing changed yet; call again with confirm: true to apply")
+    return "\n".join(lines)
+
+
+class Tools:
+    """The tools' work, done through one :class:`~snapshotd.cli.Runner` (the daemon, started if needed)."""
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+
+    def _worktree(self, path: str | None) -> str:
+        return os.path.abspath(path or os.getcwd())
+
+    def _session(self, path: str, session: str | None) -> str | None:
+        """The session asked for, else ``$SNAPSHOTD_SESSION``, else that of the newest checkpoint."""
+        if session or os.environ.get("SNAPSHOTD_SESSION"):
+            return session or os.environ["SNAPSHOTD_SESSION"]
+        for cp in self.runner.call("list", {"path": path, "limit": 50})["checkpoints"]:
+            if cp.get("session") and cp["session"] != SAFETY_SESSION:
+                return cp["session"]
+        return None
+
+    def list_checkpoints(self, session: str | None, all_sessions: bool, limit: int, path: str | None) -> CallToolResult:
+        folder = self._worktree(path)
+        chosen = None if all_sessions else self._session(folder, session)
+        params = {"path": folder, "limit": limit, **({"session": chosen} if chosen else {})}
+        checkpoints = self.runner.call("list", params)["checkpoints"]
+        heading = f"{len(checkpoints)} checkpoint(s) of {folder}" + (f", session {chosen}" if chosen else "")
+        text = "\n".join([heading + ", newest first:", *map(_line, checkpoints)])
+        return _result(text, {"worktree": folder, "session": chosen, "checkpoints": checkpoints})
+
+    def _turn(self, checkpoint: str, to: str | None, path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(start, end) of the turn ``checkpoint`` opens, or up to ``to`` when given."""
+        start = self.runner.call("show", {"checkpoint": checkpoint, "path": self._worktree(path)})["checkpoint"]
+        if to is not None:
+            return start, self.runner.call("show", {"checkpoint": to, "path": self._worktree(path)})["checkpoint"]
+        params = {"worktree": start["worktree"], **({"session": start["session"]} if start["session"] else {})}
+        return start, turn_end(self.runner.call("list", params)["checkpoints"], start)
+
+    def show_turn(self, checkpoint: str, to: str | None, patch: bool, max_patch_chars: int, path: str | None) -> CallToolResult:
+        start, end = self._turn(checkpoint, to, path)
+        result = self.runner.call("diff", {"from": start["id"], "to": end["id"], "patch": patch or None})
+        files = result["files"]
+        width = max((len(f["path"]) for f in files), default=0)
+        lines = [f"{_line(start)}\n..{_line(end)}", f"{len(files)} file(s) changed"]
+        lines += [
+            f"{f['path'].ljust(width)}  {'bin' if f['binary'] else '+{} -{}'.format(f['additions'], f['deletions'])}  {f['status']}"
+            for f in files
+        ]
+        structured: dict[str, Any] = {"from": start, "to": end, "files": files}
+        if patch:
+            text = result.get("patch", "")
+            structured["truncated"] = len(text) > max_patch_chars
+            structured["patch"] = text[:max_patch_chars]
+            lines.append(structured["patch"])
+            if structured["truncated"]:
+                lines.append(f"[patch cut at {max_patch_chars} of {len(text)} characters; ask for fewer files]")
+        return _result("\n".join(lines), structured)
+
+    def checkpoint(self, label: str | None, session: str | None, path: str | None) -> CallToolResult:
+        params = {"path": self._worktree(path), "label": label, "session": session}
+        result = self.runner.call("checkpoint", {k: v for k, v in params.items() if v is not None})
+        return _result(_line(result["checkpoint"]), result)
+
+    def _paths(self, paths: list[str] | None, path: str | None) -> list[str] | None:
+        return [os.path.join(self._worktree(path), p) for p in paths] if paths else None
+
+    def restore(self, checkpoint: str, paths: list[str] | None, confirm: bool, path: str | None) -> CallToolResult:
+        params = {"checkpoint": checkpoint, "path": self._worktree(path), "dry_run": not confirm}
+        if paths:
+            params["paths"] = self._paths(paths, path)
+        result = self.runner.call("restore", params)
+        return _result(_changes_text(result, confirm), {**result, "applied": confirm})
+
+    def revert_turn(
+        self, checkpoint: str, to: str | None, paths: list[str] | None, force: bool, confirm: bool, path: str | None
+    ) -> CallToolResult:
+        start, end = self._turn(checkpoint, to, path)
+        if start["id"] == end["id"]:
+            raise InvalidParams(f"Checkpoint {start['id'][:12]} has no later checkpoint in its turn, so there is nothing to revert.")
+        params: dict[str, Any] = {"from": start["id"], "to": end["id"], "dry_run": not confirm, "force": force}
+        if paths:
+            params["paths"] = self._paths(paths, path)
+        result = self.runner.call("revert", params)
+        text = f"turn {_line(start)}\n  .. {_line(end)}\n" + _changes_text(result, confirm)
+        return _result(text, {**result, "from": start, "to": end, "applied": confirm})
+
+
+async def _answer(work: Callable[..., CallToolResult], *args: Any) -> CallToolResult:
+    """Run a blocking tool in a thread; a snapshotd error becomes an MCP tool error."""
+    try:
+        return await anyio.to_thread.run_sync(work, *args)
+    except SnapshotdError as error:
+        return _error(error)
+
+
+def build_server(runner: Runner) -> MCPServer:
+    """The MCP server with snapshotd's tools."""
+    tools = Tools(runner)
+    server = MCPServer(name="snapshotd", version=VERSION, instructions=__doc__.split("\n\n")[1])
+    reading = ToolAnnotations(read_only_hint=True)
+
+    @server.tool(annotations=reading)
+    async def list_checkpoints(
+        session: str | None = None, all_sessions: bool = False, limit: int = _LIST_LIMIT, path: str | None = None
+    ) -> CallToolResult:
+        """List the checkpoints of this worktree and session, newest first (labels such as 'before: <prompt>', 'after turn')."""
+        return await _answer(tools.list_checkpoints, session, all_sessions, limit, path)
+
+    @server.tool(annotations=reading)
+    async def show_turn(
+        checkpoint: str, to: str | None = None, patch: bool = False, max_patch_chars: int = PATCH_LIMIT_CHARS, path: str | None = None
+    ) -> CallToolResult:
+        """Show what one turn changed: from CHECKPOINT (a turn's 'before:' checkpoint) to the turn's end, or to TO. Lines per file by default; patch=true adds the patch, cut at max_patch_chars."""
+        return await _answer(tools.show_turn, checkpoint, to, patch, max_patch_chars, path)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
+    async def checkpoint(label: str | None = None, session: str | None = None, path: str | None = None) -> CallToolResult:
+        """Take a checkpoint of the worktree now (a git commit of every file as it is; nothing of yours is touched)."""
+        return await _answer(tools.checkpoint, label, session, path)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+    async def restore(checkpoint: str, paths: list[str] | None = None, confirm: bool = False, path: str | None = None) -> CallToolResult:
+        """Make the worktree (or PATHS) equal CHECKPOINT. Without confirm=true it only previews; applying takes a safety checkpoint first."""
+        return await _answer(tools.restore, checkpoint, paths, confirm, path)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+    async def revert_turn(
+        checkpoint: str,
+        to: str | None = None,
+        paths: list[str] | None = None,
+        force: bool = False,
+        confirm: bool = False,
+        path: str | None = None,
+    ) -> CallToolResult:
+        """Undo one turn (from CHECKPOINT to the turn's end, or to TO), leaving later work alone; files changed since are reported, not touched, unless force=true. Without confirm=true it only previews."""
+        return await _answer(tools.revert_turn, checkpoint, to, paths, force, confirm, path)
+
+    return server
+
+
+def serve_stdio(runner: Runner) -> None:
+    """Serve the tools on stdin/stdout until the client closes them."""
+    build_server(runner).run("stdio")

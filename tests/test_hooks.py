@@ -1,0 +1,247 @@
+"""``snapshotd hook``: recorded payloads of Claude Code and Codex become labelled checkpoints.
+
+Every run is a real ``python -m snapshotd hook TOOL`` process fed a payload on
+stdin, against a real daemon. Whatever goes wrong, the hook exits 0, prints
+nothing on stdout (which the agent would read as a decision) and at most one
+line on stderr.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_helpers import Daemon, child_env, cli, log_problems, running_daemon
+from hook_helpers import placed, recorded, run_hook
+from oracle import oracle_tree
+from repo_helpers import git, init_repo, write
+
+from snapshotd.errors import InvalidParams
+from snapshotd.hooks import LABEL_DETAIL_CHARS, describe
+
+LONG_WAIT = "60"  # budget for runs that must record before the next one starts
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> Path:
+    return tmp_path / "run" / "s.sock"
+
+
+@pytest.fixture
+def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
+    with running_daemon(sock, tmp_path / "daemon.log") as running:
+        yield running
+        problems = log_problems(running.log_text())
+    assert not problems, running.log_text()
+
+
+@pytest.fixture
+def env(sock: Path) -> dict[str, str]:
+    return child_env(sock, SNAPSHOTD_HOOK_BUDGET=LONG_WAIT)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "project", ("a.txt", "alpha\n"), ("src/b.py", "print('b')\n"))
+
+
+def session_checkpoints(repo: Path, env: dict[str, str], session: str) -> list[dict[str, Any]]:
+    """The session's checkpoints, oldest first."""
+    return cli("list", "--json", "--session", session, str(repo), env=env).json()["checkpoints"][::-1]
+
+
+def act(repo: Path, name: str, payload: dict[str, Any]) -> None:
+    """Do what the recorded tool call did, before its PostToolUse payload arrives."""
+    if "post-tool-use-bash" in name:
+        subprocess.run(["sh", "-c", payload["tool_input"]["command"]], cwd=repo, check=True)
+    elif "post-tool-use" in name:  # Claude Code's Edit, Codex's apply_patch: alpha -> hello
+        write(repo / "a.txt", "hello\n")
+
+
+EXPECTED_LABELS = {
+    "claude-code": [
+        "before: Add a CHANGES file and fix the greeting in a.txt",
+        "before Bash: printf 'v1: first release\\n' > CHANGES",
+        "after Bash: printf 'v1: first release\\n' > CHANGES",
+        "after Edit: a.txt",
+        "after turn",
+    ],
+    "codex": [
+        "before: Add a CHANGES file and fix the greeting in a.txt",
+        "before Bash: printf 'v1: first release\\n' > CHANGES",
+        "after Bash: printf 'v1: first release\\n' > CHANGES",
+        "after apply_patch: a.txt",
+        "after turn",
+    ],
+}
+
+
+@pytest.mark.parametrize("tool", ["claude-code", "codex"])
+def test_recorded_session_becomes_labelled_checkpoints(tool: str, daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    trees = []
+    session = None
+    for name, payload in recorded(tool):
+        act(repo, name, payload)
+        trees.append(oracle_tree(repo))
+        session = payload["session_id"]
+        run = run_hook(tool, placed(payload, repo), env)
+        assert (run.code, run.stdout, run.stderr) == (0, "", ""), run
+
+    checkpoints = session_checkpoints(repo, env, session)
+    assert [cp["label"] for cp in checkpoints] == EXPECTED_LABELS[tool]
+    assert {cp["session"] for cp in checkpoints} == {session}
+    assert [cp["tree"] for cp in checkpoints] == trees
+    after_bash = git(repo, "show", f"{checkpoints[2]['id']}:CHANGES", "--")
+    assert after_bash == "v1: first release"
+    assert "CHANGES" not in git(repo, "ls-tree", "--name-only", checkpoints[1]["id"])
+    # The user's own state is untouched: the edits are still uncommitted.
+    assert git(repo, "status", "--porcelain") == " M a.txt\n?? CHANGES"
+
+
+def test_subfolder_cwd_and_payload_without_session(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    [(_, stop)] = [item for item in recorded("claude-code") if "stop" in item[0]]
+    payload = {k: v for k, v in stop.items() if k != "session_id"}
+    run = run_hook("claude-code", placed(payload, repo, cwd=str(repo / "src")), env)
+    assert (run.code, run.stdout, run.stderr) == (0, "", ""), run
+    [cp] = cli("list", "--json", str(repo), env=env).json()["checkpoints"]
+    assert (cp["session"], cp["label"], cp["tree"]) == (None, "after turn", oracle_tree(repo))
+
+
+def _prompt_payload(**changes: Any) -> bytes:
+    [(_, payload)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
+    return placed(payload, Path("/home/user/project"), **changes)
+
+
+def test_labels_quote_the_first_line_briefly() -> None:
+    long_prompt = "\n\n  " + "word " * 40 + "\nsecond line"
+    event = describe("claude-code", _prompt_payload(prompt=long_prompt))
+    assert event.label.startswith("before: word word")
+    assert event.label.endswith("…") and len(event.label) == len("before: ") + LABEL_DETAIL_CHARS
+    assert describe("claude-code", _prompt_payload(prompt="")).label == "before: "
+
+    as_list = {"hook_event_name": "PostToolUse", "cwd": "/w", "tool_name": "Bash", "tool_input": {"command": ["rm", "a b"]}}
+    assert describe("codex", _json(as_list)).label == "after Bash: rm 'a b'"
+    patch = "*** Begin Patch\n*** Add File: n.py\n+x\n*** Delete File: old.py\n*** Update File: a.py\n*** Move to: b.py\n*** End Patch\n"
+    as_patch = {**as_list, "tool_name": "apply_patch", "tool_input": {"command": patch}}
+    assert describe("codex", _json(as_patch)).label == "after apply_patch: n.py, old.py, a.py, b.py"
+    outside = {**as_list, "tool_name": "Write", "tool_input": {"file_path": "/etc/x.conf", "content": ""}}
+    assert describe("claude-code", _json(outside)).label == "after Write: /etc/x.conf"
+    mcp_tool = {**as_list, "tool_name": "mcp__github__create_issue", "tool_input": {"title": "t"}}
+    assert describe("claude-code", _json(mcp_tool)).label == "after mcp__github__create_issue"
+    start = {"hook_event_name": "SessionStart", "cwd": "/w", "source": "resume"}
+    assert describe("claude-code", _json(start)).label == "session start (resume)"
+
+
+def _json(payload: dict[str, Any]) -> bytes:
+    import json
+
+    return json.dumps(payload).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "tool", "fragment"),
+    [
+        (b"not json", "claude-code", "is not JSON"),
+        (b"[1, 2]", "codex", "not a JSON object"),
+        (b'{"session_id": "s"}', "codex", "no 'hook_event_name'"),
+        (b'{"hook_event_name": "Stop"}', "cursor", "Unknown agent tool 'cursor'"),
+        (b'{"hook_event_name": "Stop", "cwd": "/nonexistent/folder"}', "claude-code", "/nonexistent/folder does not exist"),
+    ],
+    ids=["garbage", "array", "no-event", "unknown-tool", "missing-cwd"],
+)
+def test_bad_input_exits_0_with_one_line(daemon: Daemon, env: dict[str, str], data: bytes, tool: str, fragment: str) -> None:
+    run = run_hook(tool, data, env)
+    assert run.code == 0 and run.stdout == "", run
+    [line] = run.stderr.splitlines()
+    assert line.startswith("snapshotd hook: ") and fragment in line, run
+
+
+def test_a_stuck_daemon_costs_the_agent_only_the_budget(tmp_path: Path, repo: Path) -> None:
+    folder = tmp_path / "stuck"
+    folder.mkdir(mode=0o700)
+    path = folder / "s.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(str(path))
+        listener.listen(8)  # accepts connections, never answers
+        env = child_env(path, SNAPSHOTD_HOOK_BUDGET="1")
+        [(_, stop)] = [item for item in recorded("codex") if "stop" in item[0]]
+        # Without the budget this would wait for ever; HOOK_TIMEOUT_S would fail it.
+        run = run_hook("codex", placed(stop, repo), env)
+    assert run.code == 0 and run.stdout == "", run
+    [line] = run.stderr.splitlines()
+    assert "still running after 1 s" in line, run
+
+
+def test_a_daemon_that_cannot_start_exits_0(tmp_path: Path, repo: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)  # the daemon refuses a socket folder others may write to
+    env = child_env(shared / "s.sock", SNAPSHOTD_HOOK_BUDGET=LONG_WAIT)
+    [(_, prompt)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
+    run = run_hook("claude-code", placed(prompt, repo), env)
+    assert run.code == 0 and run.stdout == "", run
+    [line] = run.stderr.splitlines()
+    assert "could not start" in line, run
+
+
+def test_a_hook_starts_the_daemon_when_none_runs(tmp_path: Path, repo: Path) -> None:
+    sock = tmp_path / "auto" / "s.sock"
+    env = child_env(sock, SNAPSHOTD_HOOK_BUDGET=LONG_WAIT)
+    [(_, prompt)] = [item for item in recorded("codex") if "user-prompt" in item[0]]
+    try:
+        run = run_hook("codex", placed(prompt, repo), env)
+        assert (run.code, run.stdout, run.stderr) == (0, "", ""), run
+        [cp] = session_checkpoints(repo, env, prompt["session_id"])
+        assert cp["tree"] == oracle_tree(repo)
+    finally:
+        cli("stop", env=env)
+
+
+def test_unknown_tool_error_is_the_library_sentence() -> None:
+    with pytest.raises(InvalidParams, match="use one of: claude-code, codex"):
+        describe("cursor", b"{}")
+
+
+# --------------------------------------------------------------------------
+# A whole simulated agent session, then a revert of one turn.
+
+
+def test_simulated_session_then_revert_one_turn(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    shapes = dict(recorded("claude-code"))
+    session = "e2e-session"
+
+    def hook(name: str, **changes: Any) -> None:
+        run = run_hook("claude-code", placed(shapes[name], repo, session_id=session, **changes), env)
+        assert (run.code, run.stdout, run.stderr) == (0, "", ""), run
+
+    def turn(prompt: str, command: str) -> None:
+        hook("1-user-prompt-submit.json", prompt=prompt)
+        subprocess.run(["sh", "-c", command], cwd=repo, check=True)  # the agent's Bash tool
+        hook("3-post-tool-use-bash.json", tool_input={"command": command})
+        hook("5-stop.json")
+
+    turn("Write the notes", "echo one > notes.txt && echo changed > a.txt")
+    turn("Now the todo list", f"echo two > todo.txt && echo {shlex.quote('print(2)')} >> src/b.py")
+
+    checkpoints = session_checkpoints(repo, env, session)
+    assert [cp["label"] for cp in checkpoints] == [
+        "before: Write the notes",
+        "after Bash: echo one > notes.txt && echo changed > a.txt",
+        "after turn",
+        "before: Now the todo list",
+        "after Bash: echo two > todo.txt && echo 'print(2)' >> src/b.py",
+        "after turn",
+    ]
+    first_start, first_end = checkpoints[0]["id"], checkpoints[2]["id"]
+    cli("revert", first_start, first_end, "--yes", cwd=repo, env=env)
+
+    assert not (repo / "notes.txt").exists()
+    assert (repo / "a.txt").read_text() == "alpha\n"
+    assert (repo / "todo.txt").read_text() == "two\n"
+    assert (repo / "src/b.py").read_text() == "print('b')\nprint(2)\n"
+    assert git(repo, "status", "--porcelain") == " M src/b.py\n?? todo.txt"
