@@ -215,7 +215,7 @@ def plan(tool: str, scope: str, *, remove: bool, events: str, cwd: str) -> Chang
         raise InvalidParams(f"Cannot read {path} ({exc}).") from exc
     wanted = {} if remove else wanted_entries(tool, events)
     if old is None:
-        new = json.dumps({"hooks": wanted}, indent=2) + "\n" if wanted else None
+        new = json.dumps({"hooks": {event: [group] for event, group in wanted.items()}}, indent=2) + "\n" if wanted else None
     else:
         new = _with_ours(_without_ours(old, str(path), tool, wanted), str(path), tool, wanted)
     change = Change(path, old, new, sorted(wanted))

@@ -1,0 +1,156 @@
+"""``snapshotd integrate``: hook entries merged into real settings files and taken out byte for byte."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from daemon_helpers import assert_one_error_line, cli, cli_process
+from repo_helpers import init_repo
+
+from snapshotd.integrate import EDIT_MATCHERS, hook_command
+
+# A user's Claude Code settings as people write them: four-space indent, inline
+# arrays, their own hooks on the events snapshotd also uses, a trailing newline.
+CLAUDE_SETTINGS = """{
+    "model": "opus",
+    "permissions": {
+        "allow": ["Bash(npm run test:*)", "Read(~/.zshrc)"],
+        "deny": []
+    },
+    "hooks": {
+        "PostToolUse": [
+            {
+                "matcher": "Edit|Write",
+                "hooks": [
+                    { "type": "command", "command": "npx prettier --write \\"$(jq -r .tool_input.file_path)\\"" }
+                ]
+            }
+        ],
+        "Stop": [{"hooks": [{"type": "command", "command": "notify-send 'Claude is done'"}]}]
+    },
+    "env": {"DISABLE_TELEMETRY": "1"}
+}
+"""
+
+# Codex's hooks.json, two-space indent, no trailing newline, no hooks of ours' events yet.
+CODEX_HOOKS = """{
+  "hooks": {
+    "SessionStart": [
+      {
+        "matcher": "startup|resume",
+        "hooks": [
+          {
+            "type": "command",
+            "command": "python3 ~/.codex/hooks/session_start.py",
+            "statusMessage": "Loading context"
+          }
+        ]
+      }
+    ]
+  }
+}"""
+
+COMPACT = '{"theme":"dark","hooks":{"Stop":[{"hooks":[{"type":"command","command":"say done"}]}]}}\n'
+
+
+def user_file(tool: str) -> Path:
+    home = Path(os.environ["HOME"])
+    return home / ".claude" / "settings.json" if tool == "claude-code" else home / ".codex" / "hooks.json"
+
+
+def ours(settings: dict, tool: str) -> dict[str, list[str | None]]:
+    """Event -> matchers of the groups that run snapshotd's hook."""
+    found: dict[str, list[str | None]] = {}
+    for event, groups in settings.get("hooks", {}).items():
+        for group in groups:
+            if any(h.get("command") == hook_command(tool) for h in group["hooks"]):
+                found.setdefault(event, []).append(group.get("matcher"))
+    return found
+
+
+@pytest.mark.parametrize(("tool", "original"), [("claude-code", CLAUDE_SETTINGS), ("codex", CODEX_HOOKS), ("claude-code", COMPACT)], ids=["claude", "codex", "compact"])
+def test_add_is_idempotent_and_remove_gives_back_every_byte(tool: str, original: str) -> None:
+    path = user_file(tool)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(original.encode())
+    os.chmod(path, 0o600)
+
+    cli("integrate", tool, "--events", "tools")
+    added = path.read_bytes()
+    settings = json.loads(added)
+    assert ours(settings, tool) == {"UserPromptSubmit": [None], "Stop": [None], "PostToolUse": [EDIT_MATCHERS[tool]]}
+    before = json.loads(original)
+    for event, groups in before["hooks"].items():
+        assert settings["hooks"][event][: len(groups)] == groups  # theirs first, as they were
+    assert {k: v for k, v in settings.items() if k != "hooks"} == {k: v for k, v in before.items() if k != "hooks"}
+    assert list(settings) == list(before) + (["hooks"] if "hooks" not in before else [])
+    assert os.stat(path).st_mode & 0o777 == 0o600
+
+    again = cli("integrate", tool, "--events", "tools")
+    assert "already as wanted" in again.stdout
+    assert path.read_bytes() == added
+
+    # Fewer events: the tool hooks go, the turn hooks stay.
+    cli("integrate", tool)
+    assert ours(json.loads(path.read_bytes()), tool) == {"UserPromptSubmit": [None], "Stop": [None]}
+
+    removed = cli("integrate", tool, "--remove")
+    assert "removed" in removed.stdout
+    assert path.read_bytes() == original.encode()
+    assert "already as wanted" in cli("integrate", tool, "--remove").stdout
+
+
+def test_project_scope_writes_at_the_worktree_root(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("src/a.py", "x = 1\n"))
+    cli("integrate", "claude-code", "--project", cwd=repo / "src")
+    settings = json.loads((repo / ".claude" / "settings.json").read_text())
+    assert set(ours(settings, "claude-code")) == {"UserPromptSubmit", "Stop"}
+    assert not user_file("claude-code").exists()
+
+    cli("integrate", "codex", "--project", cwd=repo)
+    assert set(ours(json.loads((repo / ".codex" / "hooks.json").read_text()), "codex")) == {"UserPromptSubmit", "Stop"}
+
+    # A file snapshotd created holds nothing of anyone else's; removing leaves an empty object.
+    cli("integrate", "claude-code", "--project", "--remove", cwd=repo)
+    assert (repo / ".claude" / "settings.json").read_text() == "{}\n"
+
+
+def test_dry_run_shows_a_diff_and_writes_nothing() -> None:
+    path = user_file("codex")
+    path.parent.mkdir(parents=True)
+    path.write_text(CODEX_HOOKS)
+    result = cli("integrate", "codex", "--dry-run")
+    assert result.stdout.startswith(f"--- {path}\n+++ {path}\n@@ ")
+    added = [line for line in result.stdout.splitlines() if line.startswith("+") and not line.startswith("+++")]
+    assert any(hook_command("codex") in line for line in added)
+    assert not [line for line in result.stdout.splitlines() if line.startswith("-") and not line.startswith("---")][1:]
+    assert path.read_text() == CODEX_HOOKS
+
+    as_json = cli("integrate", "codex", "--dry-run", "--json").json()
+    assert as_json["changed"] and as_json["dry_run"] and as_json["diff"] == result.stdout
+    assert path.read_text() == CODEX_HOOKS
+
+
+def test_codex_feature_flag_off_is_said(tmp_path: Path) -> None:
+    config = Path(os.environ["HOME"]) / ".codex" / "config.toml"
+    config.parent.mkdir(parents=True)
+    config.write_text('model = "gpt-5.1-codex"\n\n[features]\nhooks = false\n')
+    result = cli_process("integrate", "codex")
+    assert result.code == 0
+    assert "[features] hooks = false" in result.stderr and str(config) in result.stderr
+    config.write_text("[features]\nhooks = true\n")
+    assert cli_process("integrate", "codex").stderr == ""
+
+
+def test_a_file_that_is_not_json_is_left_alone() -> None:
+    path = user_file("claude-code")
+    path.parent.mkdir(parents=True)
+    path.write_text('{"model": "opus",}\n')
+    line = assert_one_error_line(cli_process("integrate", "claude-code", code=1), str(path), "not valid JSON")
+    assert "fix or move it" in line
+    assert path.read_text() == '{"model": "opus",}\n'
+    path.write_text('{"hooks": []}\n')
+    assert_one_error_line(cli_process("integrate", "claude-code", code=1), "'hooks'", "not an object")

@@ -1,0 +1,118 @@
+"""``snapshotd mcp`` driven by the MCP SDK's own client over stdio, against a real daemon.
+
+Two turns of an agent are recorded through the hooks; the tools then list
+them, show one turn's diff, take a checkpoint, and preview then apply a
+revert of one turn and a restore.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_helpers import Daemon, child_env, cli, log_problems, running_daemon
+from hook_helpers import placed, recorded, run_hook
+from mcp import Client, StdioServerParameters
+from oracle import oracle_tree
+from repo_helpers import init_repo, write
+
+SESSION = "mcp-session"
+TOOLS = {"list_checkpoints", "show_turn", "checkpoint", "restore", "revert_turn"}
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> Path:
+    return tmp_path / "run" / "s.sock"
+
+
+@pytest.fixture
+def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
+    with running_daemon(sock, tmp_path / "daemon.log") as running:
+        yield running
+        problems = log_problems(running.log_text())
+    assert not problems, running.log_text()
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "project", ("a.txt", "alpha\n"))
+
+
+def two_turns(repo: Path, env: dict[str, str]) -> list[dict[str, Any]]:
+    """Turn 1 adds notes.txt and changes a.txt; turn 2 adds todo.txt. Checkpoints oldest first."""
+    shapes = dict(recorded("claude-code"))
+    for prompt, edits in (("Write notes", {"notes.txt": "one\n", "a.txt": "changed\n"}), ("Add a todo", {"todo.txt": "two\n"})):
+        for name, changes in (("1-user-prompt-submit.json", {"prompt": prompt}), ("5-stop.json", {})):
+            run = run_hook("claude-code", placed(shapes[name], repo, session_id=SESSION, **changes), env)
+            assert (run.code, run.stderr) == (0, ""), run
+            if changes:
+                for path, text in edits.items():
+                    write(repo / path, text)
+    return cli("list", "--json", "--session", SESSION, str(repo), env=env).json()["checkpoints"][::-1]
+
+
+def text_of(result: Any) -> str:
+    return "\n".join(block.text for block in result.content)
+
+
+async def test_every_tool_over_stdio(daemon: Daemon, sock: Path, repo: Path) -> None:
+    env = child_env(sock, SNAPSHOTD_HOOK_BUDGET="60")
+    turn1, end1, turn2, end2 = two_turns(repo, env)
+    assert (turn1["label"], end1["label"], turn2["label"]) == ("before: Write notes", "after turn", "before: Add a todo")
+    server = StdioServerParameters(command=sys.executable, args=["-m", "snapshotd", "mcp"], env=env, cwd=str(repo))
+    async with Client(server) as client:
+        listed = await client.list_tools()
+        assert {tool.name for tool in listed.tools} == TOOLS
+        for tool in listed.tools:
+            assert tool.description and tool.input_schema["type"] == "object"
+
+        # The session is the one the hooks used, found from the newest checkpoint.
+        result = await client.call_tool("list_checkpoints", {})
+        assert not result.is_error
+        assert result.structured_content["session"] == SESSION
+        assert [cp["id"] for cp in result.structured_content["checkpoints"]] == [end2["id"], turn2["id"], end1["id"], turn1["id"]]
+        assert "before: Write notes" in text_of(result) and f"session {SESSION}" in text_of(result)
+
+        # One turn's diff: only that turn's files; the patch is bounded.
+        result = await client.call_tool("show_turn", {"checkpoint": turn1["id"]})
+        assert {f["path"]: f["status"] for f in result.structured_content["files"]} == {"a.txt": "modified", "notes.txt": "added"}
+        assert result.structured_content["to"]["id"] == end1["id"]
+        assert "notes.txt" in text_of(result) and "+1 -0" in text_of(result)
+        result = await client.call_tool("show_turn", {"checkpoint": turn1["id"], "patch": True, "max_patch_chars": 40})
+        assert result.structured_content["truncated"] and len(result.structured_content["patch"]) == 40
+        assert "patch cut at 40" in text_of(result)
+
+        result = await client.call_tool("checkpoint", {"label": "by the model", "session": SESSION})
+        newest = result.structured_content["checkpoint"]
+        assert newest["label"] == "by the model"
+        assert result.structured_content["checkpoint"]["tree"] == oracle_tree(repo)
+
+        # Revert turn 1: a preview first, that changes nothing; then applied with confirm.
+        result = await client.call_tool("revert_turn", {"checkpoint": turn1["id"]})
+        assert not result.is_error and not result.structured_content["applied"]
+        assert (result.structured_content["written"], result.structured_content["deleted"]) == (["a.txt"], ["notes.txt"])
+        assert "confirm: true" in text_of(result)
+        assert (repo / "notes.txt").exists() and (repo / "a.txt").read_text() == "changed\n"
+        result = await client.call_tool("revert_turn", {"checkpoint": turn1["id"], "confirm": True})
+        assert result.structured_content["applied"] and result.structured_content["safety_checkpoint"]
+        assert not (repo / "notes.txt").exists() and (repo / "a.txt").read_text() == "alpha\n"
+        assert (repo / "todo.txt").read_text() == "two\n"  # turn 2 is left alone
+
+        # Restore the end of turn 2: preview, then apply.
+        result = await client.call_tool("restore", {"checkpoint": end2["id"]})
+        assert result.structured_content["written"] == ["a.txt", "notes.txt"] and not result.structured_content["applied"]
+        assert not (repo / "notes.txt").exists()
+        result = await client.call_tool("restore", {"checkpoint": end2["id"], "confirm": True})
+        assert oracle_tree(repo) == end2["tree"]
+        assert "undo with" in text_of(result)
+
+        # Errors are tool errors carrying the daemon's sentence and kind.
+        result = await client.call_tool("show_turn", {"checkpoint": "0000000"})
+        assert result.is_error
+        assert text_of(result) == "No checkpoint matches '0000000'."
+        assert result.structured_content["error"]["data"]["kind"] == "not_found"
+        result = await client.call_tool("revert_turn", {"checkpoint": newest["id"]})
+        assert result.is_error and "nothing to revert" in text_of(result)
