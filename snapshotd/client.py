@@ -1,5 +1,8 @@
 """Clients for the daemon: :class:`Client` (blocking) and :class:`AsyncClient` (trio).
 
+trio is imported only by :class:`AsyncClient`'s methods, so that the command
+line and the agent hooks, which use the blocking client, do not pay for it.
+
 Both frame and parse with :mod:`.protocol` and raise the server's errors as
 the matching :class:`~snapshotd.errors.SnapshotdError` subclass. A lost
 connection raises :class:`ConnectionError`; a failed connect raises the
@@ -23,9 +26,7 @@ import socket
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
-from typing import Any
-
-import trio
+from typing import TYPE_CHECKING, Any
 
 from .errors import SnapshotdError
 from .fsutil import check_socket_folder
@@ -38,6 +39,9 @@ from .protocol import (
     request_message,
     resolve_socket_path,
 )
+
+if TYPE_CHECKING:
+    import trio
 
 __all__ = ["DEFAULT_RESPONSE_LIMIT", "AsyncClient", "Client", "UntrustedDaemon", "connect_or_none"]
 
@@ -192,6 +196,8 @@ class _Pending:
     __slots__ = ("done", "error", "response")
 
     def __init__(self) -> None:
+        import trio
+
         self.done = trio.Event()
         self.response: Response | None = None
         self.error: BaseException | None = None
@@ -207,6 +213,8 @@ class AsyncClient:
 
     def __init__(self, stream: trio.SocketStream, socket_path: str) -> None:
         """Wrap a connected stream; prefer :meth:`connect`, which runs the reader."""
+        import trio
+
         self.socket_path = socket_path
         self.dropped_notifications = 0
         self._stream = stream
@@ -224,6 +232,8 @@ class AsyncClient:
         cls, socket_path: str | None = None, *, line_limit: int = DEFAULT_RESPONSE_LIMIT
     ) -> AsyncIterator[AsyncClient]:
         """Connect, run the reader task for the block, then close."""
+        import trio
+
         path = resolve_socket_path(socket_path)
         _check_folder(path)
         sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -255,6 +265,8 @@ class AsyncClient:
         self, method: str, params: Mapping[str, Any] | None = None, /, **kwparams: Any
     ) -> dict[str, Any]:
         """Run ``method`` and return its result; raise the server's error if it fails."""
+        import trio
+
         if self._closed_error is not None:
             raise copy.copy(self._closed_error)
         request_id = next(self._ids)
@@ -282,6 +294,8 @@ class AsyncClient:
         return self._notes_receive
 
     async def _read(self, line_limit: int) -> None:
+        import trio
+
         buffer = LineBuffer(line_limit)
         error: BaseException = _closed_error(self.socket_path)
         try:
@@ -309,6 +323,8 @@ class AsyncClient:
 
     def _deliver(self, message: Response | Notification) -> SnapshotdError | None:
         """Hand a message to its waiter; return an error meant for the whole connection."""
+        import trio
+
         if isinstance(message, Notification):
             try:
                 self._notes_send.send_nowait({"method": message.method, "params": message.params})
