@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from daemon_helpers import Daemon, log_problems, running_daemon
 
 # Tests run real git; make it independent of the machine's own configuration.
 _GIT_ENV = {
@@ -70,3 +73,18 @@ async def watched_engine(nursery):
         yield eng
     finally:
         await eng.aclose()
+
+
+@pytest.fixture
+def sock(tmp_path: Path) -> Path:
+    """A socket path in a folder that does not exist yet (the daemon creates it 0700)."""
+    return tmp_path / "run" / "s.sock"
+
+
+@pytest.fixture
+def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
+    """A real daemon on ``sock``; the test fails if its log reports an error."""
+    with running_daemon(sock, tmp_path / "daemon.log") as running:
+        yield running
+        problems = log_problems(running.log_text())
+    assert not problems, running.log_text()

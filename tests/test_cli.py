@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +29,6 @@ from daemon_helpers import (
     log_problems,
     ping,
     process_gone,
-    running_daemon,
     wait_until,
 )
 from oracle import oracle_tree
@@ -63,19 +61,6 @@ CONTRACT_OPTIONS: dict[str, list[str]] = {
     "status": [],
     "stop": [],
 }
-
-
-@pytest.fixture
-def sock(tmp_path: Path) -> Path:
-    return tmp_path / "run" / "s.sock"
-
-
-@pytest.fixture
-def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
-    with running_daemon(sock, tmp_path / "daemon.log") as running:
-        yield running
-        problems = log_problems(running.log_text())
-    assert not problems, running.log_text()
 
 
 @pytest.fixture

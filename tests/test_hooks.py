@@ -11,12 +11,11 @@ from __future__ import annotations
 import shlex
 import socket
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_helpers import Daemon, child_env, cli, log_problems, running_daemon
+from daemon_helpers import Daemon, child_env, cli
 from hook_helpers import placed, recorded, run_hook
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, write
@@ -25,19 +24,6 @@ from snapshotd.errors import InvalidParams
 from snapshotd.hooks import LABEL_DETAIL_CHARS, describe
 
 LONG_WAIT = "60"  # budget for runs that must record before the next one starts
-
-
-@pytest.fixture
-def sock(tmp_path: Path) -> Path:
-    return tmp_path / "run" / "s.sock"
-
-
-@pytest.fixture
-def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
-    with running_daemon(sock, tmp_path / "daemon.log") as running:
-        yield running
-        problems = log_problems(running.log_text())
-    assert not problems, running.log_text()
 
 
 @pytest.fixture

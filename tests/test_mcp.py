@@ -8,12 +8,11 @@ revert of one turn and a restore.
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_helpers import Daemon, child_env, cli, log_problems, running_daemon
+from daemon_helpers import Daemon, child_env, cli
 from hook_helpers import placed, recorded, run_hook
 from mcp import Client, StdioServerParameters
 from oracle import oracle_tree
@@ -21,19 +20,6 @@ from repo_helpers import init_repo, write
 
 SESSION = "mcp-session"
 TOOLS = {"list_checkpoints", "show_turn", "checkpoint", "restore", "revert_turn"}
-
-
-@pytest.fixture
-def sock(tmp_path: Path) -> Path:
-    return tmp_path / "run" / "s.sock"
-
-
-@pytest.fixture
-def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
-    with running_daemon(sock, tmp_path / "daemon.log") as running:
-        yield running
-        problems = log_problems(running.log_text())
-    assert not problems, running.log_text()
 
 
 @pytest.fixture
