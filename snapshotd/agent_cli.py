@@ -17,9 +17,23 @@ from .hooks import EVENT_SETS, TOOLS, run_hook
 from .settings import hook_budget
 
 
+def _daemon_answers(socket_path: str | None) -> bool:
+    """Whether a daemon accepts connections now (else the hook will start one, which takes longer)."""
+    from .client import connect_or_none
+
+    try:
+        client = connect_or_none(socket_path, timeout=0.2)
+    except OSError:
+        return False
+    if client is None:
+        return False
+    client.close()
+    return True
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("tool", metavar="claude-code|codex", required=False, default="")
-@click.option("--budget", type=float, metavar="SECONDS", help="Wait at most this long for the checkpoint (default: $SNAPSHOTD_HOOK_BUDGET, else 2).")
+@click.option("--budget", type=float, metavar="SECONDS", help="Wait at most this long for the checkpoint (default: 0.5 with a running daemon, 5 when starting one).")
 @click.pass_context
 def hook(ctx: click.Context, tool: str, budget: float | None) -> None:
     """Checkpoint the worktree for one hook payload of the agent on stdin; always exits 0.
@@ -30,7 +44,8 @@ def hook(ctx: click.Context, tool: str, budget: float | None) -> None:
     """
     runner: Runner = ctx.obj
     daemon = Runner(runner.socket_path, embedded=False, json_output=True)
-    note = run_hook(tool, lambda params: daemon.call("checkpoint", params), hook_budget(budget))
+    running = _daemon_answers(runner.socket_path)
+    note = run_hook(tool, lambda params: daemon.call("checkpoint", params), hook_budget(budget, daemon_running=running))
     if note:
         click.echo(f"snapshotd hook: {note}", err=True)
     sys.exit(0)

@@ -28,18 +28,29 @@ def size_cap(explicit: int | None = None) -> int:
     return int(value) if value else DEFAULT_SIZE_CAP
 
 
-DEFAULT_HOOK_BUDGET_S = 2.0
+DEFAULT_HOOK_BUDGET_S = 0.5
+DEFAULT_HOOK_START_BUDGET_S = 5.0
 
 
-def hook_budget(explicit: float | None = None) -> float:
-    """Seconds an agent hook waits for its checkpoint before it lets the agent go on."""
+def _seconds(variable: str, default: float) -> float:
+    value = os.environ.get(variable)
+    try:
+        return float(value) if value else default
+    except ValueError:
+        return default  # a hook never fails the agent over its own setting
+
+
+def hook_budget(explicit: float | None = None, *, daemon_running: bool = True) -> float:
+    """Seconds an agent hook waits for its checkpoint before it lets the agent go on.
+
+    ``$SNAPSHOTD_HOOK_BUDGET`` (default 0.5) when a daemon answers;
+    ``$SNAPSHOTD_HOOK_START_BUDGET`` (default 5) when the hook must start one.
+    """
     if explicit is not None:
         return explicit
-    value = os.environ.get("SNAPSHOTD_HOOK_BUDGET")
-    try:
-        return float(value) if value else DEFAULT_HOOK_BUDGET_S
-    except ValueError:
-        return DEFAULT_HOOK_BUDGET_S  # a hook never fails the agent over its own setting
+    if daemon_running:
+        return _seconds("SNAPSHOTD_HOOK_BUDGET", DEFAULT_HOOK_BUDGET_S)
+    return _seconds("SNAPSHOTD_HOOK_START_BUDGET", DEFAULT_HOOK_START_BUDGET_S)
 
 
 def git_config_home() -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_helpers import Daemon, child_env, cli
+from daemon_helpers import Daemon, answers, child_env, cli, wait_until
 from hook_helpers import placed, recorded, run_hook
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, write
@@ -28,7 +28,7 @@ LONG_WAIT = "60"  # budget for runs that must record before the next one starts
 
 @pytest.fixture
 def env(sock: Path) -> dict[str, str]:
-    return child_env(sock, SNAPSHOTD_HOOK_BUDGET=LONG_WAIT)
+    return child_env(sock, SNAPSHOTD_HOOK_BUDGET=LONG_WAIT, SNAPSHOTD_HOOK_START_BUDGET=LONG_WAIT)
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ def test_a_daemon_that_cannot_start_exits_0(tmp_path: Path, repo: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     shared.chmod(0o777)  # the daemon refuses a socket folder others may write to
-    env = child_env(shared / "s.sock", SNAPSHOTD_HOOK_BUDGET=LONG_WAIT)
+    env = child_env(shared / "s.sock", SNAPSHOTD_HOOK_BUDGET=LONG_WAIT, SNAPSHOTD_HOOK_START_BUDGET=LONG_WAIT)
     [(_, prompt)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
     run = run_hook("claude-code", placed(prompt, repo), env)
     assert run.code == 0 and run.stdout == "", run
@@ -177,13 +177,29 @@ def test_a_daemon_that_cannot_start_exits_0(tmp_path: Path, repo: Path) -> None:
 
 def test_a_hook_starts_the_daemon_when_none_runs(tmp_path: Path, repo: Path) -> None:
     sock = tmp_path / "auto" / "s.sock"
-    env = child_env(sock, SNAPSHOTD_HOOK_BUDGET=LONG_WAIT)
+    env = child_env(sock, SNAPSHOTD_HOOK_BUDGET=LONG_WAIT, SNAPSHOTD_HOOK_START_BUDGET=LONG_WAIT)
     [(_, prompt)] = [item for item in recorded("codex") if "user-prompt" in item[0]]
     try:
         run = run_hook("codex", placed(prompt, repo), env)
         assert (run.code, run.stdout, run.stderr) == (0, "", ""), run
         [cp] = session_checkpoints(repo, env, prompt["session_id"])
         assert cp["tree"] == oracle_tree(repo)
+    finally:
+        cli("stop", env=env)
+
+
+def test_a_checkpoint_past_the_budget_finishes_in_the_background(tmp_path: Path, repo: Path) -> None:
+    sock = tmp_path / "late" / "s.sock"
+    env = child_env(sock, SNAPSHOTD_HOOK_START_BUDGET="0.01")  # far less than starting a daemon takes
+    [(_, prompt)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
+    try:
+        run = run_hook("claude-code", placed(prompt, repo), env)
+        assert run.code == 0 and run.stdout == "", run
+        [line] = run.stderr.splitlines()
+        assert "still running" in line and "finishes in the background" in line, run
+        wait_until(lambda: answers(sock) and session_checkpoints(repo, env, prompt["session_id"]), 60, "the checkpoint")
+        [cp] = session_checkpoints(repo, env, prompt["session_id"])
+        assert (cp["label"], cp["tree"]) == ("before: Add a CHANGES file and fix the greeting in a.txt", oracle_tree(repo))
     finally:
         cli("stop", env=env)
 
