@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_helpers import Daemon, log_problems, running_daemon
+from daemon_helpers import Daemon, quiet_daemon
 
 # Tests run real git; make it independent of the machine's own configuration.
 _GIT_ENV = {
@@ -84,7 +84,6 @@ def sock(tmp_path: Path) -> Path:
 @pytest.fixture
 def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
     """A real daemon on ``sock``; the test fails if its log reports an error."""
-    with running_daemon(sock, tmp_path / "daemon.log") as running:
+    with quiet_daemon(tmp_path) as running:
+        assert running.socket == sock
         yield running
-        problems = log_problems(running.log_text())
-    assert not problems, running.log_text()
