@@ -11,6 +11,7 @@ from __future__ import annotations
 import shlex
 import socket
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -247,3 +248,13 @@ def test_simulated_session_then_revert_one_turn(daemon: Daemon, env: dict[str, s
     assert (repo / "todo.txt").read_text() == "two\n"
     assert (repo / "src/b.py").read_text() == "print('b')\nprint(2)\n"
     assert git(repo, "status", "--porcelain") == " M src/b.py\n?? todo.txt"
+
+
+def test_the_hook_path_loads_no_heavy_module(env: dict[str, str]) -> None:
+    # Every agent event starts a new process: trio, pygit2 and the MCP SDK stay out of it.
+    code = (
+        "import sys, snapshotd.cli, snapshotd.client, snapshotd.protocol, snapshotd.hooks, snapshotd.agent_cli; "
+        "print(sorted(m for m in ('trio', 'pygit2', 'mcp', 'difflib') if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert proc.stdout.strip() == "[]", proc
