@@ -165,10 +165,10 @@ def test_a_stuck_daemon_costs_the_agent_only_the_budget(tmp_path: Path, repo: Pa
 
 
 def test_a_daemon_that_cannot_start_exits_0(tmp_path: Path, repo: Path) -> None:
-    shared = tmp_path / "shared"
-    shared.mkdir()
-    shared.chmod(0o777)  # the daemon refuses a socket folder others may write to
-    env = child_env(shared / "s.sock", SNAPSHOTD_HOOK_BUDGET=LONG_WAIT, SNAPSHOTD_HOOK_START_BUDGET=LONG_WAIT)
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    (folder / "s.sock").write_text("not a socket")  # the daemon will not remove a file in its way
+    env = child_env(folder / "s.sock", SNAPSHOTD_HOOK_BUDGET=LONG_WAIT, SNAPSHOTD_HOOK_START_BUDGET=LONG_WAIT)
     [(_, prompt)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
     run = run_hook("claude-code", placed(prompt, repo), env)
     assert run.code == 0 and run.stdout == "", run
