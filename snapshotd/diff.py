@@ -20,20 +20,32 @@ from __future__ import annotations
 import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
-from snapshotd.errors import GitError, InternalError, InvalidParams, NotFound
+from snapshotd.errors import GitError, InternalError, InvalidParams, NotFound, TooLarge
 from snapshotd.gitproc import GitTarget, run_git_sync
 from snapshotd.gitrepo import GitRepository, Repository
 from snapshotd.paths import path_matches
 
-__all__ = ["diff_trees", "load_tree"]
+__all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "diff_trees", "load_tree"]
+
+DEFAULT_MAX_PATCH_BYTES = 8 * 1024 * 1024
+"""Patch text one ``diff`` reply carries unless ``max_patch_bytes`` says otherwise."""
+
+MAX_PATCH_BYTES = 32 * 1024 * 1024
+"""The most ``max_patch_bytes`` may ask for, so that one reply stays within the daemon's budgets."""
+
+MAX_CONTEXT = 100_000
+"""The most context lines a patch may ask for (libgit2 takes a 32-bit count)."""
 
 _ZERO_OID = "0" * 40
+
+Entry = Callable[[], tuple[dict[str, Any], str]]
+"""One selected file: its FileChange record and, when a patch was asked for, its patch text."""
 
 _STATUS = {
     DeltaStatus.ADDED: "added",
@@ -134,31 +146,82 @@ def diff_trees(
     patch: bool = False,
     context: int = 3,
     find_renames: bool = True,
+    offset: int = 0,
+    max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES,
 ) -> dict[str, Any]:
     """The changes from ``old_tree`` to ``new_tree`` (hex ids; None is the empty tree).
 
     Returns ``{"files": [FileChange, ...]}`` in git's order, plus ``"patch"``
     (a unified git-style patch of the listed files) when ``patch`` is true.
     ``paths`` keeps only files selected by those relative paths (a rename is
-    kept when either side is selected); None keeps everything.
+    kept when either side is selected); None keeps everything. The files
+    start at ``offset`` in that order; see :func:`_paged` for how a patch
+    is cut to ``max_patch_bytes``.
     """
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise InvalidParams("context must be a non-negative integer.", context=context)
     if isinstance(repo, GitRepository):
-        return _diff_with_git(
+        entries = _diff_with_git(
             repo, old_tree, new_tree, paths=paths, patch=patch, context=context, find_renames=find_renames
         )
+    else:
+        entries = _diff_in_process(repo, old_tree, new_tree, paths, patch, context, find_renames)
+    return _paged(entries, offset, patch, max_patch_bytes)
+
+
+def _paged(entries: Sequence[Entry], offset: int, patch: bool, max_patch_bytes: int) -> dict[str, Any]:
+    """The result for the files from ``offset`` on, with a patch cut at ``max_patch_bytes``.
+
+    A patch holds whole files only: when the next file's patch would pass the
+    limit, the result stops before it and ``next_offset`` names it (null
+    when the patch is complete), so a client pages with ``offset``. A single
+    file whose patch alone is over the limit is ``too_large``.
+    """
+    files: list[dict[str, Any]] = []
+    texts: list[str] = []
+    used = 0
+    result: dict[str, Any] = {"files": files}
+    for number, entry in enumerate(entries[offset:], start=offset):
+        record, text = entry()
+        size = len(text.encode("utf-8", "surrogateescape"))
+        if used + size > max_patch_bytes:
+            if not files:
+                raise TooLarge(
+                    f"The patch of {record['path']} has {size} bytes, over max_patch_bytes "
+                    f"({max_patch_bytes}); ask for less with 'paths', or raise max_patch_bytes "
+                    f"(at most {MAX_PATCH_BYTES}).",
+                    path=record["path"],
+                    bytes=size,
+                    limit=max_patch_bytes,
+                )
+            result["next_offset"] = number
+            break
+        used += size
+        texts.append(text)
+        files.append(record)
+    if patch:
+        result["patch"] = "".join(texts)
+        result.setdefault("next_offset", None)
+    return result
+
+
+def _diff_in_process(
+    repo: Repository,
+    old_tree: str | None,
+    new_tree: str | None,
+    paths: Sequence[str] | None,
+    patch: bool,
+    context: int,
+    find_renames: bool,
+) -> list[Entry]:
+    """:func:`diff_trees` by libgit2: one entry per selected file, its patch made when asked for."""
     old = load_tree(repo, old_tree)
     new = load_tree(repo, new_tree)
-
-    result: dict[str, Any] = {"files": []}
-    if patch:
-        result["patch"] = ""
     if old is not None and new is not None and old.id == new.id:
-        return result
+        return []
     diff = _tree_diff(old, new, DiffOption.INCLUDE_TYPECHANGE, context)
     if diff is None:
-        return result
+        return []
     if find_renames:
         diff.find_similar(flags=DiffFind.FIND_RENAMES)
 
@@ -181,25 +244,21 @@ def diff_trees(
     }
     split = _split_type_changes(old, new, type_changed, context) if type_changed else {}
 
-    files: list[dict[str, Any]] = []
-    texts: list[str] = []
-    for index, delta, path, old_path in selected:
-        if delta.status == DeltaStatus.TYPECHANGE:
-            parts = split[path]
-        else:
-            one = diff[index]
-            parts = [one] if one is not None else []
-        additions = deletions = 0
-        binary = False
-        for part in parts:
-            _, added, deleted = part.line_stats
-            additions += added
-            deletions += deleted
-            binary = binary or part.delta.is_binary
-            if patch:
-                texts.append(_patch_text(part))
-        files.append(
-            {
+    def entry(index: int, delta: pygit2.DiffDelta, path: str, old_path: str) -> Entry:
+        def make() -> tuple[dict[str, Any], str]:
+            if delta.status == DeltaStatus.TYPECHANGE:
+                parts = split[path]
+            else:
+                one = diff[index]
+                parts = [one] if one is not None else []
+            additions = deletions = 0
+            binary = False
+            for part in parts:
+                _, added, deleted = part.line_stats
+                additions += added
+                deletions += deleted
+                binary = binary or part.delta.is_binary
+            record = {
                 "path": path,
                 "old_path": old_path if delta.status == DeltaStatus.RENAMED else None,
                 "status": _STATUS[delta.status],
@@ -211,11 +270,11 @@ def diff_trees(
                 "additions": 0 if binary else additions,
                 "deletions": 0 if binary else deletions,
             }
-        )
-    result["files"] = files
-    if patch:
-        result["patch"] = "".join(texts)
-    return result
+            return record, "".join(_patch_text(part) for part in parts) if patch else ""
+
+        return make
+
+    return [entry(*chosen) for chosen in selected]
 
 
 # --------------------------------------------------------------------------- through git
@@ -239,7 +298,7 @@ def _diff_with_git(
     patch: bool,
     context: int,
     find_renames: bool,
-) -> dict[str, Any]:
+) -> list[Entry]:
     """:func:`diff_trees` by one ``git diff-tree``: raw records, then line counts, then the patch.
 
     The trees are read by git alone; only when it fails are they looked up, to
@@ -252,7 +311,7 @@ def _diff_with_git(
         except (ValueError, TypeError) as exc:
             raise NotFound(f"{tree_hex!r} is not a valid object id.", oid=str(tree_hex)) from exc
     if sides[0] == sides[1]:
-        return {"files": [], "patch": ""} if patch else {"files": []}
+        return []
     args = ["diff-tree", "-r", "-z", "--raw", "--numstat", "-M" if find_renames else "--no-renames"]
     if patch:
         args += ["-p", f"-U{context}"]
@@ -313,8 +372,7 @@ def _diff_with_git(
             texts[number] = blocks[index : index + step]
             index += step
 
-    files: list[dict[str, Any]] = []
-    chosen: list[bytes] = []
+    entries: list[Entry] = []
     for record, text in zip(records, texts, strict=True):
         if record["status"] is None:
             continue
@@ -323,9 +381,6 @@ def _diff_with_git(
             or (record["old_path"] is not None and path_matches(record["old_path"], paths))
         ):
             continue
-        files.append(record)
-        chosen.extend(text)
-    result: dict[str, Any] = {"files": files}
-    if patch:
-        result["patch"] = b"".join(chosen).decode("utf-8", "replace")
-    return result
+        patch_text = b"".join(text).decode("utf-8", "replace")
+        entries.append(lambda record=record, patch_text=patch_text: (record, patch_text))
+    return entries

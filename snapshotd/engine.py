@@ -46,7 +46,14 @@ from .fsutil import remove_stale_temp_files
 from .gitproc import GitTarget, run_git
 from .gitrepo import Repository, is_git_only, open_repository, read_head, repository
 from .paths import to_worktree_relative
-from .protocol import optional_bool, optional_int, optional_str, optional_str_list
+from .protocol import (
+    optional_bool,
+    optional_int,
+    optional_path,
+    optional_path_list,
+    optional_str,
+    optional_str_list,
+)
 from .settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
 from .store import Checkpoint, Store, ref_name, validate_session
 from .warm import WarmState, capture_warm, rule_sources, signature_of
@@ -269,7 +276,7 @@ class Engine:
         return state
 
     async def _resolve(self, params: dict[str, Any], required: bool = True) -> WorktreeState | None:
-        path = optional_str(params, "path")
+        path = optional_path(params, "path")
         worktree_id = optional_str(params, "worktree")
         if path is not None:
             state = await trio.to_thread.run_sync(self.open_path, path, limiter=thread_limiter)
@@ -490,6 +497,12 @@ class Engine:
         raise NotFound(f"No subscription {subscription_id} exists.")
 
     async def _notify_loop(self, state: WorktreeState, subscription: Subscription) -> None:
+        """Send the subscription's changes, debounced, until it ends.
+
+        A subscriber too far behind (its connection's notification budget is
+        full) is not buffered for: it gets one last ``changed`` with
+        ``overflow`` and ``dropped`` true and no paths, and the subscription ends.
+        """
         with subscription.cancel:
             try:
                 while True:
@@ -498,10 +511,14 @@ class Engine:
                     subscription.wake = trio.Event()
                     paths, overflow = sorted(subscription.pending), subscription.overflow
                     subscription.pending, subscription.overflow = set(), False
-                    await subscription.session.notify(
+                    head = {"subscription": subscription.id, "worktree": state.info.id}
+                    sent = await subscription.session.notify(
                         "changed",
-                        {"subscription": subscription.id, "worktree": state.info.id, "paths": paths, "overflow": overflow},
+                        {**head, "paths": paths, "overflow": overflow},
+                        fallback={**head, "paths": [], "overflow": True, "dropped": True},
                     )
+                    if not sent:
+                        break
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
         state.subscriptions.pop(subscription.id, None)
@@ -609,9 +626,13 @@ class Engine:
             raise InvalidParams("The parameter 'from' is required (a checkpoint id or 'worktree').")
         source = params.get("from")
         target = "worktree" if params.get("to") is None else params.get("to")
-        paths = optional_str_list(params, "paths")
+        paths = optional_path_list(params, "paths")
         patch = optional_bool(params, "patch")
-        context = optional_int(params, "context", min=0)
+        context = optional_int(params, "context", min=0, max=diff_mod.MAX_CONTEXT)
+        offset = optional_int(params, "offset", 0, min=0)
+        max_patch_bytes = optional_int(
+            params, "max_patch_bytes", diff_mod.DEFAULT_MAX_PATCH_BYTES, min=1, max=diff_mod.MAX_PATCH_BYTES
+        )
         preferred = await self._resolve(params, required=False)
         if preferred is None:
             for ref in (source, target):
@@ -628,7 +649,14 @@ class Engine:
         def run() -> dict[str, Any]:
             with repository(old_store) as repo:
                 return diff_mod.diff_trees(
-                    repo, old_tree, new_tree, paths=rel_paths, patch=patch, context=3 if context is None else context
+                    repo,
+                    old_tree,
+                    new_tree,
+                    paths=rel_paths,
+                    patch=patch,
+                    context=3 if context is None else context,
+                    offset=offset,
+                    max_patch_bytes=max_patch_bytes,
                 )
 
         result = await trio.to_thread.run_sync(run, limiter=thread_limiter)
@@ -742,7 +770,7 @@ class Engine:
         return kept_mod.IgnoredFiles(git_target(state.info), index, touched)
 
     async def _restore(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        paths = optional_str_list(params, "paths")
+        paths = optional_path_list(params, "paths")
         dry_run = optional_bool(params, "dry_run")
         allow_other = optional_bool(params, "allow_other_worktree")
         target = await self._resolve(params, required=False)
@@ -780,7 +808,7 @@ class Engine:
         return result
 
     async def _revert(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        paths = optional_str_list(params, "paths")
+        paths = optional_path_list(params, "paths")
         dry_run = optional_bool(params, "dry_run")
         force = optional_bool(params, "force")
         if "from" not in params:
@@ -921,7 +949,7 @@ class Engine:
     async def _repair(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         from .repair import repair
 
-        path = optional_str(params, "path")
+        path = optional_path(params, "path")
         moved = await repair(self, path)
         return {"moved": moved}
 

@@ -31,6 +31,12 @@ log = logging.getLogger(__name__)
 DEFAULT_LINE_LIMIT = 16 * 1024 * 1024
 """Longest line (without its newline) the daemon accepts, in bytes."""
 
+PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
+"""Longest path the system takes, in bytes with its NUL; longer path params are refused."""
+
+INT_PARAM_MAX = 2**31 - 1
+"""Largest integer any param takes unless its validator allows less."""
+
 JSONRPC_VERSION = "2.0"
 
 RequestId = str | int | None
@@ -45,8 +51,14 @@ _JSON_WHITESPACE = b" \t\r\n"
 class Session(Protocol):
     """One client connection, as the service sees it."""
 
-    async def notify(self, method: str, params: dict[str, Any]) -> None:
-        """Queue a notification for this client; does nothing once it has gone."""
+    async def notify(
+        self, method: str, params: dict[str, Any], fallback: dict[str, Any] | None = None
+    ) -> bool:
+        """Queue a notification for this client; False once it has gone or fell behind.
+
+        A client too far behind gets the short ``fallback`` params instead
+        (when given), and the caller should send it nothing more.
+        """
         ...
 
     def on_close(self, callback: Callable[[], None]) -> None:
@@ -456,6 +468,36 @@ def _wrong_type(name: str, expected: str, value: Any) -> InvalidParams:
     )
 
 
+def check_text(name: str, value: str) -> str:
+    """``value`` if it can name a file and be stored: no NUL, no lone surrogate outside file-name escapes.
+
+    Strings the daemon sends back for undecodable file names (``\\udc80`` to
+    ``\\udcff``, as ``os.fsdecode`` makes them) are accepted.
+    """
+    if "\0" in value:
+        raise InvalidParams(f"The parameter {name!r} must not contain a NUL character.", param=name)
+    try:
+        os.fsencode(value)
+    except UnicodeEncodeError as exc:
+        raise InvalidParams(
+            f"The parameter {name!r} holds a lone surrogate (U+{ord(value[exc.start]):04X}) "
+            "that is not text; send it as valid UTF-8.",
+            param=name,
+        ) from None
+    return value
+
+
+def _path_text(name: str, value: str) -> str:
+    size = len(check_text(name, value).encode("utf-8", "surrogateescape"))
+    if size >= PATH_MAX:
+        raise InvalidParams(
+            f"The parameter {name!r} is a path of {size} bytes, over the system's limit of "
+            f"{PATH_MAX - 1}.",
+            param=name,
+        )
+    return value
+
+
 def require_str(params: Mapping[str, Any], name: str) -> str:
     """The string param ``name``; raise :class:`InvalidParams` if missing or not a string."""
     value = params.get(name)
@@ -463,7 +505,7 @@ def require_str(params: Mapping[str, Any], name: str) -> str:
         raise InvalidParams(f"The parameter {name!r} is required and must be a string.", param=name)
     if not isinstance(value, str):
         raise _wrong_type(name, "a string", value)
-    return value
+    return check_text(name, value)
 
 
 def optional_str(params: Mapping[str, Any], name: str, default: str | None = None) -> str | None:
@@ -473,7 +515,13 @@ def optional_str(params: Mapping[str, Any], name: str, default: str | None = Non
         return default
     if not isinstance(value, str):
         raise _wrong_type(name, "a string", value)
-    return value
+    return check_text(name, value)
+
+
+def optional_path(params: Mapping[str, Any], name: str) -> str | None:
+    """The path param ``name`` (a string shorter than PATH_MAX), or None when absent."""
+    value = optional_str(params, name)
+    return None if value is None else _path_text(name, value)
 
 
 def optional_int(
@@ -482,7 +530,7 @@ def optional_int(
     default: int | None = None,
     *,
     min: int | None = None,
-    max: int | None = None,
+    max: int = INT_PARAM_MAX,
 ) -> int | None:
     """The integer param ``name`` within ``min``..``max``, or ``default`` when absent."""
     value = params.get(name)
@@ -496,7 +544,7 @@ def optional_int(
         raise InvalidParams(
             f"The parameter {name!r} must be at least {min}, not {value}.", param=name
         )
-    if max is not None and value > max:
+    if value > max:
         raise InvalidParams(
             f"The parameter {name!r} must be at most {max}, not {value}.", param=name
         )
@@ -527,4 +575,11 @@ def optional_str_list(
                 param=name,
             )
         raise _wrong_type(name, "an array of strings", value)
-    return list(value)
+    return [check_text(name, item) for item in value]
+
+
+def optional_path_list(params: Mapping[str, Any], name: str) -> list[str] | None:
+    """The list-of-paths param ``name`` (each shorter than PATH_MAX), or None when absent."""
+    value = optional_str_list(params, name)
+    return None if value is None else [_path_text(name, item) for item in value]
+

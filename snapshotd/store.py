@@ -43,6 +43,7 @@ import pygit2
 from .errors import Ambiguous, GitError, InvalidParams, NotFound
 from .fsutil import sync_filesystem
 from .gitrepo import GitRepository, RefLocked, RefMoved, Repository
+from .protocol import check_text
 
 REF_ROOT = "refs/snapshotd/"
 TRAILER = "Snapshotd-"
@@ -77,7 +78,7 @@ def validate_session(session: object, name: str = "session") -> str | None:
         raise InvalidParams(f"The parameter '{name}' must be a non-empty string of at most 200 characters.")
     if any(ord(ch) < 32 for ch in session):
         raise InvalidParams(f"The parameter '{name}' must not contain control characters.")
-    return session
+    return check_text(name, session)
 
 
 def now_iso() -> str:

@@ -277,8 +277,8 @@ def test_empty_trees(changed: tuple[Path, str, str]) -> None:
     deleted = ours(wt, new, None)["files"]
     assert deleted == oracle(wt, new, empty)
     assert ours(wt, None, None) == {"files": []}
-    assert ours(wt, None, None, patch=True) == {"files": [], "patch": ""}
-    assert ours(wt, old, old, patch=True) == {"files": [], "patch": ""}
+    assert ours(wt, None, None, patch=True) == {"files": [], "patch": "", "next_offset": None}
+    assert ours(wt, old, old, patch=True) == {"files": [], "patch": "", "next_offset": None}
 
 
 def test_unknown_tree(changed: tuple[Path, str, str]) -> None:

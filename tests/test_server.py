@@ -73,17 +73,22 @@ class FakeService:
             return {"subscription": subscription}
         if method == "emit":
             count = params.get("count", 1)
+            refused = 0
             for subscription, subscriber in list(self.subscribers.items()):
                 for index in range(count):
-                    await subscriber.notify(
+                    sent = await subscriber.notify(
                         "changed",
                         {
                             "subscription": subscription,
                             "paths": params.get("paths", [f"file{index}"]),
                             "overflow": False,
                         },
+                        fallback={"subscription": subscription, "dropped": True},
                     )
-            return {"subscribers": len(self.subscribers)}
+                    if not sent:
+                        refused += 1
+                        break
+            return {"subscribers": len(self.subscribers), "refused": refused}
         if method == "shutdown":
             self.stopped.set()
             return {}
@@ -619,7 +624,7 @@ async def test_subscribe_notifications_and_close_callbacks(daemon: Daemon) -> No
     async with AsyncClient.connect(daemon.path) as subscriber:
         subscription = (await subscriber.call("subscribe"))["subscription"]
         async with AsyncClient.connect(daemon.path) as other:
-            assert await other.call("emit", count=3) == {"subscribers": 1}
+            assert await other.call("emit", count=3) == {"subscribers": 1, "refused": 0}
         notes = []
         with trio.fail_after(5):
             async for note in subscriber.notifications():
@@ -636,19 +641,30 @@ async def test_subscribe_notifications_and_close_callbacks(daemon: Daemon) -> No
     await eventually(lambda: daemon.service.subscribers == {})
 
 
-async def test_a_subscriber_that_does_not_read_is_dropped(
+async def test_a_subscriber_that_does_not_read_gets_a_drop_notice_not_a_buffer(
     nursery: trio.Nursery, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    daemon = await start(nursery, tmp_path / "s" / "d.sock", notification_backlog=4)
+    daemon = await start(nursery, tmp_path / "s" / "d.sock", notification_bytes=256 * 1024)
     raw = await Raw.connect(daemon.path)
     await raw.send(req("subscribe"))
-    assert "result" in await raw.json()
-    big = ["p" * 1000] * 100
+    subscription = (await raw.json())["result"]["subscription"]
+    big = ["p" * 1000] * 100  # about 100 KB a notification: 20 MB in all
     with caplog.at_level(logging.WARNING), trio.fail_after(10):
         async with AsyncClient.connect(daemon.path) as other:
-            await other.call("emit", count=200, paths=big)
-        await eventually(lambda: daemon.service.subscribers == {})
+            assert await other.call("emit", count=200, paths=big) == {"subscribers": 1, "refused": 1}
     assert any("notifications behind" in record.getMessage() for record in caplog.records)
+    received = []
+    with trio.fail_after(10):
+        while not received or "dropped" not in received[-1]["params"]:
+            received.append(await raw.json())
+    assert received[-1] == {
+        "jsonrpc": "2.0",
+        "method": "changed",
+        "params": {"subscription": subscription, "dropped": True},
+    }
+    assert len(received) < 200
+    await raw.send(req("echo", {"still": "here"}, id=9))  # the connection itself stays
+    assert (await raw.json())["result"] == {"params": {"still": "here"}}
     await raw.aclose()
 
 

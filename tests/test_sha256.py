@@ -258,7 +258,7 @@ async def test_diff_matches_git(engine: Engine, tmp_path: Path) -> None:
     assert live["patch"] == git_patch(repo, b["tree"], now)
     assert [c["id"] for c in (await engine.call("list", {"path": str(repo)}))["checkpoints"]] == ids_before
     same = await engine.call("diff", {"from": b["id"], "to": b["id"], "patch": True})
-    assert same == {"files": [], "patch": ""}
+    assert same == {"files": [], "patch": "", "next_offset": None}
 
 
 # ---------------------------------------------------------------------------
