@@ -381,13 +381,22 @@ class TreeBuilder:
         self.cache.store(path, st, self.fence_ns, oid)
         return oid
 
-    def _write_blob(self, absolute: str, size: int) -> pygit2.Oid:
-        """Store a file's bytes as a blob, writing the object only if it is new."""
-        if size > STREAM_ABOVE:
-            return self.repo.create_blob_fromdisk(absolute)
-        fd = os.open(absolute, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    def _write_blob(self, absolute: str, st: os.stat_result) -> pygit2.Oid | None:
+        """Store the bytes of the regular file ``st`` describes as a blob; None if another file is there now.
+
+        The open neither follows a link nor blocks (a FIFO swapped in since the
+        lstat would hang it for good), and fstat checks that the descriptor is
+        that same regular file before a byte is read. The blob object is
+        written only if it is new.
+        """
+        fd = os.open(absolute, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
         try:
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+                return None
             with os.fdopen(fd, "rb", closefd=False) as handle:
+                if opened.st_size > STREAM_ABOVE:
+                    return self.repo.create_blob_fromiobase(handle)
                 data = handle.read()
         finally:
             os.close(fd)
@@ -398,14 +407,20 @@ class TreeBuilder:
         return oid
 
     def _stable_blob(self, absolute: str, st: os.stat_result) -> pygit2.Oid | None:
-        """Hash a file, again if it changed while being read, so the blob is never torn."""
+        """Hash a file, again if it changed while being read, so the blob is never torn.
+
+        None when it is gone or no longer a regular file.
+        """
+        oid = None
         for _ in range(5):
             try:
-                oid = self._write_blob(absolute, st.st_size)
+                oid = self._write_blob(absolute, st)
                 after = os.lstat(absolute)
-            except (FileNotFoundError, NotADirectoryError, IsADirectoryError, OSError):
+            except OSError:
                 return None
-            if FileState.of(after) == FileState.of(st):
+            if not stat.S_ISREG(after.st_mode):
+                return None
+            if oid is not None and FileState.of(after) == FileState.of(st):
                 return oid
             st = after
         return oid

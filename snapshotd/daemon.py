@@ -7,13 +7,19 @@ leaves only a socket file, which the next start finds dead and replaces.
 
 The signal handlers are installed before the socket listens, so a signal that
 arrives as soon as a client could see the daemon always ends it cleanly.
+
+Stopping always finishes: the socket file goes at once, and a daemon whose
+work cannot end (a worker thread stuck in a system call that never returns)
+exits anyway once the stop deadline passes.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Callable
 
 import trio
 
@@ -26,6 +32,26 @@ __all__ = ["run_daemon", "serve_daemon"]
 log = logging.getLogger("snapshotd")
 SHUTDOWN_GRACE_S = 0.05
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+STOP_DEADLINE_S = 10.0
+EXIT_STUCK = 70  # EX_SOFTWARE: stopped with work still running
+
+
+def _exit_unless_stopped_within(seconds: float) -> None:
+    """Arm a timer that ends the process if stopping takes longer than ``seconds``.
+
+    A thread and ``os._exit`` because the event loop itself waits for the
+    stuck work; the socket file is already gone by then and the next start
+    clears any temporary files.
+    """
+
+    def give_up() -> None:
+        log.error("work still running %.0f s after the stop began; exiting without it", seconds)
+        logging.shutdown()
+        os._exit(EXIT_STUCK)
+
+    timer = threading.Timer(seconds, give_up)
+    timer.daemon = True
+    timer.start()
 
 
 def _single_error(group: BaseExceptionGroup) -> BaseException | None:
@@ -49,9 +75,14 @@ async def serve_daemon(
     allow_root: bool = False,
     size_cap: int | None = None,
     watch: bool = True,
+    stop_deadline_s: float | None = None,
     task_status: trio.TaskStatus[Engine] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the daemon until cancelled, a signal, or ``shutdown``; reports its Engine once listening.
+
+    With ``stop_deadline_s``, a stop by signal or ``shutdown`` that has not
+    finished after that many seconds ends the process (see
+    :func:`_exit_unless_stopped_within`); only the process's own entry point sets it.
 
     Errors from start-up (another daemon on the path, an unsafe socket
     folder, a file in the way) are raised as themselves, not wrapped in an
@@ -64,13 +95,18 @@ async def serve_daemon(
             async with trio.open_nursery() as nursery:
                 engine = Engine(size_cap=size_cap, nursery=nursery, watch=watch)
 
+                def stop() -> None:
+                    if stop_deadline_s is not None:
+                        _exit_unless_stopped_within(stop_deadline_s)
+                    nursery.cancel_scope.cancel()
+
                 async def stop_soon() -> None:
                     await trio.sleep(SHUTDOWN_GRACE_S)  # let the shutdown answer reach the client
                     log.info("stopping on request")
-                    nursery.cancel_scope.cancel()
+                    stop()
 
                 engine.on_shutdown(lambda: nursery.start_soon(stop_soon))
-                nursery.start_soon(_stop_on_signals, signals, nursery.cancel_scope)
+                nursery.start_soon(_stop_on_signals, signals, stop)
                 try:
                     await nursery.start(
                         lambda task_status: serve(
@@ -93,10 +129,10 @@ async def serve_daemon(
         raise single from None
 
 
-async def _stop_on_signals(signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
+async def _stop_on_signals(signals: AsyncIterator[int], stop: Callable[[], None]) -> None:
     async for signum in signals:
         log.info("stopping on %s", signal.Signals(signum).name)
-        scope.cancel()
+        stop()
         return
 
 
@@ -112,5 +148,7 @@ def run_daemon(
         level=logging.INFO, format="%(asctime)s snapshotd[%(process)d] %(levelname)s %(message)s"
     )
     trio.run(
-        lambda: serve_daemon(socket_path, allow_root=allow_root, size_cap=size_cap, watch=watch)
+        lambda: serve_daemon(
+            socket_path, allow_root=allow_root, size_cap=size_cap, watch=watch, stop_deadline_s=STOP_DEADLINE_S
+        )
     )

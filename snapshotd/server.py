@@ -68,7 +68,7 @@ While it holds more, nothing more is read from it; a reply that does not fit
 becomes a ``busy`` error. At least the line limit, so that one longest line fits.
 """
 
-DEFAULT_TOTAL_QUEUE_BYTES = 256 * 1024 * 1024
+DEFAULT_TOTAL_QUEUE_BYTES = 128 * 1024 * 1024
 """The same bytes summed over every connection; past it replies become ``busy`` errors."""
 
 DEFAULT_NOTIFICATION_BYTES = 1024 * 1024
@@ -504,12 +504,17 @@ class _Connection:
 
     async def _run_request(self, line: bytes) -> None:
         try:
-            response = await dispatch(self._service, line, self)
-            if response is not None:
-                await self._send_reply(self._fitting(line, response))
+            reply = await self._answer(line)
+            if reply is not None:
+                await self._send_reply(reply)
         finally:
             self._in_flight -= 1
             self._release(len(line))
+
+    async def _answer(self, line: bytes) -> bytes | None:
+        """The reply line that will be sent; a refused large reply is not kept while waiting to write."""
+        response = await dispatch(self._service, line, self)
+        return None if response is None else self._fitting(line, response)
 
     def _fitting(self, line: bytes, response: bytes) -> bytes:
         """``response``, or a ``busy`` error for its request when it does not fit the budgets.
