@@ -346,7 +346,7 @@ class Engine:
         hints = set(hints or ())
         if keep:
             self.counters[f"cold_reasons.{reason}"] += 1
-            state.watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
+            await state.watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
             hints |= state.watcher.take()[0]  # the full scan covers everything the watcher saw so far
         sources = rule_sources(state.info) if keep else []
         signature = signature_of(sources)

@@ -162,6 +162,7 @@ class Watcher:
         self._folder_of: dict[int, str] = {}  # wd -> absolute folder path
         self._wd_of: dict[str, int] = {}  # absolute folder path -> wd
         self._unchecked = True  # events other than cookies came since the kernel's watches were counted
+        self._arming: trio.Event | None = None  # set while a re-arming walk runs on a worker thread
 
     # --- classification ----------------------------------------------------------
 
@@ -341,18 +342,28 @@ class Watcher:
                 self.suspect = f"{LOST_REASON}: the kernel holds {kernel}, the watcher {len(self._folder_of)}"
         return self.suspect is None
 
-    def ensure_whole(self, *, always: bool = False) -> None:
+    async def ensure_whole(self, *, always: bool = False) -> None:
         """Re-arm when the watch may have gaps, and ask the next capture for a full scan if so.
 
         Called before a capture trusts the dirty set (after a burst) and
         before every full scan (``always``), so the scan that follows (the
         next capture at the latest) covers whatever the lost watches missed.
+        The walk runs on a worker thread, so a tree being churned (a hostile
+        rename loop, a checkout) cannot hold the event loop; events wait in
+        the kernel's queue meanwhile.
         """
+        if self._arming is not None:
+            await self._arming.wait()  # another capture is re-arming: its walk serves this one too
         if self._inotify is None or not self.live or self.check(always=always):
             return  # not live: the first walk is still running, and captures are cold until it ends
         reason = self.suspect
         log.warning("The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
-        self.arm()
+        self._arming = trio.Event()
+        try:
+            await trio.to_thread.run_sync(self.arm)
+        finally:
+            self._arming.set()
+            self._arming = None
         self.full_scan_reasons.add(reason.split(":")[0] if reason else LOST_REASON)
 
     # --- running -----------------------------------------------------------------
@@ -368,6 +379,8 @@ class Watcher:
             while True:
                 await trio.lowlevel.wait_readable(self._inotify.fd)
                 await trio.sleep(WATCH_STEP_S)  # let a burst gather into one batch
+                while self._arming is not None:  # the walk owns the watch tables until it ends
+                    await self._arming.wait()
                 self._absorb(self._inotify.read())
         except Exception as exc:  # the watch itself failed: fall back to full scans
             self.error = f"{type(exc).__name__}: {exc}"
@@ -488,5 +501,5 @@ class Watcher:
                 with contextlib.suppress(OSError):
                     os.unlink(name, dir_fd=folder)
         if synced:
-            self.ensure_whole()
+            await self.ensure_whole()
         return synced

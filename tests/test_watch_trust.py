@@ -263,7 +263,8 @@ GIT_TURNS = (
 
 @pytest.mark.slow
 @pytest.mark.skipif(
-    not os.path.isdir(os.path.join(GIT_CLONE, "objects")) and not os.path.isdir(os.path.join(GIT_CLONE, ".git")),
+    not GIT_CLONE
+    or (not os.path.isdir(os.path.join(GIT_CLONE, "objects")) and not os.path.isdir(os.path.join(GIT_CLONE, ".git"))),
     reason="needs SNAPSHOTD_GIT_CLONE: the git dir of a local clone of git's own repository (public git/git)",
 )
 async def test_warm_captures_equal_git_on_git_own_history(watched_engine, tmp_path):
