@@ -197,22 +197,53 @@ def apply_release(worktree: str | Path, release: Path) -> dict[str, int]:
     return {"written": written, "removed": removed}
 
 
-def real_project(project: str, versions: list[str], *, log: bool = True) -> tuple[Tree, list[Path]]:
-    """A worktree holding ``versions[0]`` of ``project``, committed, and every release unpacked.
+def unpacked_releases(project: str, versions: list[str], cache: Path, *, log: bool = True) -> list[Path]:
+    """Each release's sdist, downloaded once into ``cache``/sdists and unpacked under ``cache``/releases.
 
     Raises RuntimeError when a download fails.
     """
-    name = f"real-{project.lower()}"
-    releases_dir = WORK / "releases" / project.lower()
+    releases_dir = cache / "releases" / project.lower()
     releases = []
     for version in versions:
         unpacked = releases_dir / version
         if not (unpacked.exists() and any(unpacked.iterdir())):
             if log:
                 print(f"  downloading {project} {version} sdist ...", flush=True)
-            archive = _download(project, version, WORK / "sdists")
+            archive = _download(project, version, cache / "sdists")
             _unpack(archive, unpacked)
         releases.append(unpacked)
+    return releases
+
+
+def release_history(project: str, versions: list[str], cache: Path, *, log: bool = True) -> Path:
+    """A repository under ``cache`` with one commit per release, oldest first, built once.
+
+    A history the replay can play where only PyPI is reachable. Raises
+    RuntimeError when a download fails.
+    """
+    releases = unpacked_releases(project, versions, cache, log=log)
+    path = cache / "histories" / f"{project.lower()}-{versions[0]}-{versions[-1]}-{len(versions)}"
+    record = path.parent / f"{path.name}.done"
+    if record.exists() and Path(path, ".git").exists():
+        return path
+    _fresh_dir(path)
+    path.mkdir()
+    git(path, "init", "-q", "-b", MAIN_BRANCH)
+    for version, release in zip(versions, releases, strict=True):
+        apply_release(path, release)
+        git(path, "add", "-A")
+        git(path, "commit", "-q", "--allow-empty", "-m", f"{project} {version}")
+    record.write_text("\n".join(versions) + "\n")
+    return path
+
+
+def real_project(project: str, versions: list[str], *, log: bool = True) -> tuple[Tree, list[Path]]:
+    """A worktree holding ``versions[0]`` of ``project``, committed, and every release unpacked.
+
+    Raises RuntimeError when a download fails.
+    """
+    name = f"real-{project.lower()}"
+    releases = unpacked_releases(project, versions, WORK, log=log)
     found = _load(name)
     if found is not None and found.extra.get("versions") == versions:
         return found, releases
