@@ -45,13 +45,11 @@ EXTRA = {
     "nested_repo": st.tuples(st.just("nested_repo"), st.sampled_from(NESTED_REPOS)),
 }
 
-# Operations that still break a mode, by the open defect (issue 8) that breaks them. Each is
+# Operations that still break a mode, with the open defect that breaks them. Each is
 # left out of that mode's random walks and has a strict xfail below, so a fix shows at once.
 OPEN_DEFECTS: dict[tuple[str, str], str] = {
-    ("warm", "nested_repo"): "issue 8, defect 2: a nested repository that appears in a warm worktree is missing",
     ("warm", "rules"): "a .gitattributes change in a warm worktree leaves the files it converts, if untouched, "
     "with their old blob (found by replaying libgit2 at 9084712b55)",
-    ("warm", "move"): "issue 8, defect 3: a repository moved under a running daemon breaks it",
 }
 
 
@@ -173,12 +171,7 @@ async def test_random_walks_match_git(tmp_path: Path, mode: str, data: st.DataOb
     await run_walk(tmp_path, mode, ops)
 
 
-# Open defects that show only when the watcher is slower than the edit: not strict, or CI would flake.
-RACY_DEFECTS = {("warm", "nested_repo")}
-
 KNOWN_WALKS = {
-    ("warm", "nested_repo"): [("capture",), ("nested_repo", "vendor/lib")],
-    ("warm", "move"): [("capture",), ("move",)],
     ("warm", "rules"): [
         ("write", "d1/c.txt", b"cr\r\n"),
         ("rules", "d1", "", "* binary", "n0.txt", b"x\n"),
@@ -190,8 +183,7 @@ KNOWN_WALKS = {
 
 @pytest.mark.parametrize(
     ("mode", "kind"),
-    [pytest.param(*key, marks=pytest.mark.xfail(strict=key not in RACY_DEFECTS, reason=OPEN_DEFECTS[key]))
-     for key in OPEN_DEFECTS],
+    [pytest.param(*key, marks=pytest.mark.xfail(strict=True, reason=OPEN_DEFECTS[key])) for key in OPEN_DEFECTS],
 )
 async def test_operation_with_an_open_defect(tmp_path: Path, mode: str, kind: str) -> None:
     """The smallest walk that shows each open defect; it passes once the defect is fixed."""
@@ -204,25 +196,13 @@ KEPT_WALKS = {
     "replaced-by-rename": [("capture",), ("replace", "d1/c.txt", b"x\n"), ("capture",), ("replace", "d1/c.txt", b"x\n")],
     "folder-ignored-then-not": [("rules", "d1", "*", "", "c.txt", b"y\n"), ("capture",), ("rules", "d1", "", "", "c.txt", b"x\n")],
     "nested-repo-before-first-capture": [("nested_repo", "d3/sub"), ("capture",), ("write", "d3/sub/inner.txt", b"y\n")],
+    "nested-repo-in-a-warm-worktree": [("capture",), ("write", "a.txt", b"x\n"), ("nested_repo", "vendor/lib")],
+    "moved-then-nested-repo": [("capture",), ("move",), ("nested_repo", "vendor/lib"), ("capture",), ("move",)],
 }
 
 
-# Kept walks that an open defect breaks: (walk, mode) -> its key in OPEN_DEFECTS.
-KEPT_WALK_DEFECTS = {("moved-twice", "warm"): ("warm", "move")}
-
-
-def _kept_walk_params() -> list[Any]:
-    """Every kept walk in both modes; one that an open defect breaks is a strict xfail."""
-    params = []
-    for name, ops in KEPT_WALKS.items():
-        for mode in ("cold", "warm"):
-            defect = KEPT_WALK_DEFECTS.get((name, mode))
-            marks = [pytest.mark.xfail(strict=True, reason=OPEN_DEFECTS[defect])] if defect else []
-            params.append(pytest.param(mode, ops, id=f"{name}-{mode}", marks=marks))
-    return params
-
-
-@pytest.mark.parametrize(("mode", "ops"), _kept_walk_params())
+@pytest.mark.parametrize("mode", ["cold", "warm"])
+@pytest.mark.parametrize("ops", list(KEPT_WALKS.values()), ids=list(KEPT_WALKS))
 async def test_kept_walks(tmp_path: Path, mode: str, ops: list[Op]) -> None:
     """Walks worth keeping whatever hypothesis draws."""
     await run_walk(tmp_path, mode, ops)
