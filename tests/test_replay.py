@@ -53,4 +53,5 @@ def test_release_history_replays_equal_to_git(tmp_path: Path, project: str, move
     assert summary.warm_captures == turns + 1 + summary.restores
     assert summary.exact_captures == turns + 1
     assert summary.restores == turns
+    assert summary.verify_diffs == 0, summary.line()
     assert summary.differences == [], summary.line()
