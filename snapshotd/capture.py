@@ -50,7 +50,7 @@ MODE_TREE = 0o040000
 
 LS_FILES = ["ls-files", "-z", "-v", "-m", "-d", "-o", "--exclude-standard"]
 _INTERESTING = re.compile(rb"(?:^|\0)([^H\0]) ([^\0]*)")
-_ATTRIBUTES = re.compile(rb"(?:^|\0). (?:[^\0]*/)?\.gitattributes(?=\0|$)")
+_ATTRIBUTES = re.compile(rb"(?:^|\0). ((?:[^\0]*/)?\.gitattributes)(?=\0|$)")
 # In index versions 2 and 3 a path ends in NUL and is preceded by '/' or by the
 # binary flags field; version 4 compresses paths, so its entries are walked instead.
 _INDEXED_ATTRIBUTES = re.compile(rb"(?:/|[\x00-\x1f\x80-\xff])\.gitattributes\0")
@@ -98,6 +98,17 @@ class StatCache:
     """
 
     entries: dict[str, CachedBlob] = field(default_factory=dict)
+    rules: tuple | None = None  # the conversion rules the entries were hashed under
+
+    def follow_rules(self, rules: tuple) -> None:
+        """Forget every entry if the rules that turn a file's bytes into a blob changed since.
+
+        A new ``*.sh text eol=lf`` gives an unchanged CRLF file another blob, so
+        a hash is worth keeping only under the rules it was made with.
+        """
+        if rules != self.rules:
+            self.entries.clear()
+            self.rules = rules
 
     def lookup(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
         cached = self.lookup_entry(path, st)
@@ -214,6 +225,49 @@ class Settings:
             or (git_config_home() / "attributes").exists()
         )
         return cls(flag("core.fileMode", True), flag("core.symlinks", True), filters)
+
+
+def _stat_key(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def config_files(info: WorktreeInfo) -> list[str]:
+    """The config files git reads for ``info``'s worktree, global first (later ones win)."""
+    if os.environ.get("GIT_CONFIG_GLOBAL"):
+        files = [os.environ["GIT_CONFIG_GLOBAL"]]
+    else:
+        files = [str(git_config_home() / "config"), os.path.expanduser("~/.gitconfig")]
+    files.append(os.path.join(info.common_dir or info.store_dir, "config"))
+    if info.git_dir is not None:
+        files.append(os.path.join(info.git_dir, "config.worktree"))
+    return files
+
+
+def attributes_files(info: WorktreeInfo) -> list[str]:
+    """The attributes files outside the worktree: the repository's own and the user's."""
+    return [os.path.join(info.common_dir or info.store_dir, "info", "attributes"), str(git_config_home() / "attributes")]
+
+
+def conversion_rules(info: WorktreeInfo, listing: bytes, tracked_attributes: bool) -> tuple:
+    """The stat data of everything that decides how a file's bytes become a blob.
+
+    That is the config files (``core.autocrlf``, ``core.eol``), the attributes
+    files outside the worktree, every ``.gitattributes`` the scan listed
+    (changed or untracked) and, when the index tracks one, the user's index,
+    which holds the content of the others.
+    """
+    files = config_files(info) + attributes_files(info)
+    if tracked_attributes and info.git_dir is not None:
+        files.append(os.path.join(info.git_dir, "index"))
+    listed = sorted(os.fsdecode(match.group(1)) for match in _ATTRIBUTES.finditer(listing))
+    return (
+        tuple(_stat_key(path) for path in files),
+        tuple((path, _stat_key(os.path.join(info.path, path))) for path in listed),
+    )
 
 
 _WILDCARD = re.compile(r"([*?\[\\ ])")
@@ -593,6 +647,7 @@ def _build(
     flagged |= loaded.flagged
     modified |= {path for path in hints if path in index}
     settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
+    cache.follow_rules(conversion_rules(info, listing, loaded.tracked_attributes))
     conflicts = index.conflicts
     if conflicts is not None:
         conflicted = set()
@@ -784,6 +839,7 @@ def _build_git_only(
     """The capture of a repository libgit2 cannot open: git's scan applied by git to the index copy."""
     modified, removed, untracked, flagged = parse_listing(listing)
     stats.fallback = f"object format {object_format(info.store_dir)}"
+    cache.follow_rules(conversion_rules(info, listing, tracked_attributes=False))  # listing -c names every one
     return _build_with_git(
         info, index_path, modified | removed, untracked, flagged, stats, size_cap,
         flag_listing=listing, cache=cache, fence_ns=fence_ns,

@@ -24,6 +24,8 @@ from .capture import (
     Skip,
     StatCache,
     TreeBuilder,
+    attributes_files,
+    config_files,
     folders_above,
     git_target,
     open_repo,
@@ -133,22 +135,14 @@ def _config_value(files: list[str], name: str) -> str | None:
 
 
 def rule_sources(info: WorktreeInfo) -> list[str]:
-    """Files whose change can change what is ignored or tracked: re-checked by stat each capture."""
-    home = os.path.expanduser("~")
-    git_home = str(git_config_home())
-    if os.environ.get("GIT_CONFIG_GLOBAL"):
-        global_configs = [os.environ["GIT_CONFIG_GLOBAL"]]
-    else:
-        global_configs = [os.path.join(git_home, "config"), os.path.join(home, ".gitconfig")]
+    """Files whose change can change what is ignored, tracked or converted: re-checked by stat each capture."""
+    configs = config_files(info)
+    excludes = _config_value(configs, "core.excludesFile")
     common = info.common_dir or info.store_dir
-    repo_configs = [os.path.join(common, "config")]
-    if info.git_dir is not None:
-        repo_configs.append(os.path.join(info.git_dir, "config.worktree"))
-    excludes = _config_value(global_configs + repo_configs, "core.excludesFile")
     sources = [
-        *global_configs,
-        *repo_configs,
-        os.path.expanduser(excludes) if excludes else os.path.join(git_home, "ignore"),
+        *configs,
+        *attributes_files(info),
+        os.path.expanduser(excludes) if excludes else os.path.join(str(git_config_home()), "ignore"),
         os.path.join(common, "info", "exclude"),
     ]
     if info.git_dir is not None:

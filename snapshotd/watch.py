@@ -47,6 +47,7 @@ COOKIE_PREFIX = "cookie-"
 SYNC_TIMEOUT_S = 2.0
 WATCH_STEP_S = 0.005
 IGNORE_FILES = (".gitignore",)
+ATTRIBUTES_FILE = ".gitattributes"  # line endings and filters: a change may give unchanged files new blobs
 OVERFLOW_REASON = "kernel event queue overflowed"
 LOST_REASON = "inotify watches lost"
 
@@ -198,6 +199,8 @@ class Watcher:
             rel = "/".join(parts)
             if parts[-1] in IGNORE_FILES:
                 self.full_scan_reasons.add("ignore rules changed")
+            elif parts[-1] == ATTRIBUTES_FILE:
+                self.full_scan_reasons.add("attribute rules changed")
         changed.add(rel)
 
     def take(self) -> tuple[set[str], set[str]]:

@@ -890,3 +890,36 @@ async def test_user_index_changes_between_captures(eng: Engine, tmp_path: Path) 
     assert "LICENSE" not in tree_entries(repo, four["checkpoint"]["tree"])
     assert stat.S_ISREG(os.lstat(repo / "LICENSE").st_mode)
     assert file_fingerprint(repo / "LICENSE") is not None
+
+
+# --- attributes that change a file's blob without touching the file --------------------
+
+
+async def test_new_attributes_convert_files_hashed_before(mode: str, nursery: trio.Nursery, tmp_path: Path) -> None:
+    """A ``.gitattributes`` that adds ``eol=lf`` gives an untouched CRLF file git's new blob.
+
+    The file was edited (so it differs from the user's index) and hashed by an
+    earlier capture, under other rules; exact and warm captures alike.
+    Found by replaying libgit2's history (commit 9084712b55).
+    """
+    repo = init_repo(tmp_path / "repo", ("tool.sh", b"echo zero\r\n"), ("README", "r\n"))
+    write(repo / "tool.sh", b"echo one\r\necho two\r\n")  # an edit the user has not staged
+    os.utime(repo / "tool.sh", ns=(time.time_ns() - 5_000_000_000,) * 2)
+    engine = make_engine(mode, nursery)
+    try:
+        first = await checkpoint(engine, repo)
+        assert_matches_git(repo, first)
+        write(repo / ".gitattributes", "*.sh text eol=lf\n")
+        exact = await checkpoint(engine, repo, exact=True)
+        assert_matches_git(repo, exact)
+        assert blob(repo, exact["checkpoint"]["id"], "tool.sh") == b"echo one\necho two\n"
+        write(repo / ".gitattributes", "*.sh text eol=lf\n*.md text\n")
+        after = await checkpoint(engine, repo)
+        assert_matches_git(repo, after)
+        assert blob(repo, after["checkpoint"]["id"], "tool.sh") == b"echo one\necho two\n"
+        (repo / ".gitattributes").unlink()  # and back: the raw bytes again
+        back = await checkpoint(engine, repo)
+        assert_matches_git(repo, back)
+        assert blob(repo, back["checkpoint"]["id"], "tool.sh") == b"echo one\r\necho two\r\n"
+    finally:
+        await engine.aclose()

@@ -45,17 +45,9 @@ EXTRA = {
     "nested_repo": st.tuples(st.just("nested_repo"), st.sampled_from(NESTED_REPOS)),
 }
 
-# Operations that still break a mode, with the open defect that breaks them. Each is
-# left out of that mode's random walks and has a strict xfail below, so a fix shows at once.
-OPEN_DEFECTS: dict[tuple[str, str], str] = {
-    ("warm", "rules"): "a .gitattributes change in a warm worktree leaves the files it converts, if untouched, "
-    "with their old blob (found by replaying libgit2 at 9084712b55)",
-}
-
-
-def walk_operations(mode: str) -> st.SearchStrategy[Op]:
-    """Every edit of test_capture_property, and the operations above that work in ``mode``."""
-    return st.one_of(edits, *(s for kind, s in EXTRA.items() if (mode, kind) not in OPEN_DEFECTS))
+def walk_operations() -> st.SearchStrategy[Op]:
+    """Every edit of test_capture_property, and the operations above."""
+    return st.one_of(edits, *EXTRA.values())
 
 
 def write_rules(root: Path, folder: str, ignore: str, attributes: str, name: str, content: bytes) -> None:
@@ -167,30 +159,18 @@ async def run_walk(tmp_path: Path, mode: str, ops: list[Op]) -> None:
 @given(data=st.data())
 @pytest.mark.parametrize("mode", ["cold", "warm"])
 async def test_random_walks_match_git(tmp_path: Path, mode: str, data: st.DataObject) -> None:
-    ops = data.draw(st.lists(walk_operations(mode), min_size=1, max_size=16), label="ops")
+    ops = data.draw(st.lists(walk_operations(), min_size=1, max_size=16), label="ops")
     await run_walk(tmp_path, mode, ops)
 
 
-KNOWN_WALKS = {
-    ("warm", "rules"): [
+KEPT_WALKS = {
+    # Found by replaying libgit2 at 9084712b55: new eol rules convert a file hashed before.
+    "attributes-convert-an-untouched-file": [
         ("write", "d1/c.txt", b"cr\r\n"),
         ("rules", "d1", "", "* binary", "n0.txt", b"x\n"),
         ("capture",),
         ("rules", "d1", "", "*.txt text eol=lf", "n0.txt", b"x\n"),
     ],
-}
-
-
-@pytest.mark.parametrize(
-    ("mode", "kind"),
-    [pytest.param(*key, marks=pytest.mark.xfail(strict=True, reason=OPEN_DEFECTS[key])) for key in OPEN_DEFECTS],
-)
-async def test_operation_with_an_open_defect(tmp_path: Path, mode: str, kind: str) -> None:
-    """The smallest walk that shows each open defect; it passes once the defect is fixed."""
-    await run_walk(tmp_path, mode, KNOWN_WALKS[(mode, kind)])
-
-
-KEPT_WALKS = {
     "moved-twice": [("capture",), ("move",), ("capture",), ("write", "a.txt", b"y\n"), ("move",)],
     "gc-keep-0": [("capture",), ("gc", 0), ("write", "a.txt", b"xy\n"), ("capture",), ("gc", 0)],
     "replaced-by-rename": [("capture",), ("replace", "d1/c.txt", b"x\n"), ("capture",), ("replace", "d1/c.txt", b"x\n")],
