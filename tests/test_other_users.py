@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from daemon_helpers import assert_one_error_line, child_env, cli, cli_process, wait_until
+from daemon_helpers import answers, assert_one_error_line, child_env, cli, cli_process, wait_until
 from repo_helpers import git, init_repo, write
 
 from snapshotd.client import AsyncClient
@@ -367,7 +367,7 @@ def test_a_daemon_of_another_user_refuses_root(shared: Path) -> None:
         env=env, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
-        wait_until(lambda: path.exists(), 15, "the other user's daemon to listen")
+        wait_until(lambda: answers(path), 30, "the other user's daemon to listen")
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(10)
             sock.connect(str(path))
