@@ -33,6 +33,7 @@ from .capture import (
 )
 from .errors import (
     Ambiguous,
+    FilesystemError,
     InvalidParams,
     MethodNotFound,
     NeedsForce,
@@ -542,10 +543,16 @@ class Engine:
             refuse_broad_folder(state.info.path)
         started = time.perf_counter()
         async with state.lock:
-            result = await self.capture(state, exact=exact)
-            checkpoint = await trio.to_thread.run_sync(
-                self._record, state, session, label, result.tree, limiter=thread_limiter
-            )
+            try:
+                result = await self.capture(state, exact=exact)
+                checkpoint = await trio.to_thread.run_sync(
+                    self._record, state, session, label, result.tree, limiter=thread_limiter
+                )
+            except (OSError, pygit2.GitError) as exc:
+                error = filesystem_error(exc, state.info.store_dir, "save the checkpoint in")
+                if isinstance(error, FilesystemError):
+                    raise error from exc
+                raise
         result.stats.ms = (time.perf_counter() - started) * 1000
         return {"checkpoint": checkpoint.to_wire(), "stats": result.stats.to_wire()}
 

@@ -166,6 +166,30 @@ def errno_of(exc: BaseException) -> int | None:
     return None
 
 
+LOW_SPACE_BYTES = 16 * 1024 * 1024
+"""Free space under which a failed write is put down to a full disk."""
+
+
+def _disk_refusal(path: str) -> int | None:
+    """The errno a write at ``path`` would meet now (read-only, full, not writable), if any.
+
+    libgit2 does not always pass the system's reason on: a blob written to a
+    full disk fails as "failed to find pack entry". The file system is then
+    asked directly.
+    """
+    try:
+        fs = os.statvfs(path)
+    except OSError:
+        return None
+    if fs.f_flag & os.ST_RDONLY:
+        return errno.EROFS
+    if fs.f_bavail * fs.f_frsize < LOW_SPACE_BYTES:
+        return errno.ENOSPC
+    if not os.access(path, os.W_OK):
+        return errno.EACCES
+    return None
+
+
 def filesystem_error(exc: BaseException, path: str, doing: str, where: str = "") -> SnapshotdError:
     """One clear sentence for a failure of the disk at ``path`` (``where`` it is) while ``doing``.
 
@@ -173,6 +197,8 @@ def filesystem_error(exc: BaseException, path: str, doing: str, where: str = "")
     wording; any other failure is an internal error that still names the path.
     """
     number = errno_of(exc)
+    if number is None and not isinstance(exc, OSError):
+        number = _disk_refusal(path)
     name = errno.errorcode.get(number or 0)
     place = f"{path}{where}"
     if number in _REMEDIES:

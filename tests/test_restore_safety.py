@@ -233,7 +233,9 @@ def test_a_full_disk_never_loses_the_newest_edit(small_disk: Path, tmp_path: Pat
         (wt / "a.txt").write_text("the newest edit " + os.urandom(8).hex() + "\n")
         newest = (wt / "a.txt").read_text()
 
-        cli("checkpoint", wt, env=env, code=1)
+        failed = cli("--json", "checkpoint", wt, env=env, code=1).json()["error"]
+        assert failed.get("data", {}).get("kind") == "filesystem", (failed, daemon.log_text()[-3000:])
+        assert "disk is full" in failed["message"] and str(small_disk) in failed["message"], failed
         restored = cli("--json", "restore", first["id"], "--yes", cwd=wt, env=env, code=None)
         if restored.code == 0:
             # It went ahead only with the newest edit in its safety checkpoint.
