@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -87,3 +89,14 @@ def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
     with quiet_daemon(tmp_path) as running:
         assert running.socket == sock
         yield running
+
+
+@pytest.fixture
+def shared() -> Iterator[Path]:
+    """A world-writable folder with the sticky bit, as ``/tmp`` is."""
+    folder = Path(tempfile.mkdtemp(prefix="snapshotd-shared-"))
+    folder.chmod(0o1777)
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)

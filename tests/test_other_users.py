@@ -35,17 +35,6 @@ DROP = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-grou
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 
 
-@pytest.fixture
-def shared() -> Iterator[Path]:
-    """A world-writable folder with the sticky bit, as ``/tmp`` is."""
-    folder = Path(tempfile.mkdtemp(prefix="snapshotd-shared-"))
-    folder.chmod(0o1777)
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
 def chown_tree(path: Path, uid: int = OTHER_UID) -> None:
     for dirpath, dirnames, filenames in os.walk(path):
         os.lchown(dirpath, uid, uid)

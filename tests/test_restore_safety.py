@@ -8,8 +8,10 @@ happen on cue: between two paths of an apply, and in the watcher's report.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,7 +46,7 @@ def files_as_they_are(root: Path) -> dict[str, tuple[Any, ...]]:
 
 
 def fsck_clean(repo: Path) -> None:
-    out = subprocess.run(["git", "-C", str(repo), "fsck", "--no-dangling"], capture_output=True, text=True)
+    out = subprocess.run(["git", "-c", "safe.directory=*", "-C", str(repo), "fsck", "--no-dangling"], capture_output=True, text=True)
     assert out.returncode == 0 and "error" not in out.stderr.lower(), out.stderr
 
 
@@ -256,3 +258,39 @@ def test_a_full_disk_never_loses_the_newest_edit(small_disk: Path, tmp_path: Pat
         if restored.code != 0:
             assert git(wt, "show", f"{again['safety_checkpoint']['id']}:a.txt") == newest.rstrip("\n")
         assert (wt / "a.txt").read_text() == "first\n"
+
+
+NOBODY = 65534
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping to another user needs root")
+def test_a_folder_the_user_cannot_write_refuses_the_restore_and_changes_nothing(shared: Path) -> None:
+    """As an unprivileged user: a restore that meets EACCES says which path and writes nothing."""
+    home = shared / "home"
+    wt = make_repo(home / "wt", {"a.txt": "first\n", "locked/b.txt": "first\n"})
+    subprocess.run(["chown", "-R", f"{NOBODY}:{NOBODY}", str(home)], check=True)
+    env = child_env(HOME=str(home), SNAPSHOTD_HOME=str(home / "sd"), XDG_CONFIG_HOME=str(home / ".config"))
+    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", sys.executable, "-m", "snapshotd"]
+    drop += ["--embedded", "--json"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*drop, *args], cwd=wt, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+
+    first = run("checkpoint", str(wt))
+    assert first.returncode == 0, first.stderr
+    first_id = json.loads(first.stdout)["checkpoint"]["id"]
+    for rel in ("a.txt", "locked/b.txt"):
+        (wt / rel).write_text("the newest edit\n")
+    before = files_as_they_are(wt)
+    os.chmod(wt / "locked", 0o555)  # its owner may no longer create or replace files in it
+    try:
+        restored = run("restore", first_id, "--yes")
+    finally:
+        os.chmod(wt / "locked", 0o755)
+    assert restored.returncode == 1, (restored.stdout, restored.stderr)
+    error = json.loads(restored.stdout)["error"]
+    assert error["data"]["kind"] == "filesystem", error
+    assert "permission denied" in error["message"] and "locked" in error["message"], error
+    assert files_as_they_are(wt) == before
+    assert (wt / "a.txt").read_text() == (wt / "locked" / "b.txt").read_text() == "the newest edit\n"
+    fsck_clean(wt)
