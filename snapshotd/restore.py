@@ -1227,6 +1227,30 @@ class _Stage:
         self.index_path = os.path.join(directory, "index")
         self.index: pygit2.Index | _GitIndex | None = None
         self.files: set[str] = set()
+        self.rules_before: str | None = None
+
+    def keep_attributes(self, root_fd: int, plan: Plan) -> None:
+        """Copy the ``.gitattributes`` ruling the planned paths as they are now, when the plan changes one.
+
+        Applying deletes and writes in path order, so a ``.gitattributes`` may
+        be gone or rewritten before the files it rules are checked against
+        the safety checkpoint; those were captured under the rules on disk
+        now, so :meth:`clean_id` cleans them under this copy.
+        """
+        if self.checkout is None:
+            return
+        paths = [*plan.deletes, *(p for p, _ in plan.writes)]
+        if not any(path.rpartition("/")[2] == _ATTRIBUTES for path in paths):
+            return
+        self.rules_before = os.path.join(self.directory, "rules-before")
+        os.makedirs(self.directory, mode=0o700, exist_ok=True)
+        os.mkdir(self.rules_before, mode=0o700)
+        for folder in {folder for path in paths for folder in _folders_of(path)}:
+            data = _read_disk_file(root_fd, _attributes_path(folder))
+            if data is not None:
+                os.makedirs(os.path.join(self.rules_before, folder), mode=0o700, exist_ok=True)
+                with open(os.path.join(self.rules_before, _attributes_path(folder)), "wb") as handle:
+                    handle.write(data)
 
     def prepare(self, root_fd: int, plan: Plan) -> None:
         """Have git check out every file the plan writes, if conversion may apply.
@@ -1296,12 +1320,13 @@ class _Stage:
         """The blob id git would record for ``data`` at ``path`` (clean filters, line endings), or None.
 
         Asked only when the raw bytes hash to another id, so a file that
-        conversion cannot touch never costs a process.
+        conversion cannot touch never costs a process. The attributes are
+        those from before the plan was applied (see :meth:`keep_attributes`).
         """
         if self.checkout is None:
             return None
         out = run_git_sync(
-            GitTarget(git_dir=self.checkout.git_dir, work_tree=self.workdir),
+            GitTarget(git_dir=self.checkout.git_dir, work_tree=self.rules_before or self.workdir),
             ["hash-object", "--stdin", f"--path={path}"],
             input=data,
         )
@@ -1427,6 +1452,7 @@ def prepared_plan(
                     os.path.basename(stage.directory) if checkout is not None else None,
                     applier.backups,
                 )
+                stage.keep_attributes(root_fd, plan)
                 stage.prepare(root_fd, plan)
             except OSError as exc:
                 error = filesystem_error(exc, journal_dir, "prepare the restore in")

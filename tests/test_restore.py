@@ -376,6 +376,35 @@ async def test_attributes_changed_by_the_restore_apply_to_its_files(engine, tmp_
     assert tree_state(wt) == state_a
 
 
+
+async def test_files_under_attributes_the_restore_removes_are_restored_too(engine, tmp_path):
+    """A file git cleaned under a ``.gitattributes`` the restore deletes is still seen as unchanged.
+
+    The deletes run in path order, so ``.gitattributes`` goes before the files
+    it rules; whether those still hold what the safety checkpoint recorded is
+    decided under the attributes they were captured with, not those left on disk.
+    """
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    git(wt, "init", "-q")
+    (wt / "kept").mkdir()
+    (wt / "kept" / "a.txt").write_bytes(b"raw\r\n")
+    state_a = tree_state(wt)
+    cp_a = await checkpoint(engine, wt)
+    for folder in ("added", "kept"):
+        (wt / folder).mkdir(exist_ok=True)
+        (wt / folder / ".gitattributes").write_text("* text eol=crlf\n")
+    (wt / "added" / "all-crlf").write_bytes(b"one\r\ntwo\r\n")
+    (wt / "kept" / "a.txt").write_bytes(b"edited\r\n")
+    cp_b = await checkpoint(engine, wt)
+    assert cp_b["tree"] == oracle_tree(wt)
+    result = await restore(engine, wt, cp_a["id"])
+    assert "skipped" not in result
+    assert result["deleted"] == ["added/.gitattributes", "added/all-crlf", "kept/.gitattributes"]
+    assert result["written"] == ["kept/a.txt"]
+    assert tree_state(wt) == state_a
+
+
 async def test_smudge_filters_run_and_a_failing_one_changes_nothing(engine, tmp_path):
     wt = tmp_path / "wt"
     wt.mkdir()
