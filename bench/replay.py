@@ -396,10 +396,13 @@ class Replay:
         check_out_copy(self.source, commit, expected, self.scratch / "expected.index")
         self.summary.restores += 1
         try:
-            self.client.call("restore", {"checkpoint": checkpoint, "path": str(self.worktree)})
+            result = self.client.call("restore", {"checkpoint": checkpoint, "path": str(self.worktree)})
         except SnapshotdError as exc:
             self.report(Difference("restore", turn, commit, [], f"restore failed: {exc.message}"))
             return
+        left_alone = sorted(item["path"] for item in result.get("skipped", []))
+        if left_alone:  # nothing else writes to the worktree here, so nothing may be left as a conflict
+            self.report(Difference("restore", turn, commit, left_alone, "the restore left paths alone:"))
         captured = tree_entries(self.worktree, f"{checkpoint}^{{tree}}")
         committed = tree_entries(self.source, commit)
         differ, normalized = restore_differences(self.worktree, expected, captured, committed)
