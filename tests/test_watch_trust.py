@@ -13,6 +13,8 @@ from oracle import oracle_tree
 from repo_helpers import git
 from test_warm import checkpoint, make_repo, warm_up
 
+from snapshotd.errors import FilesystemError
+
 
 def inotify_watches() -> int:
     """Inotify watches this process holds, over all its inotify descriptors."""
@@ -153,7 +155,7 @@ async def test_a_warm_capture_that_fails_part_way_leaves_no_trace(watched_engine
         return hash_file(self, path, st, mode)
 
     monkeypatch.setattr(warm.WarmBuilder, "_hash", disk_full_at_b)
-    with pytest.raises(OSError):
+    with pytest.raises(FilesystemError, match="the disk is full"):
         await checkpoint(watched_engine, repo)
     monkeypatch.setattr(warm.WarmBuilder, "_hash", hash_file)
     result = await checkpoint(watched_engine, repo)
@@ -175,7 +177,7 @@ async def test_a_full_scan_that_fails_keeps_what_the_watcher_saw(watched_engine,
 
     capture_cold = engine_mod.capture_cold
     monkeypatch.setattr(engine_mod, "capture_cold", disk_full)
-    with pytest.raises(OSError):
+    with pytest.raises(FilesystemError, match="the disk is full"):
         await checkpoint(watched_engine, repo)
     monkeypatch.setattr(engine_mod, "capture_cold", capture_cold)
     result = await checkpoint(watched_engine, repo)
