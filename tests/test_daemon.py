@@ -43,12 +43,6 @@ PER_SESSION = 4
 
 
 @pytest.fixture
-def sock(tmp_path: Path) -> Path:
-    # A folder that does not exist yet: the daemon must create it 0700.
-    return tmp_path / "run" / "s.sock"
-
-
-@pytest.fixture
 def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
     with running_daemon(sock, tmp_path / "daemon.log") as running:
         yield running

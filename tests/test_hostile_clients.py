@@ -41,11 +41,6 @@ while True:
 
 
 @pytest.fixture
-def sock(tmp_path: Path) -> Path:
-    return tmp_path / "run" / "s.sock"
-
-
-@pytest.fixture
 def daemon(sock: Path, tmp_path: Path) -> Iterator[Daemon]:
     with running_daemon(sock, tmp_path / "daemon.log") as running:
         yield running
