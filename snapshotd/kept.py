@@ -71,11 +71,10 @@ def empty_index_path(tmp_dir: str) -> str:
     return os.path.join(tmp_dir, f"index-kept-{secrets.token_hex(6)}")
 
 
-def left_out(skipped: Iterable[object], paths: Sequence[str] | None) -> list[dict[str, str]]:
-    """The capture's left-out paths within ``paths`` (None: all), as ``kept`` entries."""
-    found = []
-    for item in skipped:
-        path = item.get("path") if isinstance(item, dict) else item
-        if isinstance(path, str) and (paths is None or path_matches(path.rstrip("/"), paths)):
-            found.append({"path": path, "reason": REASON_LEFT_OUT})
-    return found
+def left_out(skipped: Iterable[str], paths: Sequence[str] | None) -> list[dict[str, str]]:
+    """The capture's left-out paths (``CaptureStats.skipped``) within ``paths`` (None: all), as ``kept`` entries."""
+    return [
+        {"path": path, "reason": REASON_LEFT_OUT}
+        for path in skipped
+        if paths is None or path_matches(path.rstrip("/"), paths)
+    ]
