@@ -309,9 +309,9 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             worktree_id = _read_id(id_file)
             other = known.get(worktree_id) if worktree_id else None
             if worktree_id and other is not None and other.get("path") != root and _is_copy(other, st):
-                worktree_id = None  # a copy (cp -a) holds the id too: never share it
-            if worktree_id is None:
-                worktree_id = _claim_id(id_file, replace=id_file.exists())
+                worktree_id = _claim_id(id_file, replace=True)  # a copy (cp -a) holds the id too: never share it
+            elif worktree_id is None:
+                worktree_id = _claim_id(id_file, replace=False)
         info = WorktreeInfo(
             id=worktree_id,
             path=root,

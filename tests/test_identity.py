@@ -130,3 +130,22 @@ def test_unreadable_records_are_an_error_and_are_not_rewritten(nobody_dir: Path)
     error = state_error(as_nobody(nobody_dir, "checkpoint", str(folder)))
     assert str(records) in error["message"]
     assert records.read_bytes() == before and os.stat(records).st_mode & 0o777 == 0
+
+
+def test_two_first_sights_at_once_agree_on_one_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process creates the id between this one's read and its claim: the id is kept, not replaced.
+
+    Replacing it gave two engines meeting a new worktree at once two ids, and the
+    checkpoints made under the first one vanished from ``list``.
+    """
+    from snapshotd import worktree
+
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    records = worktree.Records(Path(os.environ["SNAPSHOTD_HOME"]))
+    first = worktree.identify(worktree.locate(str(repo)), records)
+    real_read = worktree._read_id
+    stale = [None]  # the other process had not yet written the id when this one looked
+    monkeypatch.setattr(worktree, "_read_id", lambda id_file: stale.pop() if stale else real_read(id_file))
+    second = worktree.identify(worktree.locate(str(repo)), records)
+    assert second.id == first.id
+    assert (repo / ".git" / "snapshotd" / "id").read_text().strip() == first.id
