@@ -2,7 +2,7 @@
 
 All metadata lives in pyproject.toml. The helper is optional: when it cannot be
 compiled (no C compiler, no glibc 2.34+), the build warns and the package still
-installs; ``snapshotd.spawn`` then starts processes with ``subprocess``.
+installs; ``snapshotd.git.spawn`` then starts processes with ``subprocess``.
 """
 
 from __future__ import annotations

@@ -30,8 +30,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from snapshotd.client import Client
-from snapshotd.protocol import encode_message
+from snapshotd.server.client import Client
+from snapshotd.server.protocol import encode_message
 
 METHODS = [
     "ping", "open", "worktrees", "checkpoint", "list", "show", "diff", "restore", "revert",

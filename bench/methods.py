@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .trees import Tree
+from snapshotd.trees import Tree
 
 
 @dataclass

@@ -1,12 +1,12 @@
 """snapshotd as the benchmark drives it: the embedded engine (cold) and a real daemon (warm).
 
-* cold: one :class:`snapshotd.engine.Engine` in the benchmark's own process,
+* cold: one :class:`snapshotd.engine.core.Engine` in the benchmark's own process,
   without a nursery, so it never watches and every capture takes the cold
   path (copy of the user's index, one tagged ``ls-files``, hashing of what it
   names). Processes are ``stats.processes`` for a checkpoint, and the
   in-process spawn counter for restore and diff.
 * warm: ``python -m snapshotd serve`` in its own process, reached over its
-  socket with :class:`snapshotd.client.AsyncClient`. After the first
+  socket with :class:`snapshotd.server.client.AsyncClient`. After the first
   (cold) capture of a worktree its watcher is live and captures take the warm
   path. Processes are ``stats.processes`` for a checkpoint, and the daemon's
   ``processes_started`` counter around a restore or diff.
@@ -26,14 +26,13 @@ from typing import Any
 
 import psutil
 import trio
+from snapshotd.common import REPO_ROOT, WORK
+from snapshotd.methods import Method, Sample, ms_since
+from snapshotd.trees import Tree
 
-from snapshotd import spawn
-from snapshotd.client import AsyncClient
-from snapshotd.engine import Engine
-
-from .common import REPO_ROOT, WORK
-from .methods import Method, Sample, ms_since
-from .trees import Tree
+from snapshotd.engine.core import Engine
+from snapshotd.git import spawn
+from snapshotd.server.client import AsyncClient
 
 DAEMON_START_TIMEOUT_S = 20.0
 

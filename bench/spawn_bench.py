@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 
-from snapshotd import spawn
+from snapshotd.git import spawn
 
 ARGV = ["git", "--version"]
 
@@ -100,8 +100,8 @@ def make_sync_ways(env: dict[str, str], cwd: str) -> dict[str, Callable[[], obje
 
     ways: dict[str, Callable[[], object]] = {}
     if spawn.NATIVE:
-        ways["snapshotd.spawn.run_sync (native helper)"] = snapshotd_native
-    ways["snapshotd.spawn.run_sync (subprocess fallback)"] = snapshotd_fallback
+        ways["snapshotd.git.spawn.run_sync (native helper)"] = snapshotd_native
+    ways["snapshotd.git.spawn.run_sync (subprocess fallback)"] = snapshotd_fallback
     ways["subprocess.run(capture_output=True)"] = subprocess_run
     ways["os.posix_spawn + waitpid (no pipes)"] = posix_spawn_waitpid
     ways[FORK] = fork_exec
@@ -111,7 +111,7 @@ def make_sync_ways(env: dict[str, str], cwd: str) -> dict[str, Callable[[], obje
 def make_trio_ways(env: dict[str, str], cwd: str) -> dict[str, Callable[[], Awaitable[object]]]:
     ways: dict[str, Callable[[], Awaitable[object]]] = {}
     if spawn.NATIVE:
-        ways["snapshotd.spawn.run (trio, native helper)"] = lambda: spawn.run(
+        ways["snapshotd.git.spawn.run (trio, native helper)"] = lambda: spawn.run(
             ARGV, cwd=cwd, env=env
         )
     ways["trio.run_process(capture_stdout=True)"] = lambda: trio.run_process(

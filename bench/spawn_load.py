@@ -9,7 +9,7 @@
   pings it every 10 ms and records the round trips. A way that blocks the
   loop, or whose start grows with the process size, shows here.
 
-Ways under load: the helper's trio face (``snapshotd.spawn.run``: posix_spawn,
+Ways under load: the helper's trio face (``snapshotd.git.spawn.run``: posix_spawn,
 pidfd, pipes as trio streams), its blocking face (``run_sync``, called on the
 loop), ``subprocess.run`` (vfork in CPython), ``os.posix_spawn`` +
 ``waitpid``, ``trio.run_process``, and a real fork for reference
@@ -31,7 +31,7 @@ import tempfile
 import time
 from typing import Any
 
-from .common import BENCH_DIR, REPO_ROOT, summarize
+from snapshotd.common import BENCH_DIR, REPO_ROOT, summarize
 
 WAYS = ["helper-trio", "helper-sync", "subprocess.run", "os.posix_spawn", "trio.run_process", "fork"]
 GiB = 1 << 30
@@ -53,7 +53,7 @@ def _nothing() -> None:
 async def _spawn(way: str, argv: list[str], git_path: str) -> None:
     import trio
 
-    from snapshotd import spawn
+    from snapshotd.git import spawn
 
     if way == "helper-trio":
         await spawn.run(argv, cwd="/", env=_env())

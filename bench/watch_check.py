@@ -17,10 +17,9 @@ import statistics
 import time
 
 import trio
+from snapshotd.trees import synthetic
 
-from snapshotd.engine import Engine
-
-from .trees import synthetic
+from snapshotd.engine.core import Engine
 
 
 async def measure(path: str, captures: int) -> dict[str, float]:

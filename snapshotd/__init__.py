@@ -8,7 +8,7 @@ that only talks to the daemon does not pay for pygit2 and trio.
 import importlib
 from typing import Any
 
-from .errors import (
+from snapshotd.errors import (
     Ambiguous as Ambiguous,
     Busy as Busy,
     GitError as GitError,
@@ -22,9 +22,9 @@ from .errors import (
     Unsupported as Unsupported,
     WorktreeMismatch as WorktreeMismatch,
 )
-from .settings import VERSION as __version__
+from snapshotd.settings import VERSION as __version__
 
-_LAZY = {"AsyncClient": ".client", "Client": ".client", "Engine": ".engine"}
+_LAZY = {"AsyncClient": ".server.client", "Client": ".server.client", "Engine": ".engine.core"}
 
 __all__ = [
     "Ambiguous",

@@ -1,3 +1,3 @@
-from .cli import main
+from snapshotd.cli.commands import main
 
 main(prog_name="snapshotd")

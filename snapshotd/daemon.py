@@ -23,9 +23,9 @@ from collections.abc import AsyncIterator, Callable
 
 import trio
 
-from .engine import Engine
-from .protocol import resolve_socket_path
-from .server import serve, systemd_listen_fd
+from snapshotd.engine.core import Engine
+from snapshotd.server.listener import serve, systemd_listen_fd
+from snapshotd.server.protocol import resolve_socket_path
 
 __all__ = ["run_daemon", "serve_daemon"]
 

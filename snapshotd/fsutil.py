@@ -13,7 +13,7 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import Untrusted
+from snapshotd.errors import Untrusted
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:

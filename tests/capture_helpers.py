@@ -13,7 +13,7 @@ import trio
 from oracle import oracle_tree
 from repo_helpers import git, git_ok, git_run
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 
 # A capture that takes longer than this is hanging (on a FIFO, a device, a lock).
 CAPTURE_TIMEOUT_S = 60

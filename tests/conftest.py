@@ -56,7 +56,7 @@ def pytest_runtest_call(item: pytest.Item):
 @pytest.fixture
 async def engine():
     """An embedded engine (no watcher): every capture takes the cold path."""
-    from snapshotd.engine import Engine
+    from snapshotd.engine.core import Engine
 
     eng = Engine()
     try:
@@ -68,7 +68,7 @@ async def engine():
 @pytest.fixture
 async def watched_engine(nursery):
     """An engine with a nursery: worktrees are watched and captures go warm."""
-    from snapshotd.engine import Engine
+    from snapshotd.engine.core import Engine
 
     eng = Engine(nursery=nursery)
     try:

@@ -18,9 +18,9 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from snapshotd.cli import main as cli_main
-from snapshotd.client import Client
+from snapshotd.cli.commands import main as cli_main
 from snapshotd.fsutil import pid_alive
+from snapshotd.server.client import Client
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 15.0

@@ -49,7 +49,7 @@ from repo_helpers import (
     write,
 )
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import SnapshotdError
 
 make_odd = load_fixture("make_odd")

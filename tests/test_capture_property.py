@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from oracle import oracle_tree
 from repo_helpers import git_run, init_repo
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 
 FILES = ["a.txt", "b.txt", "d1/c.txt", "d1/d2/e.txt", "d3/f.txt", "g.log", "d1/h.log", "d4/x/y"]
 DIRS = ["d1", "d1/d2", "d3", "d4", "d4/x"]

@@ -24,7 +24,7 @@ from oracle import oracle_tree
 from repo_helpers import git_run, init_repo
 from test_capture_property import CONTENTS, FILES, apply as apply_edit, operations as edits
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import SnapshotdError
 
 Op = tuple[Any, ...]

@@ -11,8 +11,8 @@ from typing import Any
 import pygit2
 import pytest
 
-from snapshotd.diff import diff_trees
 from snapshotd.errors import InvalidParams, NotFound
+from snapshotd.store.diff import diff_trees
 
 _STATUS = {"A": "added", "M": "modified", "D": "deleted", "R": "renamed", "T": "type_changed"}
 

@@ -10,7 +10,7 @@ import trio
 from oracle import oracle_tree
 from repo_helpers import git
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import (
     Ambiguous,
     InvalidParams,

@@ -19,7 +19,7 @@ from daemon_helpers import Daemon, call, child_env, cli, quiet_daemon
 from oracle import oracle_tree
 from repo_helpers import git_ok, init_repo, write
 
-from snapshotd.engine import SAFETY_SESSION, Engine
+from snapshotd.engine.core import SAFETY_SESSION, Engine
 from snapshotd.errors import InvalidParams
 
 

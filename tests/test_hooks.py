@@ -21,8 +21,8 @@ from hook_helpers import placed, recorded, run_hook
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, write
 
+from snapshotd.agents.hooks import LABEL_DETAIL_CHARS, describe
 from snapshotd.errors import InvalidParams
-from snapshotd.hooks import LABEL_DETAIL_CHARS, describe
 
 LONG_WAIT = "60"  # budget for runs that must record before the next one starts
 
@@ -253,7 +253,7 @@ def test_simulated_session_then_revert_one_turn(daemon: Daemon, env: dict[str, s
 def test_the_hook_path_loads_no_heavy_module(env: dict[str, str]) -> None:
     # Every agent event starts a new process: trio, pygit2 and the MCP SDK stay out of it.
     code = (
-        "import sys, snapshotd.cli, snapshotd.client, snapshotd.protocol, snapshotd.hooks, snapshotd.agent_cli; "
+        "import sys, snapshotd.cli.commands, snapshotd.server.client, snapshotd.server.protocol, snapshotd.agents.hooks, snapshotd.cli.agents; "
         "print(sorted(m for m in ('trio', 'pygit2', 'mcp', 'difflib') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

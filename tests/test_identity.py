@@ -22,7 +22,7 @@ import pytest
 from daemon_helpers import child_env
 from repo_helpers import init_repo, write
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import StateUnreadable
 
 NOBODY = 65534
@@ -138,7 +138,7 @@ def test_two_first_sights_at_once_agree_on_one_id(tmp_path: Path, monkeypatch: p
     Replacing it gave two engines meeting a new worktree at once two ids, and the
     checkpoints made under the first one vanished from ``list``.
     """
-    from snapshotd import worktree
+    from snapshotd.store import identity as worktree
 
     repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
     records = worktree.Records(Path(os.environ["SNAPSHOTD_HOME"]))

@@ -10,7 +10,7 @@ import pytest
 from daemon_helpers import assert_one_error_line, cli, cli_process
 from repo_helpers import init_repo
 
-from snapshotd.integrate import EDIT_MATCHERS, hook_command
+from snapshotd.agents.integrate import EDIT_MATCHERS, hook_command
 
 # A user's Claude Code settings as people write them: four-space indent, inline
 # arrays, their own hooks on the events snapshotd also uses, a trailing newline.

@@ -25,9 +25,9 @@ import pytest
 from daemon_helpers import answers, assert_one_error_line, child_env, cli, cli_process, wait_until
 from repo_helpers import git, init_repo, write
 
-from snapshotd.client import AsyncClient
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import SnapshotdError
+from snapshotd.server.client import AsyncClient
 
 OTHER_UID = 65534
 DROP = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups"]
@@ -395,7 +395,7 @@ def _mode(path: Path) -> int:
 # --- internal errors say where their details are -------------------------------------
 
 _INTERNAL_MESSAGE = (
-    "from snapshotd.protocol import _internal_error; "
+    "from snapshotd.server.protocol import _internal_error; "
     "print(_internal_error('checkpoint', RuntimeError('x')).message)"
 )
 

@@ -17,7 +17,7 @@ from daemon_helpers import assert_one_error_line, child_env, cli_process
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, write
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import NeedsForce
 
 

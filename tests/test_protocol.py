@@ -23,7 +23,7 @@ from snapshotd.errors import (
     ParseError,
     SnapshotdError,
 )
-from snapshotd.protocol import (
+from snapshotd.server.protocol import (
     DEFAULT_LINE_LIMIT,
     LineBuffer,
     Notification,
@@ -355,7 +355,7 @@ request_like = st.fixed_dictionaries(
 async def test_any_json_gets_a_well_formed_answer(message: Any) -> None:
     line = json.dumps(message).encode()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(logging.getLogger("snapshotd.protocol"), "disabled", True)
+        patch.setattr(logging.getLogger("snapshotd.server.protocol"), "disabled", True)
         response = await ask_line(line)
     if response is None:
         assert isinstance(message, dict) and "id" not in message

@@ -18,7 +18,7 @@ from capture_helpers import assert_matches_git, checkpoint
 from oracle import oracle_tree
 from repo_helpers import blob, git, init_repo, write
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 
 mode = capture_helpers.mode
 eng = capture_helpers.eng

@@ -19,7 +19,7 @@ import pytest
 from oracle import oracle_tree
 from repo_helpers import commit_all, git, git_ok
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import NotFound, WorktreeMismatch
 
 

@@ -24,7 +24,7 @@ import pytest
 from oracle import oracle_tree
 from repo_helpers import commit_all, git, git_run, user_state, worktree_listing
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import (
     GitError,
     InvalidParams,
@@ -32,7 +32,7 @@ from snapshotd.errors import (
     PathOutsideWorktree,
     WorktreeMismatch,
 )
-from snapshotd.restore import TEMP_PREFIX
+from snapshotd.restore.core import TEMP_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -901,7 +901,7 @@ async def test_restore_into_another_worktree(engine, tmp_path):
 _CHILD = r"""
 import sys
 import trio
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 
 async def main():
     engine = Engine()

@@ -22,9 +22,9 @@ import pygit2
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from snapshotd import restore
 from snapshotd.errors import FilesystemError, InvalidParams, NotFound
-from snapshotd.restore import (
+from snapshotd.restore import core as restore
+from snapshotd.restore.core import (
     TEMP_PREFIX,
     Entry,
     Plan,
@@ -815,7 +815,7 @@ def test_recover_removes_leftovers_from_a_journal(tmp_path: Path) -> None:
 _CHILD = r"""
 import json, os, sys, time
 import pygit2
-from snapshotd import restore
+from snapshotd.restore import core as restore
 
 with open(sys.argv[1]) as handle:
     args = json.load(handle)

@@ -22,9 +22,9 @@ from daemon_helpers import child_env, cli, running_daemon
 from oracle import oracle_tree
 from repo_helpers import git, worktree_listing
 
-from snapshotd import restore as restore_mod
+from snapshotd.capture.watch import Watcher
 from snapshotd.errors import FilesystemError, NotFound
-from snapshotd.watch import Watcher
+from snapshotd.restore import core as restore_mod
 
 
 async def checkpoint(engine: Any, path: Path, **params: Any) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import pytest
 from oracle import oracle_tree
 from repo_helpers import commit_all, git, worktree_listing
 
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import InvalidParams, NotFound, WorktreeMismatch
 
 

@@ -20,10 +20,10 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from snapshotd.client import AsyncClient, Client, connect_or_none
 from snapshotd.errors import Busy, InternalError, InvalidRequest, MethodNotFound, NotFound
-from snapshotd.protocol import LineBuffer, Session, encode_message, is_blank
-from snapshotd.server import peer_allowed, peer_credentials, serve, systemd_listen_fd
+from snapshotd.server.client import AsyncClient, Client, connect_or_none
+from snapshotd.server.listener import peer_allowed, peer_credentials, serve, systemd_listen_fd
+from snapshotd.server.protocol import LineBuffer, Session, encode_message, is_blank
 
 NODE = shutil.which("node")
 TESTS = Path(__file__).parent

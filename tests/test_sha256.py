@@ -2,7 +2,7 @@
 
 pygit2's libgit2 cannot open a repository made with ``git init
 --object-format=sha256``; snapshotd reads and writes it through git
-(``snapshotd.gitrepo``), and its ids have 64 hex digits. The first tests check
+(``snapshotd.git.repository``), and its ids have 64 hex digits. The first tests check
 what is particular to such a repository: ids and prefixes, ambiguity, diffs
 compared with git's own, the warm path staying off, compare-and-swap of refs,
 ``git gc``, and how many processes each method starts. Then the scenarios of
@@ -33,10 +33,10 @@ from oracle import oracle_tree
 from repo_helpers import commit_all, git, git_run, user_state
 from test_restore import outside  # noqa: F401 - a fixture the restore scenarios take
 
-from snapshotd import spawn
-from snapshotd.engine import Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import Ambiguous, NotFound
-from snapshotd.gitrepo import GitRepository, RefLocked, RefMoved, open_repository, read_head
+from snapshotd.git import spawn
+from snapshotd.git.repository import GitRepository, RefLocked, RefMoved, open_repository, read_head
 
 mode = capture_helpers.mode
 eng = capture_helpers.eng

@@ -1,4 +1,4 @@
-"""snapshotd.spawn against real processes: both faces, native helper and fallback."""
+"""snapshotd.git.spawn against real processes: both faces, native helper and fallback."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 
-from snapshotd import spawn
+from snapshotd.git import spawn
 
 MiB = 1024 * 1024
 

@@ -6,7 +6,7 @@ import pygit2
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from snapshotd.treeedit import edit_tree
+from snapshotd.capture.treeedit import edit_tree
 
 NAMES = st.sampled_from(["a", "b", "c", "a.txt", "a-b", "z"])
 PATHS = st.lists(NAMES, min_size=1, max_size=4).map("/".join)

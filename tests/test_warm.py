@@ -218,7 +218,7 @@ def apply_op(repo: Path, op: str, a: int, b: int) -> None:
 async def test_property_warm_equals_git(steps, tmp_path_factory):
     import trio
 
-    from snapshotd.engine import Engine
+    from snapshotd.engine.core import Engine
 
     repo = make_repo(tmp_path_factory.mktemp("prop") / "r")
     async with trio.open_nursery() as nursery:

@@ -83,7 +83,7 @@ async def test_a_link_to_a_big_outside_folder_adds_no_watch_and_no_dirty_path(wa
 
 
 async def test_a_watch_the_watcher_does_not_hold_makes_the_next_capture_full(watched_engine, tmp_path):
-    from snapshotd.watch import IN_MODIFY
+    from snapshotd.capture.watch import IN_MODIFY
 
     repo = make_repo(tmp_path / "r")
     for index in range(40):  # watch descriptors past 9 and 15 (the kernel lists them in hex)
@@ -139,7 +139,7 @@ async def test_a_nested_repository_made_after_a_warm_capture_is_a_gitlink(watche
 
 
 async def test_a_warm_capture_that_fails_part_way_leaves_no_trace(watched_engine, tmp_path, monkeypatch):
-    from snapshotd import warm
+    from snapshotd.capture import warm
 
     repo = make_repo(tmp_path / "r")
     (repo / "src" / "b.py").write_text("print('b')\n")
@@ -163,7 +163,7 @@ async def test_a_warm_capture_that_fails_part_way_leaves_no_trace(watched_engine
 
 
 async def test_a_full_scan_that_fails_keeps_what_the_watcher_saw(watched_engine, tmp_path, monkeypatch):
-    from snapshotd import engine as engine_mod
+    from snapshotd.engine import core as engine_mod
 
     repo = make_repo(tmp_path / "r")
     await warm_up(watched_engine, repo)
@@ -218,12 +218,12 @@ async def test_verify_names_each_change_the_watcher_missed(watched_engine, tmp_p
 async def test_idle_reconciliation_logs_each_missed_path(watched_engine, tmp_path, monkeypatch, caplog):
     import trio
 
-    from snapshotd import engine as engine_mod
+    from snapshotd.engine import core as engine_mod
 
     monkeypatch.setattr(engine_mod, "RECONCILE_IDLE_S", 0.2)
     repo = make_repo(tmp_path / "r")
     await warm_up(watched_engine, repo)
-    with unseen_write(repo / "README", b"READ"), caplog.at_level("WARNING", logger="snapshotd.engine"):
+    with unseen_write(repo / "README", b"READ"), caplog.at_level("WARNING", logger="snapshotd.engine.core"):
         (repo / "src" / "a.py").write_text("print('seen')\n")
         assert (await checkpoint(watched_engine, repo))["stats"]["scan"] == "watch"
         with trio.fail_after(10):

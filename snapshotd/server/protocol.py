@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .errors import (
+from snapshotd.errors import (
     InternalError,
     InvalidParams,
     InvalidRequest,

@@ -14,8 +14,8 @@ import os
 import secrets
 from collections.abc import Iterable, Sequence
 
-from .gitproc import GitTarget, run_git_sync
-from .paths import path_matches
+from snapshotd.git.process import GitTarget, run_git_sync
+from snapshotd.paths import path_matches
 
 __all__ = ["REASON_IGNORED", "REASON_LEFT_OUT", "IgnoredFiles", "empty_index_path", "left_out"]
 

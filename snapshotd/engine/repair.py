@@ -33,14 +33,14 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from .capture import thread_limiter
-from .errors import NotFound, SnapshotdError
-from .gitproc import GitTarget, run_git
-from .ownership import check_repository_owner
-from .worktree import Records, WorktreeInfo, identify, locate, read_gitfile
+from snapshotd.capture.core import thread_limiter
+from snapshotd.errors import NotFound, SnapshotdError
+from snapshotd.git.ownership import check_repository_owner
+from snapshotd.git.process import GitTarget, run_git
+from snapshotd.store.identity import Records, WorktreeInfo, identify, locate, read_gitfile
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from snapshotd.engine.core import Engine
 
 
 def _linked_root(git_dir: str) -> str | None:

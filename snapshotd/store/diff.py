@@ -8,7 +8,7 @@ git shows the old side deleted and the new side added; so line counts and
 patch text of type changes come from a second diff without type changes, which
 splits each into exactly that pair.
 
-In a repository libgit2 cannot open (a :class:`~snapshotd.gitrepo.GitRepository`,
+In a repository libgit2 cannot open (a :class:`~snapshotd.git.repository.GitRepository`,
 SHA-256) git computes the same records: one ``git diff-tree -r -z --raw
 --numstat`` (``-M`` for renames, ``-p`` for the patch), whose records and
 per-file patches (a type change prints as a deletion and an addition, as
@@ -27,8 +27,8 @@ import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
 from snapshotd.errors import GitError, InternalError, InvalidParams, NotFound, TooLarge
-from snapshotd.gitproc import GitTarget, run_git_sync
-from snapshotd.gitrepo import GitRepository, Repository
+from snapshotd.git.process import GitTarget, run_git_sync
+from snapshotd.git.repository import GitRepository, Repository
 from snapshotd.paths import path_matches
 
 __all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "diff_trees", "load_tree"]

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import InvalidParams, SnapshotdError
+from snapshotd.errors import InvalidParams, SnapshotdError
 
 TOOLS = ("claude-code", "codex")
 """The agent tools whose hook payloads :func:`describe` reads."""

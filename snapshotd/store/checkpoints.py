@@ -22,7 +22,7 @@ Ref updates are compare-and-swap under libgit2's ref lock (``git update-ref
 daemon and an ``--embedded`` command) never lose each other's checkpoint.
 
 The repository is a ``pygit2.Repository`` or, where libgit2 cannot open it
-(SHA-256), a :class:`~snapshotd.gitrepo.GitRepository` with the same interface;
+(SHA-256), a :class:`~snapshotd.git.repository.GitRepository` with the same interface;
 ids are then hex strings rather than ``pygit2.Oid``.
 """
 
@@ -40,10 +40,10 @@ from datetime import UTC, datetime
 
 import pygit2
 
-from .errors import Ambiguous, GitError, InvalidParams, NotFound
-from .fsutil import sync_filesystem
-from .gitrepo import GitRepository, RefLocked, RefMoved, Repository
-from .protocol import check_text
+from snapshotd.errors import Ambiguous, GitError, InvalidParams, NotFound
+from snapshotd.fsutil import sync_filesystem
+from snapshotd.git.repository import GitRepository, RefLocked, RefMoved, Repository
+from snapshotd.server.protocol import check_text
 
 REF_ROOT = "refs/snapshotd/"
 TRAILER = "Snapshotd-"

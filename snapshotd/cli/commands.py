@@ -26,12 +26,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
-from .errors import Busy, InternalError, NeedsForce, NotFound, SnapshotdError
-from .fsutil import check_socket_folder, pid_alive
-from .settings import SAFETY_SESSION, VERSION
+from snapshotd.errors import Busy, InternalError, NeedsForce, NotFound, SnapshotdError
+from snapshotd.fsutil import check_socket_folder, pid_alive
+from snapshotd.settings import SAFETY_SESSION, VERSION
 
 if TYPE_CHECKING:
-    from .client import Client
+    from snapshotd.server.client import Client
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 DAEMON_START_TIMEOUT_S = 10.0
@@ -65,7 +65,7 @@ class Runner:
             return self._call_daemon(method, params)
 
     def _call_daemon(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        from .protocol import resolve_socket_path
+        from snapshotd.server.protocol import resolve_socket_path
 
         path = os.path.abspath(resolve_socket_path(self.socket_path))
         try:
@@ -104,7 +104,7 @@ def _another_daemon_starting(path: str) -> bool:
 
 def _listener_pid(path: str) -> int:
     """The pid of the process that listens on ``path``, as this process sees it (0 if unknown)."""
-    from .server import peer_credentials
+    from snapshotd.server.listener import peer_credentials
 
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -187,7 +187,7 @@ def _log_embedded_failure(method: str, exc: BaseException) -> str:
 
     An embedded run has no daemon log, and the one-line error cannot hold a traceback.
     """
-    from .settings import data_home
+    from snapshotd.settings import data_home
 
     home = data_home()
     log_path = str(home / "embedded.log")
@@ -205,7 +205,7 @@ def _log_embedded_failure(method: str, exc: BaseException) -> str:
 def _call_embedded(method: str, params: dict[str, Any]) -> dict[str, Any]:
     import trio
 
-    from .engine import Engine
+    from snapshotd.engine.core import Engine
 
     async def run() -> dict[str, Any]:
         engine = Engine()
@@ -232,7 +232,7 @@ def _connect(path: str) -> Client | None:
     Calls have no time limit: a capture of a large worktree or a restore may
     take long, and Ctrl-C stops the wait.
     """
-    from .client import Client
+    from snapshotd.server.client import Client
 
     try:
         return Client(path, timeout=None)
@@ -493,7 +493,7 @@ def main(ctx: click.Context, socket_path: str | None, embedded: bool, json_outpu
 @click.pass_context
 def serve(ctx: click.Context, socket_path: str | None, allow_root: bool, size_cap: int | None, no_watch: bool) -> None:
     """Run the daemon in the foreground until stopped (SIGTERM, Ctrl-C or `snapshotd stop`)."""
-    from .daemon import run_daemon
+    from snapshotd.daemon import run_daemon
 
     runner: Runner = ctx.obj
     try:
@@ -974,7 +974,7 @@ def ping(ctx: click.Context, json_output: bool) -> None:
 
 
 # The agent-tool commands live in their own module, which uses the helpers above.
-from .agent_cli import hook, integrate, mcp  # noqa: E402
+from snapshotd.cli.agents import hook, integrate, mcp  # noqa: E402
 
 for _command in (hook, integrate, mcp):
     main.add_command(_command)

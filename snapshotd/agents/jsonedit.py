@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import InvalidParams
+from snapshotd.errors import InvalidParams
 
 _WHITESPACE = " \t\n\r"
 _DECODER = json.JSONDecoder()

@@ -11,15 +11,15 @@ import sys
 
 import click
 
-from .cli import CONTEXT, Runner, _fail, _use_json, json_option, to_json
-from .errors import SnapshotdError
-from .hooks import EVENT_SETS, TOOLS, run_hook
-from .settings import hook_budget
+from snapshotd.agents.hooks import EVENT_SETS, TOOLS, run_hook
+from snapshotd.cli.commands import CONTEXT, Runner, _fail, _use_json, json_option, to_json
+from snapshotd.errors import SnapshotdError
+from snapshotd.settings import hook_budget
 
 
 def _daemon_answers(socket_path: str | None) -> bool:
     """Whether a daemon accepts connections now (else the hook will start one, which takes longer)."""
-    from .client import connect_or_none
+    from snapshotd.server.client import connect_or_none
 
     try:
         client = connect_or_none(socket_path, timeout=0.2)
@@ -66,7 +66,9 @@ def integrate(ctx: click.Context, tool: str, scope: str, events: str, remove: bo
     Other settings and hooks stay as they were, byte for byte; running it
     twice changes nothing.
     """
-    from . import integrate as integrate_mod  # difflib, tomllib: kept off the hook's start-up path
+    from snapshotd.agents import (
+        integrate as integrate_mod,  # difflib, tomllib: kept off the hook's start-up path
+    )
 
     runner = _use_json(ctx)
     try:
@@ -96,7 +98,7 @@ def mcp(ctx: click.Context) -> None:
     """Serve snapshotd's tools to an agent over MCP on stdio (needs the `mcp` extra)."""
     runner: Runner = ctx.obj
     try:
-        from .mcp_server import serve_stdio
+        from snapshotd.agents.mcp import serve_stdio
     except ImportError as exc:
         click.echo(f"error: the MCP server needs the mcp package ({exc}); install snapshotd[mcp].", err=True)
         sys.exit(1)

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import jsonedit
-from .errors import InvalidParams
-from .fsutil import atomic_write
-from .hooks import TOOLS
+from snapshotd.agents import jsonedit
+from snapshotd.agents.hooks import TOOLS
+from snapshotd.errors import InvalidParams
+from snapshotd.fsutil import atomic_write
 
 HOOK_TIMEOUT_S = 10
 """The agent's own time limit for one run of the hook (seconds); the hook keeps well inside it."""
@@ -86,7 +86,9 @@ def wanted_entries(tool: str, events: str) -> dict[str, dict[str, Any]]:
 
 def _project_root(cwd: str) -> str:
     """The root of the worktree holding ``cwd`` (the folder itself outside git)."""
-    from .worktree import locate  # pygit2 comes with it: kept off the hook's start-up path
+    from snapshotd.store.identity import (
+        locate,  # pygit2 comes with it: kept off the hook's start-up path
+    )
 
     return locate(cwd).root
 

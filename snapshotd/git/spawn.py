@@ -52,7 +52,7 @@ __all__ = [
 ]
 
 try:
-    from ._spawn_native import ffi as _ffi, lib as _lib
+    from snapshotd._spawn_native import ffi as _ffi, lib as _lib
 except (ImportError, OSError) as _exc:  # not built, or built for another libc
     _ffi = None
     _lib = None

@@ -24,11 +24,11 @@ import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
-from .cli import Runner
-from .engine import SAFETY_SESSION
-from .errors import InvalidParams, SnapshotdError
-from .hooks import BEFORE_PROMPT
-from .settings import VERSION
+from snapshotd.agents.hooks import BEFORE_PROMPT
+from snapshotd.cli.commands import Runner
+from snapshotd.engine.core import SAFETY_SESSION
+from snapshotd.errors import InvalidParams, SnapshotdError
+from snapshotd.settings import VERSION
 
 PATCH_LIMIT_CHARS = 20_000
 """The default bound on a patch returned to the model; longer ones are cut and say so."""
@@ -84,7 +84,7 @@ def _changes_text(result: dict[str, Any], applied: bool) -> str:
 
 
 class Tools:
-    """The tools' work, done through one :class:`~snapshotd.cli.Runner` (the daemon, started if needed)."""
+    """The tools' work, done through one :class:`~snapshotd.cli.commands.Runner` (the daemon, started if needed)."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner

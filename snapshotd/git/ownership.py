@@ -19,8 +19,8 @@ from collections.abc import Sequence
 
 import pygit2
 
-from .errors import Untrusted
-from .gitproc import protected_config_values
+from snapshotd.errors import Untrusted
+from snapshotd.git.process import protected_config_values
 
 __all__ = ["check_repository_owner", "trusted_uids"]
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import trio
 
-from . import spawn
-from .errors import GitError
+from snapshotd.errors import GitError
+from snapshotd.git import spawn
 
 # Variables a user may set that decide which configuration git reads; every
 # other GIT_* variable of the caller is dropped.

@@ -23,7 +23,7 @@ attributes or filters may apply, git prepares their content (before anything is
 touched) from the blobs and the ``.gitattributes`` the worktree will hold.
 
 ``repo`` is a ``pygit2.Repository`` or, for a repository libgit2 cannot open
-(SHA-256), a :class:`~snapshotd.gitrepo.GitRepository` offering the same calls.
+(SHA-256), a :class:`~snapshotd.git.repository.GitRepository` offering the same calls.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from typing import Any
 
 import pygit2
 
-from snapshotd.diff import load_tree
 from snapshotd.errors import (
     InternalError,
     InvalidParams,
@@ -54,10 +53,11 @@ from snapshotd.errors import (
     filesystem_error,
 )
 from snapshotd.fsutil import checked_private_folder, open_private_folder
-from snapshotd.gitproc import GitTarget, run_git_sync
-from snapshotd.gitrepo import GitRepository, Repository
+from snapshotd.git.process import GitTarget, run_git_sync
+from snapshotd.git.repository import GitRepository, Repository
 from snapshotd.paths import could_match_under, is_git_dir_name, path_matches
 from snapshotd.settings import git_config_home
+from snapshotd.store.diff import load_tree
 
 __all__ = [
     "TEMP_PREFIX",

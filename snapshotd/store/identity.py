@@ -17,9 +17,15 @@ from pathlib import Path
 
 import pygit2
 
-from .errors import NotADirectory, NotFound, PathOutsideWorktree, StateUnreadable, Unsupported
-from .fsutil import atomic_write, file_lock
-from .ownership import check_repository_owner
+from snapshotd.errors import (
+    NotADirectory,
+    NotFound,
+    PathOutsideWorktree,
+    StateUnreadable,
+    Unsupported,
+)
+from snapshotd.fsutil import atomic_write, file_lock
+from snapshotd.git.ownership import check_repository_owner
 
 
 @dataclass(frozen=True)
@@ -124,7 +130,7 @@ def object_format(common_dir: str) -> str:
     """The repository's object format ("sha1" or "sha256"), read from its config.
 
     libgit2 (pygit2) opens only SHA-1 repositories; for the others snapshotd
-    works through git (see :mod:`snapshotd.gitrepo`).
+    works through git (see :mod:`snapshotd.git.repository`).
     """
     try:
         config = pygit2.Config(os.path.join(common_dir, "config"))

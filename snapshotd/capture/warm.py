@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from .capture import (
+from snapshotd.capture.core import (
     CaptureResult,
     CaptureStats,
     Settings,
@@ -31,10 +31,10 @@ from .capture import (
     open_repo,
     own_data_excludes,
 )
-from .gitproc import run_git_sync
-from .settings import git_config_home
-from .treeedit import RecordingIndex
-from .worktree import WorktreeInfo
+from snapshotd.capture.treeedit import RecordingIndex
+from snapshotd.git.process import run_git_sync
+from snapshotd.settings import git_config_home
+from snapshotd.store.identity import WorktreeInfo
 
 C = pygit2.C
 ffi = pygit2.ffi

@@ -27,9 +27,9 @@ from typing import Any
 
 import trio
 
-from .errors import Busy, InvalidRequest, SnapshotdError
-from .fsutil import check_socket_folder
-from .protocol import (
+from snapshotd.errors import Busy, InvalidRequest, SnapshotdError
+from snapshotd.fsutil import check_socket_folder
+from snapshotd.server.protocol import (
     DEFAULT_LINE_LIMIT,
     LineBuffer,
     Service,

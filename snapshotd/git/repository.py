@@ -4,7 +4,7 @@ pygit2's libgit2 1.9 opens only SHA-1 repositories. For any other the store,
 diff and restore work on a :class:`GitRepository`: exactly the part of
 ``pygit2.Repository`` they use (objects by id, references, commits, the empty
 tree, the object database, the configuration), answered by git processes
-started through :mod:`snapshotd.gitproc`, so every one is counted.
+started through :mod:`snapshotd.git.process`, so every one is counted.
 
 Reads go to one long-lived ``git cat-file --batch-command`` per repository
 object (started on first use; ended by :meth:`GitRepository.close`, by leaving
@@ -34,10 +34,10 @@ from typing import Any, TypeAlias
 import pygit2
 from pygit2.enums import ObjectType
 
-from . import spawn
-from .errors import GitError, Unsupported
-from .gitproc import GitTarget, run_git_sync, start_git_session
-from .worktree import object_format
+from snapshotd.errors import GitError, Unsupported
+from snapshotd.git import spawn
+from snapshotd.git.process import GitTarget, run_git_sync, start_git_session
+from snapshotd.store.identity import object_format
 
 __all__ = [
     "GitBlob",

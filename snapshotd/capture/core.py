@@ -34,13 +34,13 @@ import pygit2
 import trio
 from pygit2.errors import check_error
 
-from .errors import GitError
-from .fsutil import checked_private_folder
-from .gitproc import GitTarget, run_git, run_git_sync
-from .gitrepo import is_git_only
-from .settings import git_config_home
-from .treeedit import RecordingIndex
-from .worktree import WorktreeInfo, object_format
+from snapshotd.capture.treeedit import RecordingIndex
+from snapshotd.errors import GitError
+from snapshotd.fsutil import checked_private_folder
+from snapshotd.git.process import GitTarget, run_git, run_git_sync
+from snapshotd.git.repository import is_git_only
+from snapshotd.settings import git_config_home
+from snapshotd.store.identity import WorktreeInfo, object_format
 
 MODE_FILE = 0o100644
 MODE_EXEC = 0o100755

@@ -38,8 +38,8 @@ from collections.abc import Callable
 
 import trio
 
-from .fsutil import open_private_folder
-from .worktree import WorktreeInfo
+from snapshotd.fsutil import open_private_folder
+from snapshotd.store.identity import WorktreeInfo
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ from typing import Any
 import pygit2
 import trio
 
-from . import diff as diff_mod, kept as kept_mod, restore as restore_mod, spawn
-from .capture import (
+from snapshotd.capture.core import (
     CaptureResult,
     CaptureStats,
     StatCache,
@@ -31,7 +30,9 @@ from .capture import (
     make_fence,
     thread_limiter,
 )
-from .errors import (
+from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
+from snapshotd.capture.watch import Watcher
+from snapshotd.errors import (
     Ambiguous,
     FilesystemError,
     InvalidParams,
@@ -43,11 +44,13 @@ from .errors import (
     WorktreeMismatch,
     filesystem_error,
 )
-from .fsutil import remove_stale_temp_files
-from .gitproc import GitTarget, run_git
-from .gitrepo import Repository, is_git_only, open_repository, read_head, repository
-from .paths import to_worktree_relative
-from .protocol import (
+from snapshotd.fsutil import remove_stale_temp_files
+from snapshotd.git import spawn
+from snapshotd.git.process import GitTarget, run_git
+from snapshotd.git.repository import Repository, is_git_only, open_repository, read_head, repository
+from snapshotd.paths import to_worktree_relative
+from snapshotd.restore import core as restore_mod, kept as kept_mod
+from snapshotd.server.protocol import (
     optional_bool,
     optional_int,
     optional_path,
@@ -55,11 +58,10 @@ from .protocol import (
     optional_str,
     optional_str_list,
 )
-from .settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
-from .store import Checkpoint, Store, ref_name, validate_session
-from .warm import WarmState, capture_warm, rule_sources, signature_of
-from .watch import Watcher
-from .worktree import Records, WorktreeInfo, identify, locate, object_format
+from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
+from snapshotd.store import diff as diff_mod
+from snapshotd.store.checkpoints import Checkpoint, Store, ref_name, validate_session
+from snapshotd.store.identity import Records, WorktreeInfo, identify, locate, object_format
 
 log = logging.getLogger(__name__)
 
@@ -954,7 +956,7 @@ class Engine:
     # --- repair ------------------------------------------------------------------
 
     async def _repair(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        from .repair import repair
+        from snapshotd.engine.repair import repair
 
         path = optional_path(params, "path")
         moved = await repair(self, path)

@@ -28,9 +28,9 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from .errors import SnapshotdError
-from .fsutil import check_socket_folder
-from .protocol import (
+from snapshotd.errors import SnapshotdError
+from snapshotd.fsutil import check_socket_folder
+from snapshotd.server.protocol import (
     LineBuffer,
     Notification,
     Response,
@@ -71,7 +71,7 @@ def _check_folder(socket_path: str) -> None:
 
 def _check_listener(sock: socket.socket | trio.socket.SocketType, socket_path: str) -> None:
     """Refuse a connected socket whose listener is not this user (SO_PEERCRED)."""
-    from .server import peer_credentials
+    from snapshotd.server.listener import peer_credentials
 
     _, uid, _ = peer_credentials(sock)
     own = os.geteuid()
