@@ -37,16 +37,11 @@ from pygit2.errors import check_error
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.errors import GitError
 from snapshotd.fsutil import checked_private_folder
+from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
 from snapshotd.git.process import GitTarget, run_git, run_git_sync
 from snapshotd.git.repository import is_git_only
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo, object_format
-
-MODE_FILE = 0o100644
-MODE_EXEC = 0o100755
-MODE_LINK = 0o120000
-MODE_GITLINK = 0o160000
-MODE_TREE = 0o040000
 
 LS_FILES = ["ls-files", "-z", "-v", "-m", "-d", "-o", "--exclude-standard"]
 _INTERESTING = re.compile(rb"(?:^|\0)([^H\0]) ([^\0]*)")

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pygit2
 
-MODE_TREE = 0o040000
+from snapshotd.git.modes import MODE_TREE
 
 # path -> (object id, mode) to put there, or None to remove whatever is there
 Changes = Mapping[str, tuple[pygit2.Oid, int] | None]

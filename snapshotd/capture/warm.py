@@ -32,6 +32,7 @@ from snapshotd.capture.core import (
     own_data_excludes,
 )
 from snapshotd.capture.treeedit import RecordingIndex
+from snapshotd.git.modes import MODE_LINK
 from snapshotd.git.process import run_git_sync
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
@@ -174,7 +175,7 @@ class WarmBuilder(TreeBuilder):
         self.warm = warm
 
     def _hash(self, path: str, st: os.stat_result, mode: int) -> pygit2.Oid | None:
-        if self.cache.lookup(path, st) is None and mode != 0o120000:
+        if self.cache.lookup(path, st) is None and mode != MODE_LINK:
             oid = pristine_oid(self.warm.pristine, path, st, self.warm.index_mtime_ns)
             entry = self._pristine_entry(path)
             if oid is not None and entry is not None and int(entry.mode) == mode:

@@ -36,6 +36,7 @@ from pygit2.enums import ObjectType
 
 from snapshotd.errors import GitError, Unsupported
 from snapshotd.git import spawn
+from snapshotd.git.modes import MODE_GITLINK, MODE_TREE
 from snapshotd.git.process import GitTarget, run_git_sync, start_git_session
 from snapshotd.store.identity import object_format
 
@@ -66,8 +67,6 @@ _TYPES = {
 }
 _TYPE_NAMES = {value: name for name, value in _TYPES.items()}
 
-MODE_TREE = 0o040000
-MODE_GITLINK = 0o160000
 
 
 class RefMoved(Exception):

@@ -53,6 +53,13 @@ from snapshotd.errors import (
     filesystem_error,
 )
 from snapshotd.fsutil import checked_private_folder, open_private_folder
+from snapshotd.git.modes import (
+    MODE_FILE,
+    MODE_GITLINK,
+    MODE_LINK,
+    MODE_TREE,
+    is_file_mode,
+)
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import GitRepository, Repository
 from snapshotd.paths import could_match_under, is_git_dir_name, path_matches
@@ -80,11 +87,6 @@ _JOURNAL_TEMP_PREFIX = ".journal-tmp-"
 _STAGE_PREFIX = "stage-"
 _ATTRIBUTES = ".gitattributes"
 
-MODE_TREE = 0o040000
-MODE_FILE = 0o100644
-MODE_EXEC = 0o100755
-MODE_LINK = 0o120000
-MODE_GITLINK = 0o160000
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -131,10 +133,6 @@ class Plan:
 
 # ---------------------------------------------------------------------------
 # trees
-
-
-def _is_file_mode(mode: int) -> bool:
-    return mode & 0o170000 == 0o100000
 
 
 def _safe_name(name: str) -> bool:
@@ -348,8 +346,8 @@ def _build_plan(
             continue
         if (
             cur is not None
-            and _is_file_mode(cur.mode)
-            and _is_file_mode(want.mode)
+            and is_file_mode(cur.mode)
+            and is_file_mode(want.mode)
             and cur.oid == want.oid
         ):
             chmod_only.add(path)
@@ -686,7 +684,7 @@ def _validate(repo: Repository, plan: Plan) -> dict[str, bytes]:
         _split(path)
         if entry.mode == MODE_GITLINK:
             continue
-        if not (_is_file_mode(entry.mode) or entry.mode == MODE_LINK):
+        if not (is_file_mode(entry.mode) or entry.mode == MODE_LINK):
             raise InvalidParams(f"Cannot write {path!r} with mode {entry.mode:06o}.", path=path)
         try:
             kind, _ = repo.odb.read_header(entry.oid)
@@ -1262,7 +1260,7 @@ class _Stage:
         """
         if self.checkout is None:
             return
-        files = [(path, entry) for path, entry in plan.writes if _is_file_mode(entry.mode)]
+        files = [(path, entry) for path, entry in plan.writes if is_file_mode(entry.mode)]
         if not files:
             return
         planned = dict(plan.writes)
@@ -1271,7 +1269,7 @@ class _Stage:
         for folder in {folder for path, _ in files for folder in _folders_of(path)}:
             name = _attributes_path(folder)
             if name in planned:
-                if _is_file_mode(planned[name].mode):
+                if is_file_mode(planned[name].mode):
                     attributes[name] = planned[name]
                 continue
             if name in deleted:
