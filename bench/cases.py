@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from snapshotd.common import git, refresh_index, summarize
-from snapshotd.methods import Method, Sample
-from snapshotd.ours import Daemon
-from snapshotd.trees import MAIN_BRANCH, OTHER_BRANCH, Tree, apply_release
+
+from .common import git, refresh_index, summarize
+from .methods import Method, Sample
+from .ours import Daemon
+from .trees import MAIN_BRANCH, OTHER_BRANCH, Tree, apply_release
 
 QUIESCE_STEP_S = 0.1
 QUIESCE_IDLE_CPU_S = 0.005  # less than 5 % of a CPU over a step: idle

@@ -12,8 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import trio
-from snapshotd.ours import running_daemon
-from snapshotd.trees import Tree
+
+from .ours import running_daemon
+from .trees import Tree
 
 
 async def measure(label: str, trees: list[Tree], log: Any = print) -> dict[str, Any]:

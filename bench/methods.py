@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from snapshotd.trees import Tree
+from .trees import Tree
 
 
 @dataclass

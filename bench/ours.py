@@ -26,13 +26,14 @@ from typing import Any
 
 import psutil
 import trio
-from snapshotd.common import REPO_ROOT, WORK
-from snapshotd.methods import Method, Sample, ms_since
-from snapshotd.trees import Tree
 
 from snapshotd.engine.core import Engine
 from snapshotd.git import spawn
 from snapshotd.server.client import AsyncClient
+
+from .common import REPO_ROOT, WORK
+from .methods import Method, Sample, ms_since
+from .trees import Tree
 
 DAEMON_START_TIMEOUT_S = 20.0
 

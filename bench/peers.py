@@ -36,9 +36,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from snapshotd.common import GIT_CONFIG, git, git_env
-from snapshotd.methods import Method, Sample, ms_since
-from snapshotd.trees import Tree
+from .common import GIT_CONFIG, git, git_env
+from .methods import Method, Sample, ms_since
+from .trees import Tree
 
 
 class GitCounter:

@@ -55,10 +55,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snapshotd.common import REPO_ROOT, git, summarize
-
 from snapshotd.errors import MethodNotFound, SnapshotdError
 from snapshotd.server.client import Client
+
+from .common import REPO_ROOT, git, summarize
 
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from daemon_helpers import child_env, start_daemon

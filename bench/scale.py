@@ -19,12 +19,13 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from snapshotd.cases import edit, pick
-from snapshotd.common import git, summarize
-from snapshotd.ours import Daemon, running_daemon
-from snapshotd.trees import Tree
 
 from snapshotd.server.client import AsyncClient
+
+from .cases import edit, pick
+from .common import git, summarize
+from .ours import Daemon, running_daemon
+from .trees import Tree
 
 CALL_TIMEOUT_S = 60.0
 PING_EVERY_S = 0.05

@@ -31,7 +31,7 @@ import tempfile
 import time
 from typing import Any
 
-from snapshotd.common import BENCH_DIR, REPO_ROOT, summarize
+from .common import BENCH_DIR, REPO_ROOT, summarize
 
 WAYS = ["helper-trio", "helper-sync", "subprocess.run", "os.posix_spawn", "trio.run_process", "fork"]
 GiB = 1 << 30

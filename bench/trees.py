@@ -24,7 +24,7 @@ import tarfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from snapshotd.common import REPO_ROOT, WORK, git, human_count, refresh_index
+from .common import REPO_ROOT, WORK, git, human_count, refresh_index
 
 sys.path.insert(0, str(REPO_ROOT / "fixtures" / "repos"))
 from make_synthetic import make_synthetic

@@ -17,9 +17,10 @@ import statistics
 import time
 
 import trio
-from snapshotd.trees import synthetic
 
 from snapshotd.engine.core import Engine
+
+from .trees import synthetic
 
 
 async def measure(path: str, captures: int) -> dict[str, float]:
