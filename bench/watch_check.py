@@ -29,7 +29,7 @@ async def measure(path: str, captures: int) -> dict[str, float]:
         engine = Engine(nursery=nursery)
         await engine.call("checkpoint", {"path": path})
         state = next(iter(engine.worktrees.values()))
-        watcher = state.watcher
+        watcher = state.capture.watcher
         processes, capture_ms, check_ms = 0, [], []
         for _ in range(captures):
             started = time.perf_counter()

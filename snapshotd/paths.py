@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import os
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from snapshotd.errors import InvalidParams, PathOutsideWorktree
 
-__all__ = ["could_match_under", "is_git_dir_name", "path_matches", "to_worktree_relative"]
+__all__ = ["could_match_under", "folders_above", "is_git_dir_name", "path_matches", "to_worktree_relative"]
 
 
 def is_git_dir_name(name: str) -> bool:
@@ -107,3 +107,10 @@ def could_match_under(folder: str, prefixes: Sequence[str]) -> bool:
         ):
             return True
     return False
+
+
+def folders_above(path: str) -> Iterator[str]:
+    """The folders that hold ``path``, outermost first ("a", "a/b" for "a/b/c")."""
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        yield "/".join(parts[:depth])

@@ -59,7 +59,7 @@ async def test_rewriting_a_link_to_a_folder_keeps_the_folder_watched(watched_eng
 def watcher_of(engine, repo: Path):
     """The engine's watcher for the worktree at ``repo``."""
     (state,) = [s for s in engine.worktrees.values() if s.info.path == os.path.realpath(repo)]
-    return state.watcher
+    return state.capture.watcher
 
 
 async def test_a_link_to_a_big_outside_folder_adds_no_watch_and_no_dirty_path(watched_engine, tmp_path):
@@ -163,7 +163,7 @@ async def test_a_warm_capture_that_fails_part_way_leaves_no_trace(watched_engine
 
 
 async def test_a_full_scan_that_fails_keeps_what_the_watcher_saw(watched_engine, tmp_path, monkeypatch):
-    from snapshotd.engine import core as engine_mod
+    from snapshotd.capture import worktree as engine_mod
 
     repo = make_repo(tmp_path / "r")
     await warm_up(watched_engine, repo)
@@ -218,7 +218,7 @@ async def test_verify_names_each_change_the_watcher_missed(watched_engine, tmp_p
 async def test_idle_reconciliation_logs_each_missed_path(watched_engine, tmp_path, monkeypatch, caplog):
     import trio
 
-    from snapshotd.engine import core as engine_mod
+    from snapshotd.capture import worktree as engine_mod
 
     monkeypatch.setattr(engine_mod, "RECONCILE_IDLE_S", 0.2)
     repo = make_repo(tmp_path / "r")

@@ -17,23 +17,21 @@ from dataclasses import dataclass, field
 
 import pygit2
 
-from snapshotd.capture.core import (
+from snapshotd.capture.builder import TreeBuilder, open_repo
+from snapshotd.capture.scan import git_target, own_data_excludes
+from snapshotd.capture.state import (
     CaptureResult,
     CaptureStats,
     Settings,
     Skip,
     StatCache,
-    TreeBuilder,
     attributes_files,
     config_files,
-    folders_above,
-    git_target,
-    open_repo,
-    own_data_excludes,
 )
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.git.modes import MODE_LINK
 from snapshotd.git.process import run_git_sync
+from snapshotd.paths import folders_above
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
 

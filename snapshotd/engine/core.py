@@ -9,7 +9,6 @@ behind a limiter so the trio loop stays responsive.
 
 from __future__ import annotations
 
-import logging
 import os
 import time
 from collections import Counter
@@ -21,17 +20,10 @@ from typing import Any
 import pygit2
 import trio
 
-from snapshotd.capture.core import (
-    CaptureResult,
-    CaptureStats,
-    StatCache,
-    capture_cold,
-    git_target,
-    make_fence,
-    thread_limiter,
-)
-from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
-from snapshotd.capture.watch import Watcher
+from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult
+from snapshotd.capture.scan import git_target
+from snapshotd.capture.state import CaptureResult, StatCache
+from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.errors import (
     Ambiguous,
     FilesystemError,
@@ -61,40 +53,36 @@ from snapshotd.server.protocol import (
 from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
 from snapshotd.store import diff as diff_mod
 from snapshotd.store.checkpoints import Checkpoint, Store, ref_name, validate_session
-from snapshotd.store.identity import Records, WorktreeInfo, identify, locate, object_format
+from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
+from snapshotd.threads import thread_limiter
 
-log = logging.getLogger(__name__)
-
-WATCH_START_TIMEOUT_S = 5.0
-RECONCILE_IDLE_S = 5.0
 NOTIFY_DEBOUNCE_S = 0.05
 NOTIFY_MAX_PATHS = 1000
-MISS_CAUSES = {
-    "added": "on disk but not in the warm state: the watcher missed a new path",
-    "deleted": "in the warm state but gone from disk: the watcher missed a deletion",
-    "modified": "changed on disk: the watcher missed a write",
-    "type_changed": "changed type on disk: the watcher missed a replacement",
-}
 
 
 @dataclass
 class WorktreeState:
-    """What the engine keeps for one open worktree."""
+    """What the engine keeps for one open worktree: where it is, its lock, its capture and subscriptions."""
 
-    info: WorktreeInfo
-    lock: trio.Lock = field(default_factory=trio.Lock)
-    cache: StatCache = field(default_factory=StatCache)
-    watcher: Watcher | None = None
-    watched: WorktreeInfo | None = None  # where the watcher was started (the worktree may have moved since)
-    warm: WarmState | None = None
-    needs_reconcile: bool = False
-    last_activity: float = field(default_factory=time.monotonic)
+    capture: WorktreeCapture
+    lock: trio.Lock
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
-    cancel: trio.CancelScope | None = None
+
+    @classmethod
+    def open(cls, info: WorktreeInfo, counters: Counter[str], size_cap: int) -> WorktreeState:
+        """A new worktree's state; its captures count into ``counters``."""
+        lock = trio.Lock()
+        return cls(WorktreeCapture(info, lock=lock, counters=counters, size_cap=size_cap), lock)
 
     @property
-    def watching(self) -> bool:
-        return self.watcher is not None and self.watcher.live
+    def info(self) -> WorktreeInfo:
+        """The worktree as last located (its capture follows it when it moves)."""
+        return self.capture.info
+
+    @property
+    def cache(self) -> StatCache:
+        """The capture's stat cache, for stages that write files and must make it forget them."""
+        return self.capture.cache
 
 
 @dataclass
@@ -151,11 +139,6 @@ def refuse_broad_folder(root: str) -> None:
             "pass force (snapshotd checkpoint --force) to do it anyway.",
             path=real,
         )
-
-
-def _tree_entry(oid: str | None, mode: str | None) -> dict[str, str] | None:
-    """One side of a ``verify`` difference: the entry's blob (or commit) id and mode, None when absent."""
-    return None if oid is None else {"oid": oid, "mode": mode or ""}
 
 
 def _folder_bytes(folder: Path) -> int:
@@ -229,8 +212,7 @@ class Engine:
 
     async def aclose(self) -> None:
         for state in self.worktrees.values():
-            if state.cancel is not None:
-                state.cancel.cancel()
+            state.capture.close()
             for subscription in state.subscriptions.values():
                 subscription.cancel.cancel()
         self.worktrees.clear()
@@ -249,18 +231,15 @@ class Engine:
         if state is None:
             remove_stale_temp_files(Path(info.state_dir, "tmp"), "index-")
             restore_mod.recover(os.path.join(info.state_dir, "journal"), info.path)
-            state = WorktreeState(info)
+            state = WorktreeState.open(info, self.counters, self.size_cap)
             self.worktrees[info.id] = state
         elif state.info != info:
-            state.info = info
+            state.capture.info = info
         return state
 
     def _forget_watch(self, state: WorktreeState) -> None:
         """Stop the worktree's watcher and drop the warm tree built from it (it watched another place)."""
-        if state.cancel is not None:
-            state.cancel.cancel()
-        state.watcher = None
-        state.warm = None
+        state.capture.forget_watch()
 
     def _by_id(self, worktree_id: str) -> WorktreeState:
         state = self.worktrees.get(worktree_id)
@@ -295,182 +274,36 @@ class Engine:
             raise InvalidParams("Give either 'path' (a folder inside the worktree) or 'worktree' (its id).")
         return None
 
-    def _wire_worktree(self, state: WorktreeState) -> dict[str, Any]:
-        head, branch = _head(state.info)
-        wire = state.info.to_wire(head, branch, state.watching)
-        wire["watch_error"] = state.watcher.error if state.watcher is not None else None
+    async def _wire_worktree(self, state: WorktreeState) -> dict[str, Any]:
+        """The worktree as the contract shows it; HEAD is read on a worker thread."""
+        head, branch = await trio.to_thread.run_sync(_head, state.info, limiter=thread_limiter)
+        wire = state.info.to_wire(head, branch, state.capture.watching)
+        wire["watch_error"] = state.capture.watch_error
         return wire
 
     # --- capture ---------------------------------------------------------------
 
     async def capture(self, state: WorktreeState, *, exact: bool = False) -> CaptureResult:
-        """The worktree's tree now; callers hold ``state.lock``.
-
-        Warm when a live watcher's dirty set can be trusted, cold otherwise.
-        """
-        state.last_activity = time.monotonic()
-        watcher = state.watcher
-        if watcher is None or not watcher.live or state.warm is None or exact:
-            reason = "exact requested" if exact else ("no watcher" if watcher is None else "watcher not warm")
-            if reason == "watcher not warm" and is_git_only(state.info.store_dir):
-                # The warm path keeps libgit2 indexes; here every capture is git's full scan.
-                reason = f"{object_format(state.info.store_dir)} repository"
-            return await self._cold(state, reason)
-        if not await watcher.sync():
-            return await self._cold(state, "cookie wait timed out")
-        dirty, reasons = watcher.take()
-        if reasons or signature_of(state.warm.sources) != state.warm.signature:
-            reason = sorted(reasons)[0] if reasons else "ignore rules or user index changed"
-            return await self._cold(state, reason, hints=dirty)
-        started = time.perf_counter()
-        stats = CaptureStats(scan="watch")
-        if dirty:
-            fence_ns = make_fence(os.path.join(state.info.state_dir, "tmp"))
-            try:
-                tree = await trio.to_thread.run_sync(
-                    capture_warm, state.info, state.warm, dirty, state.cache, stats, self.size_cap, fence_ns,
-                    limiter=thread_limiter,
-                )
-            except BaseException:
-                self._forget_failed_capture(state, dirty)
-                raise
-            if tree is None:
-                return await self._cold(state, "too many new paths or a pruned store", hints=dirty)
-            state.needs_reconcile = True
-        stats.skipped = dict(state.warm.skipped)
-        stats.ms = (time.perf_counter() - started) * 1000
-        self.counters["processes"] += stats.processes
-        self.counters["captures.watch"] += 1
-        return CaptureResult(tree=state.warm.tree, stats=stats, index=None, flagged=set())
-
-    async def _cold(self, state: WorktreeState, reason: str, hints: set[str] | None = None) -> CaptureResult:
-        """A full scan; paths the watcher saw change are re-hashed even if their stat data look clean."""
-        keep = state.watcher is not None and state.watcher.live
-        hints = set(hints or ())
-        if keep:
-            self.counters[f"cold_reasons.{reason}"] += 1
-            await state.watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
-            hints |= state.watcher.take()[0]  # the full scan covers everything the watcher saw so far
-        sources = rule_sources(state.info) if keep else []
-        signature = signature_of(sources)
-        index_mtime_ns = 0
-        if state.info.git_dir is not None:
-            try:
-                index_mtime_ns = os.stat(os.path.join(state.info.git_dir, "index")).st_mtime_ns
-            except OSError:
-                index_mtime_ns = 0
-        try:
-            result = await capture_cold(state.info, state.cache, self.size_cap, keep_pristine=keep, hints=hints)
-        except BaseException:
-            self._forget_failed_capture(state, hints)
-            raise
-        state.warm = WarmState.from_cold(result, index_mtime_ns, sources, signature) if keep else None
-        self.counters["processes"] += result.stats.processes
-        self.counters[f"captures.{result.stats.scan}"] += 1
-        if result.stats.fallback:
-            kind = "object_format" if result.stats.fallback.startswith("object format") else "git_index"
-            self.counters[f"fallbacks.{kind}"] += 1
-        return result
-
-    def _forget_failed_capture(self, state: WorktreeState, dirty: set[str]) -> None:
-        """A capture failed part-way: drop the warm state it may have half changed, keep what it took.
-
-        The next capture is then a full scan that re-hashes ``dirty`` whatever
-        their stat data say, as if the failed one had never run.
-        """
-        state.warm = None
-        if state.watcher is not None:
-            state.watcher.put_back(dirty, {"a capture failed"})
-        self.counters["captures.failed"] += 1
+        """The worktree's tree now, warm or cold as its capture decides; callers hold ``state.lock``."""
+        return await state.capture.take(exact=exact)
 
     # --- watching ----------------------------------------------------------------
 
     async def _ensure_watch(self, state: WorktreeState) -> None:
-        """Watch the worktree where it is now (again, after it moved)."""
-        if state.watcher is not None and state.watched != state.info:
-            self._forget_watch(state)
-        if not self.watch or self.nursery is None or state.watcher is not None:
-            return
-        watcher = Watcher(state.info, on_change=lambda paths, overflow: self._changed(state, paths, overflow))
-        state.watcher = watcher
-        state.watched = state.info
-        self.nursery.start_soon(self._run_worktree, state, watcher)
-        if not await watcher.wait_started(WATCH_START_TIMEOUT_S):
-            self.counters["watch_failures"] += 1
-
-    async def _run_worktree(self, state: WorktreeState, watcher: Watcher) -> None:
-        """The worktree's own tasks: its watcher and the idle reconciliation."""
-        with trio.CancelScope() as scope:
-            state.cancel = scope
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(watcher.run)
-                nursery.start_soon(self._reconcile_when_idle, state)
-        if state.watcher is watcher:
-            state.watcher = None
-            state.warm = None
-
-    async def _reconcile_when_idle(self, state: WorktreeState) -> None:
-        """After warm captures, once the worktree is quiet, check the warm tree against a full scan.
-
-        Every difference is a change the watcher missed; it is counted as
-        ``watch_miss`` (which must stay 0) and the full scan's result is kept.
-        """
-        while True:
-            await trio.sleep(RECONCILE_IDLE_S / 2)
-            quiet = time.monotonic() - state.last_activity >= RECONCILE_IDLE_S
-            if not (state.needs_reconcile and quiet and state.watcher and state.watcher.live):
-                continue
-            if state.lock.locked():
-                continue
-            async with state.lock:
-                warm = await self.capture(state)
-                if warm.stats.scan != "watch":
-                    state.needs_reconcile = False
-                    continue
-                cold = await self._cold(state, "idle reconciliation")
-                state.needs_reconcile = False
-                self.counters["reconciliations"] += 1
-                await self._watch_misses(state, warm.tree, cold.tree, "idle reconciliation")
-            state.last_activity = time.monotonic()
-
-    async def _watch_misses(self, state: WorktreeState, warm_tree: str, disk_tree: str, by: str) -> list[dict[str, Any]]:
-        """The paths where the warm tree differs from a full scan, each logged and counted as ``watch_miss``."""
-        if warm_tree == disk_tree:
-            return []
-
-        def compare() -> list[dict[str, Any]]:
-            with repository(state.info.store_dir) as repo:
-                return diff_mod.diff_trees(repo, warm_tree, disk_tree, find_renames=False)["files"]
-
-        differences = []
-        for change in await trio.to_thread.run_sync(compare, limiter=thread_limiter):
-            cause = MISS_CAUSES.get(change["status"], change["status"])
-            if change["status"] == "modified" and change["old_oid"] == change["new_oid"]:
-                cause = "mode changed on disk: the watcher missed a chmod"
-            log.warning("watch_miss in %s (%s): %s %s", state.info.path, by, change["path"], cause)
-            differences.append({
-                "path": change["path"],
-                "warm": _tree_entry(change["old_oid"], change["old_mode"]),
-                "disk": _tree_entry(change["new_oid"], change["new_mode"]),
-                "cause": cause,
-            })
-        self.counters["watch_miss"] += max(1, len(differences))
-        return differences
+        """Watch the worktree where it is now (again, after it moved), when this engine watches at all."""
+        nursery = self.nursery if self.watch else None
+        await state.capture.ensure_watch(nursery, lambda paths, overflow: self._changed(state, paths, overflow))
 
     async def _verify(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         """The warm state against a full scan now; the scan's result becomes the warm state, nothing is recorded."""
         state = await self._resolve(params)
         assert state is not None
         async with state.lock:
-            warm = await self.capture(state)
-            started = time.perf_counter()
-            disk = await self._cold(state, "verify")
-            scan_ms = (time.perf_counter() - started) * 1000
-            differences = await self._watch_misses(state, warm.tree, disk.tree, "verify")
-        return {"differences": differences, "scan_ms": round(scan_ms, 3)}
+            found = await state.capture.verify()
+        return found.to_wire()
 
     def _changed(self, state: WorktreeState, paths: set[str], overflow: bool) -> None:
-        state.last_activity = time.monotonic()
+        """Hand a batch of changed paths to every subscription of the worktree."""
         for subscription in state.subscriptions.values():
             if len(subscription.pending) + len(paths) > NOTIFY_MAX_PATHS:
                 subscription.overflow = True
@@ -532,23 +365,23 @@ class Engine:
             return Store(repo).record(worktree_id=state.info.id, session=session, label=label, tree=tree, base=base)
 
     async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        session = validate_session(params.get("session"))
-        label = optional_str(params, "label")
-        exact = optional_bool(params, "exact")
-        force = optional_bool(params, "force")
-        path = optional_str(params, "path")
-        if path is not None and not force:  # before opening: a watch of all of $HOME is costly too
-            refuse_broad_folder((await trio.to_thread.run_sync(locate, path, limiter=thread_limiter)).root)
+        options = CheckpointOptions.from_params(params)
+        if options.path is not None and not options.force:  # before opening: a watch of all of $HOME is costly too
+            refuse_broad_folder((await trio.to_thread.run_sync(locate, options.path, limiter=thread_limiter)).root)
         state = await self._resolve(params)
         assert state is not None
-        if path is None and not force:
+        if options.path is None and not options.force:
             refuse_broad_folder(state.info.path)
+        return (await self._take_checkpoint(state, options)).to_wire()
+
+    async def _take_checkpoint(self, state: WorktreeState, options: CheckpointOptions) -> CheckpointResult:
+        """Capture and record under the worktree's lock; a full disk or a denied write gets one sentence."""
         started = time.perf_counter()
         async with state.lock:
             try:
-                result = await self.capture(state, exact=exact)
+                result = await self.capture(state, exact=options.exact)
                 checkpoint = await trio.to_thread.run_sync(
-                    self._record, state, session, label, result.tree, limiter=thread_limiter
+                    self._record, state, options.session, options.label, result.tree, limiter=thread_limiter
                 )
             except (OSError, pygit2.GitError) as exc:
                 error = filesystem_error(exc, state.info.store_dir, "save the checkpoint in")
@@ -556,7 +389,7 @@ class Engine:
                     raise error from exc
                 raise
         result.stats.ms = (time.perf_counter() - started) * 1000
-        return {"checkpoint": checkpoint.to_wire(), "stats": result.stats.to_wire()}
+        return CheckpointResult(checkpoint, result.stats)
 
     # --- reading checkpoints ---------------------------------------------------
 
@@ -947,8 +780,7 @@ class Engine:
         info = state.info
         objects = Path(info.store_dir, "objects")
         before = await trio.to_thread.run_sync(_folder_bytes, objects)
-        state.warm = None
-        state.cache = StatCache()
+        state.capture.forget_objects()
         await run_git(GitTarget(git_dir=info.store_dir, work_tree=None), ["gc", "--prune=now", "--quiet"])
         self.counters["processes"] += 1
         return max(0, before - await trio.to_thread.run_sync(_folder_bytes, objects))
@@ -970,22 +802,20 @@ class Engine:
     async def _open(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         state = await self._resolve(params)
         assert state is not None
-        return {"worktree": self._wire_worktree(state)}
+        return {"worktree": await self._wire_worktree(state)}
 
     async def _worktrees(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        return {"worktrees": [self._wire_worktree(state) for state in self.worktrees.values()]}
+        return {"worktrees": [await self._wire_worktree(state) for state in self.worktrees.values()]}
 
     async def _status(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         counters = dict(self.counters)
         counters["processes_started"] = spawn.spawned_total()
         counters.setdefault("watch_miss", 0)
         for state in self.worktrees.values():
-            if state.watcher is not None:
-                counters["watcher.events"] = counters.get("watcher.events", 0) + state.watcher.events
-                counters["watcher.cookie_waits"] = counters.get("watcher.cookie_waits", 0) + state.watcher.cookie_waits
-                counters["watcher.rearms"] = counters.get("watcher.rearms", 0) + state.watcher.rearms
+            for name, count in state.capture.watch_counters().items():
+                counters[name] = counters.get(name, 0) + count
         return {
-            "worktrees": [self._wire_worktree(state) for state in self.worktrees.values()],
+            "worktrees": [await self._wire_worktree(state) for state in self.worktrees.values()],
             "counters": counters,
             "spawn": {"native": spawn.NATIVE, "error": spawn.NATIVE_ERROR},
             "version": VERSION,

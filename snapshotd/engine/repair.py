@@ -33,11 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from snapshotd.capture.core import thread_limiter
 from snapshotd.errors import NotFound, SnapshotdError
 from snapshotd.git.ownership import check_repository_owner
 from snapshotd.git.process import GitTarget, run_git
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate, read_gitfile
+from snapshotd.threads import thread_limiter
 
 if TYPE_CHECKING:
     from snapshotd.engine.core import Engine

@@ -1,0 +1,260 @@
+"""Building the tree: each path's file state applied to an in-memory index, hashed in-process.
+
+``TreeBuilder`` records a path as ``git add`` would (mode, symlink, gitlink,
+the size cap for untracked files) and hashes its bytes with libgit2, or hands
+files whose content git's filters may change to one ``hash-object`` run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+
+import pygit2
+
+from snapshotd.capture.scan import git_target
+from snapshotd.capture.state import (
+    SKIP_NO_COMMIT,
+    SKIP_SPECIAL,
+    SKIP_TOO_LARGE,
+    CaptureStats,
+    FileState,
+    Settings,
+    StatCache,
+)
+from snapshotd.errors import GitError
+from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
+from snapshotd.git.process import GitTarget, run_git_sync
+from snapshotd.store.identity import WorktreeInfo
+
+STREAM_ABOVE = 32 * 1024 * 1024  # larger files are hashed by libgit2 straight from disk
+
+
+def open_repo(info: WorktreeInfo) -> pygit2.Repository:
+    """The worktree's store, opened by libgit2 without searching upwards."""
+    return pygit2.Repository(info.store_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+
+
+def file_mode(st: os.stat_result, previous_mode: int | None, settings: Settings) -> int | None:
+    """The git mode of a file as ``git add`` records it, or None for what git cannot add."""
+    if stat.S_ISLNK(st.st_mode):
+        if not settings.trust_symlinks and previous_mode in (MODE_FILE, MODE_EXEC):
+            return previous_mode
+        return MODE_LINK
+    if stat.S_ISREG(st.st_mode):
+        if not settings.trust_symlinks and previous_mode == MODE_LINK:
+            return MODE_LINK
+        if not settings.trust_exec:
+            return previous_mode if previous_mode in (MODE_FILE, MODE_EXEC) else MODE_FILE
+        return MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
+    return None
+
+
+def gitlink_head(path: str) -> pygit2.Oid | None:
+    """The commit a nested repository has checked out, or None (no commit, not a repository)."""
+    text = gitlink_commit(path)
+    return pygit2.Oid(hex=text) if text is not None and len(text) == 40 else None
+
+
+def gitlink_commit(path: str) -> str | None:
+    """:func:`gitlink_head` as hex, also for a nested repository libgit2 cannot open (git answers)."""
+    dotgit = os.path.join(path, ".git")
+    if not os.path.lexists(dotgit):
+        return None
+    try:
+        nested = pygit2.Repository(path, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        if nested.head_is_unborn:
+            return None
+        return str(nested.head.target)
+    except (pygit2.GitError, KeyError, ValueError):
+        pass
+    try:
+        out = run_git_sync(
+            GitTarget(git_dir=dotgit, work_tree=path), ["rev-parse", "--verify", "-q", "HEAD"], ok_codes=(0, 1)
+        )
+    except GitError:
+        return None
+    text = out.decode().strip()
+    return text if len(text) in (40, 64) and all(ch in "0123456789abcdef" for ch in text) else None
+
+
+class Walker:
+    """Per-capture memo of which parent folders are real folders (not symlinks)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._real: dict[str, bool] = {"": True}
+
+    def parent_is_real(self, path: str) -> bool:
+        parent = path.rpartition("/")[0]
+        known = self._real.get(parent)
+        if known is None:
+            if not self.parent_is_real(parent):
+                known = False
+            else:
+                try:
+                    known = stat.S_ISDIR(os.lstat(os.path.join(self.root, parent)).st_mode)
+                except OSError:
+                    known = False
+            self._real[parent] = known
+        return known
+
+    def lstat(self, path: str) -> os.stat_result | None:
+        if not self.parent_is_real(path):
+            return None
+        try:
+            return os.lstat(os.path.join(self.root, path))
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+
+class TreeBuilder:
+    """Applies per-path file states to an in-memory index and writes the tree."""
+
+    def __init__(
+        self,
+        repo: pygit2.Repository,
+        info: WorktreeInfo,
+        index: pygit2.Index,
+        settings: Settings,
+        cache: StatCache,
+        stats: CaptureStats,
+        size_cap: int,
+        fence_ns: int,
+    ) -> None:
+        self.repo = repo
+        self.info = info
+        self.index = index
+        self.settings = settings
+        self.cache = cache
+        self.stats = stats
+        self.size_cap = size_cap
+        self.fence_ns = fence_ns
+        self.walker = Walker(info.path)
+        self.odb = repo.odb
+        self._git_hash: list[tuple[str, os.stat_result, int]] = []
+
+    def _entry_mode(self, path: str) -> int | None:
+        entry = self._get(path)
+        return None if entry is None else int(entry.mode)
+
+    def _get(self, path: str) -> pygit2.IndexEntry | None:
+        try:
+            return self.index[path]
+        except (KeyError, ValueError):
+            return None
+
+    def _remove(self, path: str) -> None:
+        with contextlib.suppress(OSError, KeyError, ValueError, pygit2.GitError):
+            self.index.remove(path)
+
+    def _hash(self, path: str, st: os.stat_result, mode: int) -> pygit2.Oid | None:
+        cached = self.cache.lookup(path, st)
+        if cached is not None and cached in self.odb:  # a gc of the store may have pruned it
+            return cached
+        absolute = os.path.join(self.info.path, path)
+        if mode == MODE_LINK and stat.S_ISLNK(st.st_mode):
+            oid = self.repo.create_blob(os.readlink(os.fsencode(absolute)))
+        elif self.settings.filters:
+            self._git_hash.append((path, st, mode))
+            return None
+        else:
+            oid = self._stable_blob(absolute, st)
+            if oid is None:
+                return None
+        self.stats.hashed += 1
+        self.cache.store(path, st, self.fence_ns, oid)
+        return oid
+
+    def _write_blob(self, absolute: str, st: os.stat_result) -> pygit2.Oid | None:
+        """Store the bytes of the regular file ``st`` describes as a blob; None if another file is there now.
+
+        The open neither follows a link nor blocks (a FIFO swapped in since the
+        lstat would hang it for good), and fstat checks that the descriptor is
+        that same regular file before a byte is read. The blob object is
+        written only if it is new.
+        """
+        fd = os.open(absolute, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            opened = os.fstat(fd)
+            if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
+                return None
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                if opened.st_size > STREAM_ABOVE:
+                    return self.repo.create_blob_fromiobase(handle)
+                data = handle.read()
+        finally:
+            os.close(fd)
+        oid = pygit2.hash(data)
+        if oid not in self.odb:
+            self.odb.write(pygit2.enums.ObjectType.BLOB, data)
+            self.stats.objects_written += 1
+        return oid
+
+    def _stable_blob(self, absolute: str, st: os.stat_result) -> pygit2.Oid | None:
+        """Hash a file, again if it changed while being read, so the blob is never torn.
+
+        None when it is gone or no longer a regular file.
+        """
+        oid = None
+        for _ in range(5):
+            try:
+                oid = self._write_blob(absolute, st)
+                after = os.lstat(absolute)
+            except OSError:
+                return None
+            if not stat.S_ISREG(after.st_mode):
+                return None
+            if oid is not None and FileState.of(after) == FileState.of(st):
+                return oid
+            st = after
+        return oid
+
+    def apply(self, path: str, *, untracked: bool, keep_if_missing: bool = False) -> None:
+        """Record ``path`` as it is on disk now (or drop it if it is gone)."""
+        st = self.walker.lstat(path)
+        if st is None:
+            if not keep_if_missing:
+                self._remove(path)
+                self.cache.forget(path)
+            return
+        previous = self._entry_mode(path)
+        if stat.S_ISDIR(st.st_mode):
+            if previous == MODE_GITLINK or untracked:
+                head = gitlink_head(os.path.join(self.info.path, path))
+                if head is not None:
+                    self.index.add(pygit2.IndexEntry(path, head, MODE_GITLINK))
+                elif untracked:
+                    self.stats.skip(path + "/", SKIP_NO_COMMIT)
+                return
+            self._remove(path)  # a file that became a folder; its contents are listed apart
+            return
+        mode = file_mode(st, previous, self.settings)
+        if mode is None:
+            self.stats.skip(path, SKIP_SPECIAL)
+            return
+        if untracked and self.size_cap and st.st_size > self.size_cap and mode != MODE_LINK:
+            self.stats.skip(path, SKIP_TOO_LARGE, size=st.st_size, cap=self.size_cap)
+            self._remove(path)
+            return
+        oid = self._hash(path, st, mode)
+        if oid is not None:
+            self.index.add(pygit2.IndexEntry(path, oid, mode))
+
+    def finish(self) -> str:
+        """Hash what needs git's filters, then write the tree."""
+        if self._git_hash:
+            target = git_target(self.info)
+            paths = b"".join(os.fsencode(path) + b"\n" for path, _, _ in self._git_hash)
+            if any("\n" in path for path, _, _ in self._git_hash):
+                raise GitError("A file name with a newline cannot be hashed through git's filters.")
+            out = run_git_sync(target, ["hash-object", "-w", "--stdin-paths"], input=paths)
+            self.stats.processes += 1
+            for (path, st, mode), line in zip(self._git_hash, out.split(), strict=True):
+                oid = pygit2.Oid(hex=line.decode())
+                self.stats.hashed += 1
+                self.cache.store(path, st, self.fence_ns, oid)
+                self.index.add(pygit2.IndexEntry(path, oid, mode))
+            self._git_hash.clear()
+        return str(self.index.write_tree(self.repo))

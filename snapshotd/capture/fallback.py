@@ -1,0 +1,178 @@
+"""The capture through git alone, for indexes and repositories libgit2 cannot read.
+
+A split or sparse index, or a SHA-256 repository, gets the same tree from
+``update-index`` on the private index copy and ``write-tree``; files git
+hashed before and unchanged since go in as known entries.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from collections.abc import Iterable
+
+from snapshotd.capture.builder import Walker, gitlink_commit
+from snapshotd.capture.scan import flag_kinds, git_target, parse_listing
+from snapshotd.capture.state import (
+    SKIP_NO_COMMIT,
+    SKIP_TOO_LARGE,
+    CaptureResult,
+    CaptureStats,
+    StatCache,
+    conversion_rules,
+)
+from snapshotd.git.process import GitTarget, run_git_sync
+from snapshotd.paths import folders_above
+from snapshotd.store.identity import WorktreeInfo, object_format
+
+
+def _nul_list(paths: Iterable[str]) -> bytes:
+    return b"".join(os.fsencode(path) + b"\0" for path in paths)
+
+
+MAX_CACHEINFO_BYTES = 256 * 1024  # known untracked entries given on update-index's command line
+
+
+def build_with_git(
+    info: WorktreeInfo,
+    index_path: str | None,
+    changed: set[str],
+    untracked: set[str],
+    flagged: set[str],
+    stats: CaptureStats,
+    size_cap: int,
+    *,
+    flag_listing: bytes | None = None,
+    cache: StatCache | None = None,
+    fence_ns: int = 0,
+) -> CaptureResult:
+    """The same result through git alone, for indexes and repositories libgit2 cannot read.
+
+    ``flag_listing`` is a tagged listing of every index entry (``ls-files -v
+    -c``) when the scan already made one. With ``cache``, the id and mode git
+    gave each file it hashed are remembered (by stat data, under the racy
+    fence, as for in-process hashing), so a file unchanged since (untracked,
+    or tracked and modified) is neither read nor filtered again: it is given to
+    ``update-index`` as a known entry.
+    """
+    target = git_target(info)
+    walker = Walker(info.path)
+    if flag_listing is None:
+        flag_listing = run_git_sync(target, ["ls-files", "-z", "-v"], index_file=index_path)
+        stats.processes += 1
+    skip, valid = flag_kinds(flag_listing)
+    flagged = flagged | skip | valid
+    # As the contract says: a flagged entry whose file is on disk is taken from disk.
+    # (One flag per run: update-index applies only the first of two unmark options.)
+    for option, paths_flagged in (("--no-skip-worktree", skip), ("--no-assume-unchanged", valid)):
+        present = {path for path in paths_flagged if walker.lstat(path) is not None}
+        if present:
+            run_git_sync(target, ["update-index", "-z", option, "--stdin"], index_file=index_path, input=_nul_list(sorted(present)))
+            stats.processes += 1
+    on_disk = {path for path in flagged if walker.lstat(path) is not None}
+    # A flagged entry missing from disk stays as the index has it (sparse checkout).
+    paths = sorted((changed - flagged) | on_disk)
+    beyond = {path for path in paths if not walker.parent_is_real(path)}
+    if beyond:
+        # Inside a folder now replaced by a symlink or a file: gone, though lstat through the link may find it.
+        run_git_sync(target, ["update-index", "-z", "--force-remove", "--stdin"], index_file=index_path, input=_nul_list(sorted(beyond)))
+        stats.processes += 1
+        paths = [path for path in paths if path not in beyond]
+    for raw in sorted(untracked):
+        path = raw.rstrip("/")
+        st = walker.lstat(path)
+        if st is None:
+            continue
+        if raw.endswith("/") and gitlink_commit(os.path.join(info.path, path)) is None:
+            stats.skip(raw, SKIP_NO_COMMIT)
+            continue
+        if not raw.endswith("/") and size_cap and stat.S_ISREG(st.st_mode) and st.st_size > size_cap:
+            stats.skip(path, SKIP_TOO_LARGE, size=st.st_size, cap=size_cap)
+            continue
+        paths.append(path)
+    # Files hashed before and unchanged since go in as known entries, which update-index
+    # applies before the listed paths. Inside a tracked path that is now a folder (a file
+    # turned folder) they would meet the old entry first and fail: those are listed.
+    turned = {p for p in changed | on_disk if (st := walker.lstat(p)) is not None and stat.S_ISDIR(st.st_mode)}
+    listed: list[str] = []
+    known: list[str] = []
+    known_bytes = 0
+    fresh: dict[str, os.stat_result] = {}
+    for path in paths:
+        st = walker.lstat(path) if cache is not None else None
+        if st is not None and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            assert cache is not None
+            hit = cache.lookup_entry(path, st)
+            inside_turned = bool(turned) and any(folder in turned for folder in folders_above(path))
+            if hit is not None and hit.mode is not None and not inside_turned and known_bytes < MAX_CACHEINFO_BYTES:
+                item = f"{hit.mode:o},{hit.oid},{path}"
+                known += ["--cacheinfo", item]
+                known_bytes += len(os.fsencode(item)) + 13
+                continue
+            fresh[path] = st
+        listed.append(path)
+    if listed or known:
+        run_git_sync(
+            target,
+            ["update-index", "-z", "--add", "--remove", "--replace", "--ignore-skip-worktree-entries", *known, "--stdin"],
+            index_file=index_path,
+            input=_nul_list(listed),
+        )
+        stats.processes += 1
+        stats.hashed += len(fresh) if cache is not None else len(listed)
+    if cache is not None and fresh:
+        _remember(target, index_path, fresh, cache, fence_ns, stats)
+    tree = run_git_sync(target, ["write-tree"], index_file=index_path).decode().strip()
+    stats.processes += 1
+    return CaptureResult(tree=tree, stats=stats, index=None, flagged=flagged)
+
+
+def _remember(
+    target: GitTarget,
+    index_path: str | None,
+    fresh: dict[str, os.stat_result],
+    cache: StatCache,
+    fence_ns: int,
+    stats: CaptureStats,
+) -> None:
+    """Cache the id and mode git gave the untracked files it just hashed (one ``ls-files -s``)."""
+    chosen: list[str] = []
+    size = 0
+    for path in sorted(fresh):
+        size += len(os.fsencode(path)) + 1
+        if size > MAX_CACHEINFO_BYTES:
+            break  # the rest is hashed again next time
+        chosen.append(path)
+    out = run_git_sync(
+        target,
+        ["ls-files", "-s", "-z", "--", *chosen],
+        index_file=index_path,
+        env_extra={"GIT_LITERAL_PATHSPECS": "1"},
+    )
+    stats.processes += 1
+    for record in out.split(b"\0"):
+        meta, _, raw_path = record.partition(b"\t")
+        fields = meta.split(b" ")
+        path = os.fsdecode(raw_path)
+        if len(fields) == 3 and fields[2] == b"0" and path in fresh:
+            cache.store(path, fresh[path], fence_ns, fields[1].decode("ascii"), int(fields[0], 8))
+
+
+def build_git_only(
+    info: WorktreeInfo,
+    index_path: str,
+    listing: bytes,
+    cache: StatCache,
+    stats: CaptureStats,
+    size_cap: int,
+    fence_ns: int,
+) -> CaptureResult:
+    """The capture of a repository libgit2 cannot open: git's scan applied by git to the index copy."""
+    modified, removed, untracked, flagged = parse_listing(listing)
+    stats.fallback = f"object format {object_format(info.store_dir)}"
+    cache.follow_rules(conversion_rules(info, listing, tracked_attributes=False))  # listing -c names every one
+    return build_with_git(
+        info, index_path, modified | removed, untracked, flagged, stats, size_cap,
+        flag_listing=listing, cache=cache, fence_ns=fence_ns,
+    )
+

@@ -1,0 +1,239 @@
+"""What a capture knows between runs and reports: the stat cache, the rules that convert files, the stats.
+
+The stat cache keeps a hash only while the file's stat data match and the
+conversion rules it was made under stand; a capture's result carries its
+tree, its typed stats and what the warm path starts from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pygit2
+
+from snapshotd.capture.scan import attributes_in
+from snapshotd.settings import git_config_home
+from snapshotd.store.identity import WorktreeInfo
+
+
+@dataclass(frozen=True)
+class FileState:
+    """What lstat said when the content was hashed, and the fence it was hashed under."""
+
+    mtime_ns: int
+    ctime_ns: int
+    size: int
+    ino: int
+    mode: int
+    uid: int
+    gid: int
+
+    @classmethod
+    def of(cls, st: os.stat_result) -> FileState:
+        return cls(st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino, st.st_mode, st.st_uid, st.st_gid)
+
+
+@dataclass
+class CachedBlob:
+    state: FileState
+    fence_ns: int
+    oid: pygit2.Oid | str  # hex where git hashed the file (repositories libgit2 cannot open)
+    mode: int | None = None  # the git mode, where git chose it
+
+
+@dataclass
+class StatCache:
+    """Hashes of files keyed by path; an entry counts only while its stat data match.
+
+    An entry is trusted only if the file's mtime and ctime are strictly older
+    than the fence (the mtime of a file this process wrote just before
+    hashing), so a write in the same timestamp tick as the hash is never
+    missed, even one that put the old mtime back.
+    """
+
+    entries: dict[str, CachedBlob] = field(default_factory=dict)
+    rules: tuple | None = None  # the conversion rules the entries were hashed under
+
+    def follow_rules(self, rules: tuple) -> None:
+        """Forget every entry if the rules that turn a file's bytes into a blob changed since.
+
+        A new ``*.sh text eol=lf`` gives an unchanged CRLF file another blob, so
+        a hash is worth keeping only under the rules it was made with.
+        """
+        if rules != self.rules:
+            self.entries.clear()
+            self.rules = rules
+
+    def lookup(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
+        cached = self.lookup_entry(path, st)
+        return None if cached is None else cached.oid  # type: ignore[return-value]
+
+    def lookup_entry(self, path: str, st: os.stat_result) -> CachedBlob | None:
+        cached = self.entries.get(path)
+        if cached is None:
+            return None
+        if cached.state != FileState.of(st) or max(st.st_mtime_ns, st.st_ctime_ns) >= cached.fence_ns:
+            return None
+        return cached
+
+    def store(
+        self, path: str, st: os.stat_result, fence_ns: int, oid: pygit2.Oid | str, mode: int | None = None
+    ) -> None:
+        self.entries[path] = CachedBlob(FileState.of(st), fence_ns, oid, mode)
+
+    def forget(self, path: str) -> None:
+        self.entries.pop(path, None)
+
+
+SKIP_TOO_LARGE = "larger than the size cap for untracked files"
+SKIP_SPECIAL = "not a file, link or folder (a FIFO, socket or device), which git cannot add"
+SKIP_NO_COMMIT = "a nested repository with no commit yet"
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Why a path on disk was left out of a capture."""
+
+    reason: str
+    size: int | None = None
+    cap: int | None = None
+
+    def to_wire(self, path: str) -> dict:
+        wire: dict = {"path": path, "reason": self.reason}
+        if self.size is not None:
+            wire["size"] = self.size
+        if self.cap is not None:
+            wire["cap"] = self.cap
+        return wire
+
+
+@dataclass
+class CaptureStats:
+    ms: float = 0.0
+    processes: int = 0
+    scan: str = "full"
+    hashed: int = 0
+    skipped: dict[str, Skip] = field(default_factory=dict)  # path (a folder's ends in "/") -> why
+    fallback: str | None = None
+    objects_written: int = 0
+
+    def skip(self, path: str, reason: str, *, size: int | None = None, cap: int | None = None) -> None:
+        self.skipped[path] = Skip(reason, size, cap)
+
+    def to_wire(self) -> dict:
+        return {
+            "ms": round(self.ms, 3),
+            "processes": self.processes,
+            "scan": self.scan,
+            "hashed": self.hashed,
+            "skipped": sorted(self.skipped),
+            "skipped_files": [self.skipped[path].to_wire(path) for path in sorted(self.skipped)],
+        }
+
+
+@dataclass
+class CaptureResult:
+    tree: str
+    stats: CaptureStats
+    index: pygit2.Index | None  # the in-memory index the tree was written from
+    flagged: set[str]  # assume-unchanged / skip-worktree paths of the user's index
+    pristine: pygit2.Index | None = None  # the user's index as it was read
+    settings: Settings | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Per-repository switches that change how a file is recorded."""
+
+    trust_exec: bool
+    trust_symlinks: bool
+    filters: bool  # CRLF, eol or attributes may change content: let git hash files
+
+    @classmethod
+    def read(cls, repo: pygit2.Repository, listing: bytes, info: WorktreeInfo, tracked_attributes: bool) -> Settings:
+        config = repo.config
+
+        def flag(name: str, default: bool) -> bool:
+            try:
+                return config.get_bool(name)
+            except (KeyError, pygit2.GitError, ValueError):
+                return default
+
+        def present(name: str) -> bool:
+            try:
+                return bool(config[name])
+            except (KeyError, pygit2.GitError, ValueError):
+                return False
+
+        autocrlf = False
+        with contextlib.suppress(KeyError, pygit2.GitError, ValueError):
+            autocrlf = str(config["core.autocrlf"]).lower() in ("true", "input", "1", "yes", "on")
+        attributes_file = Path(info.common_dir or info.store_dir, "info", "attributes")
+        filters = (
+            autocrlf
+            or present("core.eol")
+            or present("core.attributesFile")
+            or attributes_file.exists()
+            or tracked_attributes
+            or bool(attributes_in(listing))
+            or (git_config_home() / "attributes").exists()
+        )
+        return cls(flag("core.fileMode", True), flag("core.symlinks", True), filters)
+
+
+def _stat_key(path: str) -> tuple[int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
+def config_files(info: WorktreeInfo) -> list[str]:
+    """The config files git reads for ``info``'s worktree, global first (later ones win)."""
+    if os.environ.get("GIT_CONFIG_GLOBAL"):
+        files = [os.environ["GIT_CONFIG_GLOBAL"]]
+    else:
+        files = [str(git_config_home() / "config"), os.path.expanduser("~/.gitconfig")]
+    files.append(os.path.join(info.common_dir or info.store_dir, "config"))
+    if info.git_dir is not None:
+        files.append(os.path.join(info.git_dir, "config.worktree"))
+    return files
+
+
+def attributes_files(info: WorktreeInfo) -> list[str]:
+    """The attributes files outside the worktree: the repository's own and the user's."""
+    return [os.path.join(info.common_dir or info.store_dir, "info", "attributes"), str(git_config_home() / "attributes")]
+
+
+def conversion_rules(info: WorktreeInfo, listing: bytes, tracked_attributes: bool) -> tuple:
+    """The stat data of everything that decides how a file's bytes become a blob.
+
+    That is the config files (``core.autocrlf``, ``core.eol``), the attributes
+    files outside the worktree, every ``.gitattributes`` the scan listed
+    (changed or untracked) and, when the index tracks one, the user's index,
+    which holds the content of the others.
+    """
+    files = config_files(info) + attributes_files(info)
+    if tracked_attributes and info.git_dir is not None:
+        files.append(os.path.join(info.git_dir, "index"))
+    listed = attributes_in(listing)
+    return (
+        tuple(_stat_key(path) for path in files),
+        tuple((path, _stat_key(os.path.join(info.path, path))) for path in listed),
+    )
+
+def make_fence(folder: str) -> int:
+    """The mtime the file system gives a file written now: the racy-timestamp fence."""
+    path = os.path.join(folder, f"fence-{os.getpid()}-{secrets.token_hex(4)}")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, b"f")
+        return os.fstat(fd).st_mtime_ns
+    finally:
+        os.close(fd)
+        os.unlink(path)

@@ -1,0 +1,264 @@
+"""One worktree's capture: its watcher, warm state and stat cache, and the warm-or-cold decision.
+
+The engine keeps one :class:`WorktreeCapture` per open worktree and asks it
+for a tree with :meth:`WorktreeCapture.take`. A warm capture applies the live
+watcher's dirty set to the last tree; a cold one is a full scan. While the
+worktree is quiet after warm captures, the idle reconciliation checks the warm
+tree against a full scan and reports every change the watcher missed.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import trio
+
+from snapshotd.capture.core import capture_cold
+from snapshotd.capture.misses import VerifyResult, watch_misses
+from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, make_fence
+from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
+from snapshotd.capture.watch import Watcher
+from snapshotd.git.repository import is_git_only
+from snapshotd.store.identity import WorktreeInfo, object_format
+from snapshotd.threads import thread_limiter
+
+WATCH_START_TIMEOUT_S = 5.0
+RECONCILE_IDLE_S = 5.0
+
+OnChange = Callable[[set[str], bool], None]
+
+
+@dataclass(frozen=True)
+class WarmBasis:
+    """The rule files a warm state is checked against, their stat signature and the user's index mtime."""
+
+    sources: list[str]
+    signature: tuple
+    index_mtime_ns: int
+
+    @classmethod
+    def read(cls, info: WorktreeInfo, keep: bool) -> WarmBasis:
+        """Read them from disk (config files, stat calls): on a worker thread."""
+        sources = rule_sources(info) if keep else []
+        index_mtime_ns = 0
+        if info.git_dir is not None:
+            try:
+                index_mtime_ns = os.stat(os.path.join(info.git_dir, "index")).st_mtime_ns
+            except OSError:
+                index_mtime_ns = 0
+        return cls(sources, signature_of(sources), index_mtime_ns)
+
+
+class WorktreeCapture:
+    """What capture keeps for one worktree, and the one place that decides warm or cold.
+
+    ``counters`` is the engine's: captures count into it under the names
+    ``status`` reports (``captures.*``, ``cold_reasons.*``, ``processes``,
+    ``watch_miss``, ...). ``lock`` is the worktree's: the idle reconciliation
+    takes it as every other capture's caller does.
+    """
+
+    def __init__(self, info: WorktreeInfo, *, lock: trio.Lock, counters: Counter[str], size_cap: int) -> None:
+        self.info = info
+        self.lock = lock
+        self.counters = counters
+        self.size_cap = size_cap
+        self.cache = StatCache()
+        self.watcher: Watcher | None = None
+        self.watched: WorktreeInfo | None = None  # where the watcher was started (the worktree may have moved since)
+        self.warm: WarmState | None = None
+        self.needs_reconcile = False
+        self.last_activity = time.monotonic()
+        self._cancel: trio.CancelScope | None = None
+
+    @property
+    def watching(self) -> bool:
+        """Whether a live watcher follows the worktree, so captures can be warm."""
+        return self.watcher is not None and self.watcher.live
+
+    @property
+    def watch_error(self) -> str | None:
+        """Why the watcher could not watch (None when there is no watcher or nothing went wrong)."""
+        return self.watcher.error if self.watcher is not None else None
+
+    # --- taking a tree -----------------------------------------------------------
+
+    async def take(self, *, exact: bool = False) -> CaptureResult:
+        """The worktree's tree now; callers hold ``lock``.
+
+        Warm when a live watcher's dirty set can be trusted, cold otherwise.
+        """
+        self.last_activity = time.monotonic()
+        watcher = self.watcher
+        if watcher is None or not watcher.live or self.warm is None or exact:
+            reason = "exact requested" if exact else ("no watcher" if watcher is None else "watcher not warm")
+            if reason == "watcher not warm" and is_git_only(self.info.store_dir):
+                # The warm path keeps libgit2 indexes; here every capture is git's full scan.
+                reason = f"{object_format(self.info.store_dir)} repository"
+            return await self._cold(reason)
+        if not await watcher.sync():
+            return await self._cold("cookie wait timed out")
+        dirty, reasons = watcher.take()
+        if reasons or signature_of(self.warm.sources) != self.warm.signature:
+            reason = sorted(reasons)[0] if reasons else "ignore rules or user index changed"
+            return await self._cold(reason, hints=dirty)
+        return await self._warm(self.warm, dirty)
+
+    async def _warm(self, warm: WarmState, dirty: set[str]) -> CaptureResult:
+        """Apply the watcher's dirty paths to the warm state (a full scan when it cannot)."""
+        started = time.perf_counter()
+        stats = CaptureStats(scan="watch")
+        if dirty:
+            fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))
+            try:
+                tree = await trio.to_thread.run_sync(
+                    capture_warm, self.info, warm, dirty, self.cache, stats, self.size_cap, fence_ns,
+                    limiter=thread_limiter,
+                )
+            except BaseException:
+                self._forget_failed_capture(dirty)
+                raise
+            if tree is None:
+                return await self._cold("too many new paths or a pruned store", hints=dirty)
+            self.needs_reconcile = True
+        stats.skipped = dict(warm.skipped)
+        stats.ms = (time.perf_counter() - started) * 1000
+        self.counters["processes"] += stats.processes
+        self.counters["captures.watch"] += 1
+        return CaptureResult(tree=warm.tree, stats=stats, index=None, flagged=set())
+
+    async def _cold(self, reason: str, hints: set[str] | None = None) -> CaptureResult:
+        """A full scan; paths the watcher saw change are re-hashed even if their stat data look clean."""
+        keep = self.watching
+        hints = set(hints or ())
+        if keep:
+            assert self.watcher is not None
+            self.counters[f"cold_reasons.{reason}"] += 1
+            await self.watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
+            hints |= self.watcher.take()[0]  # the full scan covers everything the watcher saw so far
+        basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
+        try:
+            result = await capture_cold(self.info, self.cache, self.size_cap, keep_pristine=keep, hints=hints)
+        except BaseException:
+            self._forget_failed_capture(hints)
+            raise
+        self.warm = (
+            WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature) if keep else None
+        )
+        self.counters["processes"] += result.stats.processes
+        self.counters[f"captures.{result.stats.scan}"] += 1
+        if result.stats.fallback:
+            kind = "object_format" if result.stats.fallback.startswith("object format") else "git_index"
+            self.counters[f"fallbacks.{kind}"] += 1
+        return result
+
+    def _forget_failed_capture(self, dirty: set[str]) -> None:
+        """A capture failed part-way: drop the warm state it may have half changed, keep what it took.
+
+        The next capture is then a full scan that re-hashes ``dirty`` whatever
+        their stat data say, as if the failed one had never run.
+        """
+        self.warm = None
+        if self.watcher is not None:
+            self.watcher.put_back(dirty, {"a capture failed"})
+        self.counters["captures.failed"] += 1
+
+    def forget_objects(self) -> None:
+        """Drop the warm tree and the stat cache: a prune of the store may have removed the objects they name.
+
+        The next capture then hashes afresh.
+        """
+        self.warm = None
+        self.cache = StatCache()
+
+    async def verify(self) -> VerifyResult:
+        """The warm state against a full scan now; the scan's result becomes the warm state. Callers hold ``lock``."""
+        warm = await self.take()
+        started = time.perf_counter()
+        disk = await self._cold("verify")
+        scan_ms = (time.perf_counter() - started) * 1000
+        differences = await watch_misses(self.info, warm.tree, disk.tree, "verify", self.counters)
+        return VerifyResult(differences, scan_ms)
+
+    # --- watching ----------------------------------------------------------------
+
+    async def ensure_watch(self, nursery: trio.Nursery | None, on_change: OnChange) -> None:
+        """Watch the worktree where it is now (again, after it moved); no nursery means no watching.
+
+        ``on_change`` hears every batch of changed paths (for subscriptions).
+        """
+        if self.watcher is not None and self.watched != self.info:
+            self.forget_watch()
+        if nursery is None or self.watcher is not None:
+            return
+
+        def changed(paths: set[str], overflow: bool) -> None:
+            self.last_activity = time.monotonic()
+            on_change(paths, overflow)
+
+        watcher = Watcher(self.info, on_change=changed)
+        self.watcher = watcher
+        self.watched = self.info
+        nursery.start_soon(self._run, watcher)
+        if not await watcher.wait_started(WATCH_START_TIMEOUT_S):
+            self.counters["watch_failures"] += 1
+
+    def forget_watch(self) -> None:
+        """Stop the watcher and drop the warm tree built from it (it watched another place)."""
+        self.close()
+        self.watcher = None
+        self.warm = None
+
+    def close(self) -> None:
+        """End the worktree's own tasks (its watcher and the idle reconciliation)."""
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    async def _run(self, watcher: Watcher) -> None:
+        """The worktree's own tasks: its watcher and the idle reconciliation."""
+        with trio.CancelScope() as scope:
+            self._cancel = scope
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(watcher.run)
+                nursery.start_soon(self._reconcile_when_idle)
+        if self.watcher is watcher:
+            self.watcher = None
+            self.warm = None
+
+    async def _reconcile_when_idle(self) -> None:
+        """After warm captures, once the worktree is quiet, check the warm tree against a full scan.
+
+        Every difference is a change the watcher missed; it is counted as
+        ``watch_miss`` (which must stay 0) and the full scan's result is kept.
+        """
+        while True:
+            await trio.sleep(RECONCILE_IDLE_S / 2)
+            quiet = time.monotonic() - self.last_activity >= RECONCILE_IDLE_S
+            if not (self.needs_reconcile and quiet and self.watching):
+                continue
+            if self.lock.locked():
+                continue
+            async with self.lock:
+                warm = await self.take()
+                if warm.stats.scan != "watch":
+                    self.needs_reconcile = False
+                    continue
+                cold = await self._cold("idle reconciliation")
+                self.needs_reconcile = False
+                self.counters["reconciliations"] += 1
+                await watch_misses(self.info, warm.tree, cold.tree, "idle reconciliation", self.counters)
+            self.last_activity = time.monotonic()
+
+    def watch_counters(self) -> Counter[str]:
+        """The watcher's own counts for ``status`` (none without a watcher)."""
+        if self.watcher is None:
+            return Counter()
+        return Counter({
+            "watcher.events": self.watcher.events,
+            "watcher.cookie_waits": self.watcher.cookie_waits,
+            "watcher.rearms": self.watcher.rearms,
+        })
