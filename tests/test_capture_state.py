@@ -1,0 +1,94 @@
+"""The capture's stages directly: the stat cache, the cold capture and the warm state, against git."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from oracle import oracle_tree
+from repo_helpers import init_repo, write
+
+from snapshotd.capture.core import capture_cold
+from snapshotd.capture.scan import parse_listing
+from snapshotd.capture.state import CaptureStats, StatCache, conversion_rules, make_fence
+from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
+from snapshotd.paths import folders_above
+from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
+
+
+def info_of(repo: Path, home: Path) -> WorktreeInfo:
+    return identify(locate(str(repo)), Records(home))
+
+
+def test_folders_above_lists_outermost_first():
+    assert list(folders_above("a/b/c")) == ["a", "a/b"]
+    assert list(folders_above("top")) == []
+
+
+def test_stat_cache_trusts_an_entry_only_while_its_stat_data_match_and_predate_the_fence(tmp_path):
+    path = write(tmp_path / "f", "one\n")
+    old = time.time() - 60
+    os.utime(path, (old, old))
+    time.sleep(0.05)
+    fence = make_fence(str(tmp_path))
+    cache = StatCache()
+    cache.store("f", os.lstat(path), fence, "a" * 40)
+    assert cache.lookup("f", os.lstat(path)) == "a" * 40
+    write(path, "two\n")
+    assert cache.lookup("f", os.lstat(path)) is None  # changed since
+    cache.store("f", os.lstat(path), fence, "b" * 40)
+    assert cache.lookup("f", os.lstat(path)) is None  # written after the fence: racy, never trusted
+
+
+def test_stat_cache_forgets_everything_when_the_conversion_rules_change(tmp_path):
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    info = info_of(repo, tmp_path / "home")
+    listing = b"? .gitattributes\0"
+    write(repo / ".gitattributes", "*.txt text\n")
+    cache = StatCache()
+    cache.follow_rules(conversion_rules(info, listing, tracked_attributes=False))
+    cache.entries["a.txt"] = object()  # type: ignore[assignment]
+    cache.follow_rules(conversion_rules(info, listing, tracked_attributes=False))
+    assert "a.txt" in cache.entries  # same rules: kept
+    write(repo / ".gitattributes", "*.txt text eol=crlf\n")
+    cache.follow_rules(conversion_rules(info, listing, tracked_attributes=False))
+    assert cache.entries == {}
+
+
+def test_parse_listing_splits_gits_tags():
+    listing = b"C changed\0R removed\0? new\0S sparse\0h assumed\0H clean\0"
+    assert parse_listing(listing) == ({"changed"}, {"removed"}, {"new"}, {"sparse", "assumed"})
+
+
+async def test_cold_capture_equals_git_and_leaves_the_users_index_alone(tmp_path):
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"), ("gone.txt", "x\n"), (".gitignore", "*.log\n"))
+    write(repo / "a.txt", "changed\n")
+    (repo / "gone.txt").unlink()
+    write(repo / "new" / "b.txt", "b\n")
+    write(repo / "skip.log", "ignored\n")
+    index = repo / ".git" / "index"
+    before = (index.read_bytes(), index.stat().st_mtime_ns)
+    result = await capture_cold(info_of(repo, tmp_path / "home"), StatCache(), 0, keep_pristine=True)
+    assert result.tree == oracle_tree(repo)
+    assert (index.read_bytes(), index.stat().st_mtime_ns) == before
+    assert result.stats.scan == "full" and result.stats.processes == 1
+    assert result.pristine is not None and "gone.txt" in result.pristine
+
+
+async def test_warm_state_takes_the_dirty_paths_only(tmp_path):
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"), ("b.txt", "b\n"))
+    info = info_of(repo, tmp_path / "home")
+    cache = StatCache()
+    cold = await capture_cold(info, cache, 0, keep_pristine=True)
+    index_mtime_ns = (repo / ".git" / "index").stat().st_mtime_ns
+    sources = rule_sources(info)
+    warm = WarmState.from_cold(cold, index_mtime_ns, sources, signature_of(sources))
+    assert warm is not None and warm.tree == cold.tree
+    write(repo / "a.txt", "edited\n")
+    write(repo / "c.txt", "new\n")
+    stats = CaptureStats(scan="watch")
+    fence = make_fence(os.path.join(info.state_dir, "tmp"))
+    tree = capture_warm(info, warm, {"a.txt", "c.txt"}, cache, stats, 0, fence)
+    assert tree == warm.tree == oracle_tree(repo)
+    assert stats.processes == 1  # one ls-files for the new path; the known one needed none

@@ -1,0 +1,149 @@
+"""WorktreeCapture directly: the warm-or-cold decision, failed captures and forgetting objects, against git."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import trio
+from oracle import oracle_tree
+from repo_helpers import init_repo, write
+
+from snapshotd.capture import worktree as worktree_mod
+from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.settings import size_cap
+from snapshotd.store.identity import Records, identify, locate
+
+
+def make_repo(root: Path) -> Path:
+    repo = init_repo(root, ("README", "readme\n"), ("src/a.py", "print('a')\n"), (".gitignore", "*.log\n"))
+    write(repo / "notes.txt", "untracked\n")
+    return repo
+
+
+def capture_of(repo: Path, home: Path, counters: Counter[str]) -> WorktreeCapture:
+    """A capture object for ``repo``, as the engine makes one when it opens the worktree."""
+    info = identify(locate(str(repo)), Records(home))
+    return WorktreeCapture(info, lock=trio.Lock(), counters=counters, size_cap=size_cap(None))
+
+
+async def watched(repo: Path, home: Path, nursery: trio.Nursery) -> tuple[WorktreeCapture, Counter[str], list[set[str]]]:
+    """A watched capture that took its first (cold) tree, with its counters and the change batches it heard."""
+    counters: Counter[str] = Counter()
+    heard: list[set[str]] = []
+    capture = capture_of(repo, home, counters)
+    await capture.ensure_watch(nursery, lambda paths, overflow: heard.append(set(paths)))
+    assert capture.watching
+    first = await capture.take()
+    assert first.stats.scan == "full"
+    assert first.tree == oracle_tree(repo)
+    return capture, counters, heard
+
+
+async def test_a_change_after_a_cold_capture_is_taken_warm(tmp_path, nursery):
+    repo = make_repo(tmp_path / "r")
+    capture, counters, heard = await watched(repo, tmp_path / "home", nursery)
+    write(repo / "src" / "a.py", "print('b')\n")
+    write(repo / "src" / "new.py", "print('new')\n")
+    result = await capture.take()
+    assert result.stats.scan == "watch"
+    assert result.tree == oracle_tree(repo)
+    assert counters["captures.full"] == 1 and counters["captures.watch"] == 1
+    assert any("src/a.py" in batch for batch in heard)
+    assert capture.needs_reconcile
+    capture.close()
+
+
+async def test_a_rule_change_makes_the_next_capture_cold(tmp_path, nursery):
+    repo = make_repo(tmp_path / "r")
+    capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
+    assert (await capture.take()).stats.scan == "watch"
+    before = sum(count for name, count in counters.items() if name.startswith("cold_reasons."))
+    with open(repo / ".gitignore", "a") as handle:
+        handle.write("notes.txt\n")
+    result = await capture.take()
+    assert result.stats.scan == "full"
+    assert result.tree == oracle_tree(repo)
+    assert sum(count for name, count in counters.items() if name.startswith("cold_reasons.")) == before + 1
+    assert (await capture.take()).stats.scan == "watch"  # warm again after the full scan
+    capture.close()
+
+
+async def test_a_failed_capture_hands_its_dirty_paths_back(tmp_path, nursery, monkeypatch):
+    repo = make_repo(tmp_path / "r")
+    capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
+    write(repo / "README", "edited\n")
+    cold_before = counters["cold_reasons.watcher not warm"]
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    real_capture_warm = worktree_mod.capture_warm
+    monkeypatch.setattr(worktree_mod, "capture_warm", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        await capture.take()
+    monkeypatch.setattr(worktree_mod, "capture_warm", real_capture_warm)
+    assert capture.warm is None and counters["captures.failed"] == 1
+    assert capture.watcher is not None
+    dirty, reasons = capture.watcher.take()
+    assert "README" in dirty and reasons == {"a capture failed"}
+    capture.watcher.put_back(dirty, reasons)
+    result = await capture.take()
+    assert result.stats.scan == "full"
+    assert result.tree == oracle_tree(repo)
+    assert counters["cold_reasons.watcher not warm"] == cold_before + 1
+    capture.close()
+
+
+async def test_forget_objects_makes_the_next_capture_hash_afresh(tmp_path):
+    repo = make_repo(tmp_path / "r")
+    counters: Counter[str] = Counter()
+    capture = capture_of(repo, tmp_path / "home", counters)
+    old = time.time() - 60
+    os.utime(repo / "notes.txt", (old, old))
+    time.sleep(0.05)  # the file's ctime is then strictly older than the capture's fence
+    assert (await capture.take()).stats.hashed == 1
+    again = await capture.take(exact=True)
+    assert again.stats.hashed == 0  # the stat cache answered
+    capture.forget_objects()
+    assert capture.warm is None and capture.cache.entries == {}
+    fresh = await capture.take(exact=True)
+    assert fresh.stats.hashed == 1
+    assert fresh.tree == again.tree == oracle_tree(repo)
+
+
+async def test_verify_names_a_write_the_watcher_missed(tmp_path, nursery):
+    repo = make_repo(tmp_path / "r")
+    capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
+    assert (await capture.verify()).to_wire()["differences"] == []
+    with open(repo / "README", "r+b") as handle, mmap.mmap(handle.fileno(), 0) as mapped:
+        mapped[:4] = b"READ"  # through a shared mapping: inotify reports nothing
+        mapped.flush()
+        found = await capture.verify()
+    (miss,) = found.differences
+    assert miss.path == "README"
+    assert miss.cause == "changed on disk: the watcher missed a write"
+    assert miss.disk is not None and miss.warm is not None and miss.disk["oid"] != miss.warm["oid"]
+    assert counters["watch_miss"] == 1
+    assert (await capture.take()).tree == oracle_tree(repo)
+    capture.close()
+
+
+async def test_a_moved_worktree_gets_a_new_watcher(tmp_path, nursery):
+    repo = make_repo(tmp_path / "r")
+    capture, _, _ = await watched(repo, tmp_path / "home", nursery)
+    first_watcher = capture.watcher
+    moved = tmp_path / "moved"
+    os.rename(repo, moved)
+    capture.info = identify(locate(str(moved)), Records(tmp_path / "home"))
+    await capture.ensure_watch(nursery, lambda paths, overflow: None)
+    assert capture.watcher is not first_watcher and capture.watched == capture.info
+    write(moved / "README", "after the move\n")
+    result = await capture.take()
+    assert result.stats.scan == "full"  # the warm state of the old place was dropped
+    assert result.tree == oracle_tree(moved)
+    capture.close()
