@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from snapshotd.server.client import Client
-from snapshotd.server.protocol import encode_message
+from snapshotd.server.framing import encode_message
 
 METHODS = [
     "ping", "open", "worktrees", "checkpoint", "list", "show", "diff", "restore", "revert",

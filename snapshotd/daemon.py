@@ -24,8 +24,9 @@ from collections.abc import AsyncIterator, Callable
 import trio
 
 from snapshotd.engine.core import Engine
-from snapshotd.server.listener import serve, systemd_listen_fd
-from snapshotd.server.protocol import resolve_socket_path
+from snapshotd.server.binding import systemd_listen_fd
+from snapshotd.server.listener import serve
+from snapshotd.settings import resolve_socket_path
 
 __all__ = ["run_daemon", "serve_daemon"]
 

@@ -232,3 +232,18 @@ ERRORS_BY_CODE: dict[int, type[SnapshotdError]] = {
     cls.code: cls
     for cls in (ParseError, InvalidRequest, MethodNotFound, InvalidParams, InternalError)
 }
+
+
+# --------------------------------------------------------------------------
+# internal: faces (the server, the clients and the command line). These are
+# not wire errors: a daemon the command line cannot reach is an InternalError
+# (one class per wire code), and these are raised to the callers of the
+# clients and of the framing.
+
+
+class UntrustedDaemon(PermissionError):
+    """What listens on the socket runs as another user; nothing was sent to it."""
+
+
+class JsonConstantRefused(ValueError):
+    """A message holds ``NaN`` or ``Infinity``, which Python's JSON reader takes and JSON does not."""

@@ -57,3 +57,20 @@ def git_config_home() -> Path:
     """Where git looks for the user's config, ignore and attributes files: $XDG_CONFIG_HOME/git."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return Path(base, "git")
+
+
+def resolve_socket_path(explicit: str | None = None) -> str:
+    """The socket path: ``explicit``, then ``$SNAPSHOTD_SOCKET``, then the defaults.
+
+    The defaults are ``$XDG_RUNTIME_DIR/snapshotd/snapshotd.sock`` when that
+    variable holds an absolute path, else ``/tmp/snapshotd-<uid>/snapshotd.sock``.
+    """
+    if explicit:
+        return explicit
+    from_env = os.environ.get("SNAPSHOTD_SOCKET")
+    if from_env:
+        return from_env
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isabs(runtime):
+        return os.path.join(runtime, "snapshotd", "snapshotd.sock")
+    return f"/tmp/snapshotd-{os.getuid()}/snapshotd.sock"

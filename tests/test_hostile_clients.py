@@ -27,7 +27,7 @@ from repo_helpers import init_repo, write
 
 from snapshotd.errors import InvalidParams, SnapshotdError
 from snapshotd.server.client import Client
-from snapshotd.server.protocol import encode_message
+from snapshotd.server.framing import encode_message
 
 RSS_BOUND_KIB = 300 * 1024
 SWAPPER = """

@@ -395,8 +395,8 @@ def _mode(path: Path) -> int:
 # --- internal errors say where their details are -------------------------------------
 
 _INTERNAL_MESSAGE = (
-    "from snapshotd.server.protocol import _internal_error; "
-    "print(_internal_error('checkpoint', RuntimeError('x')).message)"
+    "from snapshotd.server.dispatch import internal_error; "
+    "print(internal_error('checkpoint', RuntimeError('x')).message)"
 )
 
 

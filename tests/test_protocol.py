@@ -23,31 +23,30 @@ from snapshotd.errors import (
     ParseError,
     SnapshotdError,
 )
-from snapshotd.server.protocol import (
+from snapshotd.server.dispatch import Session, dispatch, dispatch_message, reject
+from snapshotd.server.framing import (
     DEFAULT_LINE_LIMIT,
     LineBuffer,
     Notification,
     Response,
-    Session,
     decode_line,
-    dispatch,
-    dispatch_message,
     encode_message,
     error_response,
     is_blank,
     notification_message,
+    parse_incoming,
+    parse_request,
+    request_message,
+    result_response,
+)
+from snapshotd.server.params import (
     optional_bool,
     optional_int,
     optional_str,
     optional_str_list,
-    parse_incoming,
-    parse_request,
-    reject,
-    request_message,
     require_str,
-    resolve_socket_path,
-    result_response,
 )
+from snapshotd.settings import resolve_socket_path
 
 CONTRACT_KINDS = {
     "not_found",
@@ -355,7 +354,7 @@ request_like = st.fixed_dictionaries(
 async def test_any_json_gets_a_well_formed_answer(message: Any) -> None:
     line = json.dumps(message).encode()
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(logging.getLogger("snapshotd.server.protocol"), "disabled", True)
+        patch.setattr(logging.getLogger("snapshotd.server.dispatch"), "disabled", True)
         response = await ask_line(line)
     if response is None:
         assert isinstance(message, dict) and "id" not in message

@@ -26,9 +26,8 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from snapshotd.agents.hooks import BEFORE_PROMPT
 from snapshotd.cli.commands import Runner
-from snapshotd.engine.core import SAFETY_SESSION
 from snapshotd.errors import InvalidParams, SnapshotdError
-from snapshotd.settings import VERSION
+from snapshotd.settings import SAFETY_SESSION, VERSION
 
 PATCH_LIMIT_CHARS = 20_000
 """The default bound on a patch returned to the model; longer ones are cut and say so."""

@@ -65,7 +65,7 @@ class Runner:
             return self._call_daemon(method, params)
 
     def _call_daemon(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        from snapshotd.server.protocol import resolve_socket_path
+        from snapshotd.settings import resolve_socket_path
 
         path = os.path.abspath(resolve_socket_path(self.socket_path))
         try:
@@ -104,7 +104,7 @@ def _another_daemon_starting(path: str) -> bool:
 
 def _listener_pid(path: str) -> int:
     """The pid of the process that listens on ``path``, as this process sees it (0 if unknown)."""
-    from snapshotd.server.listener import peer_credentials
+    from snapshotd.server.peers import peer_credentials
 
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

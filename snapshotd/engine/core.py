@@ -42,7 +42,7 @@ from snapshotd.git.process import GitTarget, run_git
 from snapshotd.git.repository import Repository, is_git_only, open_repository, read_head, repository
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod, kept as kept_mod
-from snapshotd.server.protocol import (
+from snapshotd.server.params import (
     optional_bool,
     optional_int,
     optional_path,

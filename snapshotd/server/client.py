@@ -3,7 +3,7 @@
 trio is imported only by :class:`AsyncClient`'s methods, so that the command
 line and the agent hooks, which use the blocking client, do not pay for it.
 
-Both frame and parse with :mod:`.protocol` and raise the server's errors as
+Both frame and parse with :mod:`.framing` and raise the server's errors as
 the matching :class:`~snapshotd.errors.SnapshotdError` subclass. A lost
 connection raises :class:`ConnectionError`; a failed connect raises the
 :class:`OSError` from the socket (see :func:`connect_or_none`).
@@ -28,17 +28,18 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.errors import SnapshotdError
+from snapshotd.errors import SnapshotdError, UntrustedDaemon
 from snapshotd.fsutil import check_socket_folder
-from snapshotd.server.protocol import (
+from snapshotd.server.framing import (
     LineBuffer,
     Notification,
     Response,
     encode_message,
     parse_incoming,
     request_message,
-    resolve_socket_path,
 )
+from snapshotd.server.peers import peer_credentials
+from snapshotd.settings import resolve_socket_path
 
 if TYPE_CHECKING:
     import trio
@@ -60,10 +61,6 @@ def _merge(params: Mapping[str, Any] | None, kwparams: dict[str, Any]) -> dict[s
     return merged
 
 
-class UntrustedDaemon(PermissionError):
-    """What listens on the socket runs as another user; nothing was sent to it."""
-
-
 def _check_folder(socket_path: str) -> None:
     """Refuse a socket whose folder another user owns or may write to (before connecting)."""
     check_socket_folder(os.path.dirname(os.path.abspath(socket_path)))
@@ -71,8 +68,6 @@ def _check_folder(socket_path: str) -> None:
 
 def _check_listener(sock: socket.socket | trio.socket.SocketType, socket_path: str) -> None:
     """Refuse a connected socket whose listener is not this user (SO_PEERCRED)."""
-    from snapshotd.server.listener import peer_credentials
-
     _, uid, _ = peer_credentials(sock)
     own = os.geteuid()
     if uid != own:

@@ -43,7 +43,7 @@ import pygit2
 from snapshotd.errors import Ambiguous, GitError, InvalidParams, NotFound
 from snapshotd.fsutil import sync_filesystem
 from snapshotd.git.repository import GitRepository, RefLocked, RefMoved, Repository
-from snapshotd.server.protocol import check_text
+from snapshotd.server.params import check_text
 
 REF_ROOT = "refs/snapshotd/"
 TRAILER = "Snapshotd-"
