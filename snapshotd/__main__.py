@@ -1,3 +1,3 @@
-from snapshotd.cli.commands import main
+from snapshotd.cli.main import main
 
 main(prog_name="snapshotd")

@@ -18,7 +18,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from snapshotd.cli.commands import main as cli_main
+from snapshotd.cli.main import main as cli_main
 from snapshotd.fsutil import pid_alive
 from snapshotd.server.client import Client
 

@@ -34,7 +34,7 @@ from daemon_helpers import (
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, worktree_listing, write
 
-from snapshotd.cli.commands import main as cli_main
+from snapshotd.cli.main import main as cli_main
 from snapshotd.errors import SnapshotdError
 
 CHECKPOINT_KEYS = {

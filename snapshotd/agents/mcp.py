@@ -25,7 +25,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from snapshotd.agents.hooks import BEFORE_PROMPT
-from snapshotd.cli.commands import Runner
+from snapshotd.cli.launcher import Runner
 from snapshotd.errors import InvalidParams, SnapshotdError
 from snapshotd.settings import SAFETY_SESSION, VERSION
 
@@ -83,7 +83,7 @@ def _changes_text(result: dict[str, Any], applied: bool) -> str:
 
 
 class Tools:
-    """The tools' work, done through one :class:`~snapshotd.cli.commands.Runner` (the daemon, started if needed)."""
+    """The tools' work, done through one :class:`~snapshotd.cli.launcher.Runner` (the daemon, started if needed)."""
 
     def __init__(self, runner: Runner) -> None:
         self.runner = runner

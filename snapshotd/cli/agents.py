@@ -1,7 +1,8 @@
 """The commands that plug snapshotd into agent tools: ``hook``, ``integrate`` and ``mcp``.
 
-They only parse and call into :mod:`.hooks`, :mod:`.integrate` and
-:mod:`.mcp_server`; ``cli.py`` registers them on the main group.
+They only parse and call into :mod:`snapshotd.agents.hooks`,
+:mod:`snapshotd.agents.integrate` and :mod:`snapshotd.agents.mcp`;
+:mod:`.main` registers them on the main group.
 """
 
 from __future__ import annotations
@@ -12,7 +13,9 @@ import sys
 import click
 
 from snapshotd.agents.hooks import EVENT_SETS, TOOLS, run_hook
-from snapshotd.cli.commands import CONTEXT, Runner, _fail, _use_json, json_option, to_json
+from snapshotd.cli.launcher import Runner
+from snapshotd.cli.options import CONTEXT, fail, json_option, use_json
+from snapshotd.cli.output import to_json
 from snapshotd.errors import SnapshotdError
 from snapshotd.settings import hook_budget
 
@@ -70,13 +73,13 @@ def integrate(ctx: click.Context, tool: str, scope: str, events: str, remove: bo
         integrate as integrate_mod,  # difflib, tomllib: kept off the hook's start-up path
     )
 
-    runner = _use_json(ctx)
+    runner = use_json(ctx)
     try:
         change = integrate_mod.plan(tool, scope, remove=remove, events=events, cwd=os.getcwd())
         if not dry_run:
             integrate_mod.apply(change)
     except SnapshotdError as error:
-        _fail(runner, error)
+        fail(runner, error)
     if runner.json:
         click.echo(to_json({**change.to_wire(), "dry_run": dry_run, "diff": change.diff()}))
         return

@@ -1,0 +1,153 @@
+"""The commands that run and look after the daemon and its worktrees.
+
+``serve``, ``status``, ``verify``, ``open``, ``worktrees``, ``stop``, ``ping`` and
+``repair``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from snapshotd.cli.launcher import Runner, os_message
+from snapshotd.cli.options import CONTEXT, invoke, json_option
+from snapshotd.cli.output import short_id
+from snapshotd.errors import Busy
+
+
+@click.command(context_settings=CONTEXT)
+@click.option("--socket", "socket_path", metavar="PATH", help="Listen on this socket.")
+@click.option("--allow-root", is_flag=True, help="Also serve connections from root.")
+@click.option("--size-cap", type=click.IntRange(min=0), metavar="BYTES", help="Leave out untracked files larger than this (0: no cap).")
+@click.option("--no-watch", is_flag=True, help="Do not watch worktrees; every capture scans.")
+@click.pass_context
+def serve(ctx: click.Context, socket_path: str | None, allow_root: bool, size_cap: int | None, no_watch: bool) -> None:
+    """Run the daemon in the foreground until stopped (SIGTERM, Ctrl-C or `snapshotd stop`)."""
+    from snapshotd.daemon import run_daemon
+
+    runner: Runner = ctx.obj
+    try:
+        run_daemon(socket_path or runner.socket_path, allow_root=allow_root, size_cap=size_cap, watch=not no_watch)
+    except Busy as error:
+        _serve_failed(error.message)
+    except OSError as error:  # PermissionError, FileExistsError, NotADirectoryError, a path too long
+        _serve_failed(os_message(error))
+    except ValueError as error:  # an inherited socket that is not a Unix stream socket
+        _serve_failed(str(error))
+
+
+def _serve_failed(message: str) -> None:
+    click.echo(click.style("error: ", fg="red", bold=True) + " ".join(message.split()), err=True)
+    sys.exit(1)
+
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("path", required=False, type=click.Path(file_okay=False))
+@json_option
+@click.pass_context
+def repair(ctx: click.Context, path: str | None, json_output: bool) -> None:
+    """Re-attach worktrees that moved (PATH: the new place of one), keeping ids and checkpoints."""
+
+    def human(result: dict[str, Any]) -> None:
+        if not result["moved"]:
+            click.echo("nothing moved")
+        for item in result["moved"]:
+            click.echo(f"{item['worktree']}  {item['from']} -> {item['to']}")
+
+    invoke(ctx, "repair", {"path": os.path.abspath(path) if path else None}, human)
+
+
+@click.command(context_settings=CONTEXT)
+@json_option
+@click.pass_context
+def status(ctx: click.Context, json_output: bool) -> None:
+    """Show the daemon's worktrees and counters."""
+
+    def human(result: dict[str, Any]) -> None:
+        spawn_info = result.get("spawn", {})
+        helper = "native posix_spawn" if spawn_info.get("native") else f"fallback ({spawn_info.get('error')})"
+        click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}  spawn: {helper}")
+        for wt in result["worktrees"]:
+            watching = click.style("watching", fg="green") if wt["watching"] else "not watching"
+            click.echo(f"{wt['id']}  {wt['kind']:<5} {watching:<12} {wt['path']}")
+        counters = result["counters"]
+        if counters:
+            width = max(len(key) for key in counters)
+            for key in sorted(counters):
+                click.echo(f"  {key.ljust(width)}  {counters[key]}")
+
+    invoke(ctx, "status", {}, human)
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("path", default=".", type=click.Path(file_okay=False))
+@json_option
+@click.pass_context
+def verify(ctx: click.Context, path: str, json_output: bool) -> None:
+    """Compare the daemon's warm state of the worktree holding PATH with a full scan; exit 1 on a difference."""
+
+    def human(result: dict[str, Any]) -> None:
+        for difference in result["differences"]:
+            click.echo(f"{difference['path']}: {difference['cause']}")
+        if not result["differences"]:
+            click.echo(f"no difference (full scan {result['scan_ms']:.0f} ms)")
+
+    result = invoke(ctx, "verify", {"path": os.path.abspath(path)}, human, progress="scanning")
+    if result["differences"]:
+        sys.exit(1)
+
+
+@click.command(name="open", context_settings=CONTEXT)
+@click.argument("path", default=".", type=click.Path(file_okay=False))
+@json_option
+@click.pass_context
+def open_(ctx: click.Context, path: str, json_output: bool) -> None:
+    """Open (register) the worktree holding PATH and show it."""
+
+    def human(result: dict[str, Any]) -> None:
+        wt = result["worktree"]
+        click.echo(f"{wt['id']}  {wt['kind']}  {wt['path']}  {wt.get('branch') or ''} {short_id(wt.get('head'))}")
+
+    invoke(ctx, "open", {"path": os.path.abspath(path)}, human)
+
+
+@click.command(context_settings=CONTEXT)
+@json_option
+@click.pass_context
+def worktrees(ctx: click.Context, json_output: bool) -> None:
+    """List the worktrees the daemon has open."""
+
+    def human(result: dict[str, Any]) -> None:
+        if not result["worktrees"]:
+            click.echo("no worktrees open")
+        for wt in result["worktrees"]:
+            click.echo(f"{wt['id']}  {wt['kind']:<5} {wt['path']}")
+
+    invoke(ctx, "worktrees", {}, human)
+
+
+@click.command(context_settings=CONTEXT)
+@json_option
+@click.pass_context
+def stop(ctx: click.Context, json_output: bool) -> None:
+    """Stop the daemon cleanly; returns once it has stopped."""
+    runner: Runner = ctx.obj
+    if runner.embedded:
+        raise click.UsageError("--embedded runs no daemon, so there is none to stop.")
+    invoke(ctx, "shutdown", {}, lambda r: click.echo("stopped" if runner.daemon_was_running else "no daemon was running"))
+
+
+@click.command(context_settings=CONTEXT)
+@json_option
+@click.pass_context
+def ping(ctx: click.Context, json_output: bool) -> None:
+    """Check that the daemon answers (starting it if needed); show its version and pid."""
+
+    def human(result: dict[str, Any]) -> None:
+        click.echo(f"snapshotd {result['version']}  pid {result['pid']}  up {result['uptime_s']:.1f} s")
+
+    invoke(ctx, "ping", {}, human)

@@ -1,0 +1,119 @@
+"""The commands that take and read checkpoints: ``checkpoint``, ``list``, ``show`` and ``diff``."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from snapshotd.cli.options import CONTEXT, PathsAfterDashDash, invoke, json_option, paths_after_dash
+from snapshotd.cli.output import checkpoint_line, print_patch, skip_reason
+
+_STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
+_STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}
+
+@click.command(context_settings=CONTEXT)
+@click.argument("path", default=".", type=click.Path(file_okay=False))
+@click.option("-m", "--label", metavar="LABEL", help="A label for the checkpoint.")
+@click.option("--session", metavar="S", help="The session (agent thread) the checkpoint belongs to.")
+@click.option("--exact", is_flag=True, help="Scan the whole worktree even when a watcher is warm.")
+@click.option("--force", is_flag=True, help="Checkpoint even your home folder or /.")
+@json_option
+@click.pass_context
+def checkpoint(
+    ctx: click.Context, path: str, label: str | None, session: str | None, exact: bool, force: bool, json_output: bool
+) -> None:
+    """Record the worktree holding PATH as a checkpoint."""
+
+    def human(result: dict[str, Any]) -> None:
+        cp, stats = result["checkpoint"], result["stats"]
+        click.echo(checkpoint_line(cp))
+        detail = f"{stats['scan']} scan, {stats['hashed']} hashed, {stats['processes']} processes, {stats['ms']:.0f} ms"
+        click.echo(click.style(detail, dim=True))
+        for item in stats["skipped_files"]:
+            click.echo(click.style(f"left out {item['path']}: {skip_reason(item)}", fg="magenta"), err=True)
+
+    params = {"path": os.path.abspath(path), "label": label, "session": session, "exact": exact or None, "force": force or None}
+    invoke(ctx, "checkpoint", params, human, progress="capturing", ask_force=True)
+
+
+@click.command(name="list", context_settings=CONTEXT)
+@click.argument("path", default=".", type=click.Path(file_okay=False))
+@click.option("--session", metavar="S", help="Only this session's checkpoints.")
+@click.option("--limit", type=click.IntRange(min=0), metavar="N", help="At most N, newest first.")
+@json_option
+@click.pass_context
+def list_(ctx: click.Context, path: str, session: str | None, limit: int | None, json_output: bool) -> None:
+    """List the checkpoints of the worktree holding PATH, newest first."""
+
+    def human(result: dict[str, Any]) -> None:
+        if not result["checkpoints"]:
+            click.echo("no checkpoints")
+        for cp in result["checkpoints"]:
+            click.echo(checkpoint_line(cp))
+
+    invoke(ctx, "list", {"path": os.path.abspath(path), "session": session, "limit": limit}, human)
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@json_option
+@click.pass_context
+def show(ctx: click.Context, checkpoint_id: str, json_output: bool) -> None:
+    """Show one checkpoint (a full id or a unique prefix of 7+ hex digits)."""
+
+    def human(result: dict[str, Any]) -> None:
+        cp = result["checkpoint"]
+        width = max(len(key) for key in cp)
+        for key, value in cp.items():
+            click.echo(f"{click.style(key.ljust(width), bold=True)}  {value if value is not None else '-'}")
+
+    invoke(ctx, "show", {"checkpoint": checkpoint_id}, human)
+
+
+
+@click.command(cls=PathsAfterDashDash, context_settings=CONTEXT)
+@click.argument("source", metavar="FROM")
+@click.argument("target", metavar="[TO]", required=False, default="worktree")
+@click.argument("paths", nargs=-1, metavar="[-- PATHS...]")
+@click.option("--stat", "mode", flag_value="stat", help="Lines added and removed per file.")
+@click.option("--name-status", "mode", flag_value="name-status", default=True, help="One letter and a path per file (default).")
+@click.option("--patch", "mode", flag_value="patch", help="The unified patch.")
+@click.option("-U", "--context", type=click.IntRange(min=0), metavar="N", help="Lines of context in the patch.")
+@click.option("-C", "--path", "path", metavar="PATH", type=click.Path(file_okay=False), help="The worktree, when FROM or TO is 'worktree' (default: here).")
+@json_option
+@click.pass_context
+def diff(ctx: click.Context, source: str, target: str, paths: tuple[str, ...], mode: str, context: int | None, path: str | None, json_output: bool) -> None:
+    """Show what changed from FROM to TO (a checkpoint or 'worktree', the default TO).
+
+    PATHS (after `--`) limit the comparison to those files and folders.
+    """
+
+    def human(result: dict[str, Any]) -> None:
+        if mode == "patch":
+            print_patch(result.get("patch", ""))
+            return
+        if not result["files"]:
+            click.echo("no changes")
+        width = max((len(f["path"]) for f in result["files"]), default=0)
+        for change in result["files"]:
+            letter = _STATUS_LETTERS.get(change["status"], "?")
+            name = change["path"] if not change.get("old_path") else f"{change['old_path']} -> {change['path']}"
+            if mode == "stat":
+                counts = "bin" if change["binary"] else f"+{change['additions']} -{change['deletions']}"
+                click.echo(f"{name.ljust(width)}  {counts}")
+            else:
+                click.echo(f"{click.style(letter, fg=_STATUS_COLOURS.get(letter))}  {name}")
+
+    needs_worktree = "worktree" in (source, target)
+    paths = (*paths, *paths_after_dash(ctx))
+    params = {
+        "from": source,
+        "to": target,
+        "paths": [os.path.abspath(p) for p in paths] or None,
+        "patch": True if mode == "patch" else None,
+        "context": context,
+        "path": os.path.abspath(path or ".") if needs_worktree or path else None,
+    }
+    invoke(ctx, "diff", params, human, progress="comparing")

@@ -1,0 +1,66 @@
+"""The ``snapshotd`` command line: parses, calls one method, prints.
+
+Each command maps to one method of the contract. It talks to the daemon when
+one answers on the socket (starting one in the background when none does),
+or runs the same engine in-process with ``--embedded``. ``--json`` prints the
+method's result object, or ``{"error": {...}}`` with exit status 1.
+
+The commands live by group in :mod:`.checkpoints`, :mod:`.changes`,
+:mod:`.admin` and :mod:`.agents`; this module is the group that holds them.
+"""
+
+from __future__ import annotations
+
+import click
+
+from snapshotd.cli import admin, agents, changes, checkpoints
+from snapshotd.cli.launcher import Runner
+from snapshotd.cli.options import CONTEXT, json_option
+from snapshotd.cli.output import let_output_carry_raw_names
+from snapshotd.settings import VERSION
+
+
+@click.group(context_settings=CONTEXT)
+@click.option("--socket", "socket_path", metavar="PATH", help="The daemon's socket (default: $SNAPSHOTD_SOCKET, then the runtime folder).")
+@click.option("--embedded", is_flag=True, help="Run the operation in this process, without a daemon.")
+@json_option
+@click.version_option(VERSION, prog_name="snapshotd")
+@click.pass_context
+def main(ctx: click.Context, socket_path: str | None, embedded: bool, json_output: bool) -> None:
+    """Git snapshots and checkpoints of working trees, for agent servers and people.
+
+    Checkpoints are real git commits whose trees equal what `git add -A && git
+    write-tree` gives on a copy of your index; your index, HEAD, branches and
+    ignored files are never touched.
+    """
+    let_output_carry_raw_names()
+    ctx.obj = Runner(socket_path, embedded, json_output)
+
+
+
+for _command in (
+    checkpoints.checkpoint,
+    checkpoints.list_,
+    checkpoints.show,
+    checkpoints.diff,
+    changes.restore,
+    changes.undo,
+    changes.revert,
+    changes.delete,
+    changes.gc,
+    admin.serve,
+    admin.status,
+    admin.verify,
+    admin.open_,
+    admin.worktrees,
+    admin.stop,
+    admin.ping,
+    admin.repair,
+    agents.hook,
+    agents.integrate,
+    agents.mcp,
+):
+    main.add_command(_command)
+
+if __name__ == "__main__":
+    main()

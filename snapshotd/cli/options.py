@@ -1,0 +1,89 @@
+"""What every command shares: click settings, ``--json`` and ``--yes``, paths after ``--``, one call.
+
+:func:`invoke` calls a command's method through the :class:`~.launcher.Runner`
+and prints its result, or fails with the error on one line (or as JSON) and
+exit status 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from snapshotd.cli.launcher import Runner
+from snapshotd.cli.output import to_json
+from snapshotd.errors import NeedsForce, SnapshotdError
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+_DASH_PATHS = "snapshotd.paths_after_dash"
+
+json_option = click.option("--json", "json_output", is_flag=True, help="Print the result as JSON.")
+yes_option = click.option("-y", "--yes", is_flag=True, help="Do not ask; needed when stdin is not a terminal.")
+
+
+def emit(runner: Runner, result: dict[str, Any], human: Callable[[dict[str, Any]], Any]) -> None:
+    if runner.json:
+        click.echo(to_json(result))
+    else:
+        human(result)
+
+
+def fail(runner: Runner, error: SnapshotdError) -> None:
+    if runner.json:
+        click.echo(to_json({"error": error.to_dict()}, indent=None))
+    else:
+        message = " ".join(error.message.split())  # always one line
+        click.echo(click.style("error: ", fg="red", bold=True) + message, err=True)
+    sys.exit(1)
+
+
+def use_json(ctx: click.Context) -> Runner:
+    runner: Runner = ctx.obj
+    if ctx.params.get("json_output"):
+        runner.json = True
+    return runner
+
+
+def invoke(
+    ctx: click.Context,
+    method: str,
+    params: dict[str, Any],
+    human: Callable[[dict[str, Any]], Any],
+    progress: str | None = None,
+    ask_force: bool = False,
+) -> dict[str, Any]:
+    """Call ``method`` and print its result; with ``ask_force``, a refusal that needs ``force`` is asked at a terminal."""
+    runner = use_json(ctx)
+    params = {key: value for key, value in params.items() if value is not None}
+    try:
+        try:
+            result = runner.call(method, params, progress=progress)
+        except NeedsForce as error:
+            if not (ask_force and sys.stdin.isatty()):
+                raise
+            click.echo(error.message, err=True)
+            if not click.confirm("Go ahead anyway?", default=False, err=True):
+                sys.exit(1)
+            result = runner.call(method, {**params, "force": True}, progress=progress)
+    except SnapshotdError as error:
+        fail(runner, error)
+    emit(runner, result, human)
+    return result
+
+
+class PathsAfterDashDash(click.Command):
+    """A command where every argument after ``--`` is one of PATHS, never a checkpoint."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            at = args.index("--")
+            ctx.meta[_DASH_PATHS] = list(args[at + 1 :])
+            args = args[:at]
+        return super().parse_args(ctx, args)
+
+
+def paths_after_dash(ctx: click.Context) -> list[str]:
+    return list(ctx.meta.get(_DASH_PATHS, []))
