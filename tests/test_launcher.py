@@ -1,0 +1,95 @@
+"""The launcher of cli/launcher.py, called directly: finding a daemon, starting one, stopping it.
+
+Real sockets and real processes: the daemon a call starts is a real
+``snapshotd serve`` in the background, and the lock another daemon holds is
+held by another process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from daemon_helpers import answers, process_gone, wait_until
+
+import snapshotd
+from snapshotd.cli import launcher
+from snapshotd.cli.launcher import Runner
+
+
+@pytest.fixture
+def started(sock: Path) -> Iterator[list[int]]:
+    """Pids of daemons a test started through the launcher; any still running is killed at the end."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        if not process_gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_call_with_no_daemon_starts_one_and_the_next_call_finds_it(sock: Path, started: list[int]) -> None:
+    assert launcher._connect(str(sock)) is None
+    first = Runner(str(sock), embedded=False, json_output=True).call("ping", {})
+    started.append(first["pid"])
+    assert answers(sock)
+    assert launcher._listener_pid(str(sock)) == first["pid"]
+    log = sock.parent / "snapshotd.log"
+    assert stat.S_IMODE(os.lstat(log).st_mode) == 0o600
+    again = Runner(str(sock), embedded=False, json_output=True).call("ping", {})
+    assert again["pid"] == first["pid"]
+
+
+def test_shutdown_returns_once_the_daemon_is_gone_and_finds_none_the_second_time(
+    sock: Path, started: list[int]
+) -> None:
+    pid = Runner(str(sock), embedded=False, json_output=True).call("ping", {})["pid"]
+    started.append(pid)
+    runner = Runner(str(sock), embedded=False, json_output=True)
+    runner.call("shutdown", {})
+    assert runner.daemon_was_running
+    assert process_gone(pid) and not sock.exists()
+    second = Runner(str(sock), embedded=False, json_output=True)
+    assert second.call("shutdown", {}) == {}
+    assert not second.daemon_was_running
+    assert not sock.exists()  # stopping a daemon that is not there starts none
+
+
+def test_a_lock_held_by_another_process_means_a_daemon_is_starting(sock: Path) -> None:
+    sock.parent.mkdir(mode=0o700)
+    assert not launcher._another_daemon_starting(str(sock))  # no lock file at all
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
+         " fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()", f"{sock}.lock"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        assert launcher._another_daemon_starting(str(sock))
+    finally:
+        holder.communicate("")
+    wait_until(lambda: not launcher._another_daemon_starting(str(sock)), 10, "the lock to be released")
+
+
+def test_a_daemon_started_from_a_checkout_is_pointed_back_at_the_package() -> None:
+    # `python -m snapshotd` run in the folder holding the package finds it only
+    # there; the daemon runs from `/`, so its PYTHONPATH must lead back.
+    checkout = Path(snapshotd.__file__).resolve().parent.parent
+    code = "import snapshotd.cli.launcher as l; print(l.daemon_environment().get('PYTHONPATH', ''))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=checkout, capture_output=True, text=True, check=True)
+    first = proc.stdout.strip().split(os.pathsep)[0]
+    assert first == str(checkout), proc
+    assert (Path(first) / "snapshotd" / "__init__.py").is_file()
+
+
+def test_a_relative_home_is_made_absolute_for_the_daemon(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SNAPSHOTD_HOME", "state")
+    assert launcher.daemon_environment()["SNAPSHOTD_HOME"] == str(tmp_path / "state")
