@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from snapshotd.capture.state import CaptureStats
-from snapshotd.server.protocol import optional_bool, optional_str
+from snapshotd.server.params import optional_bool, optional_str
 from snapshotd.store.checkpoints import Checkpoint, validate_session
 
 
