@@ -24,8 +24,9 @@ from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult
 from snapshotd.capture.scan import git_target
 from snapshotd.capture.state import CaptureResult, StatCache
 from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.engine import collect, reads
+from snapshotd.engine.repair import repair
 from snapshotd.errors import (
-    Ambiguous,
     FilesystemError,
     InvalidParams,
     MethodNotFound,
@@ -38,21 +39,17 @@ from snapshotd.errors import (
 )
 from snapshotd.fsutil import remove_stale_temp_files
 from snapshotd.git import spawn
-from snapshotd.git.process import GitTarget, run_git
-from snapshotd.git.repository import Repository, is_git_only, open_repository, read_head, repository
+from snapshotd.git.repository import Repository, is_git_only, read_head, repository
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod, kept as kept_mod
 from snapshotd.server.params import (
     optional_bool,
-    optional_int,
     optional_path,
     optional_path_list,
     optional_str,
-    optional_str_list,
 )
 from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
-from snapshotd.store import diff as diff_mod
-from snapshotd.store.checkpoints import Checkpoint, Store, ref_name, validate_session
+from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
 from snapshotd.threads import thread_limiter
 
@@ -139,17 +136,6 @@ def refuse_broad_folder(root: str) -> None:
             "pass force (snapshotd checkpoint --force) to do it anyway.",
             path=real,
         )
-
-
-def _folder_bytes(folder: Path) -> int:
-    total = 0
-    for dirpath, _, names in os.walk(folder):
-        for name in names:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue
-    return total
 
 
 class Engine:
@@ -395,119 +381,53 @@ class Engine:
 
     def _stores(self, preferred: WorktreeState | None) -> list[tuple[str, str]]:
         """(store_dir, worktree id) pairs to search for a checkpoint, preferred first."""
-        seen: dict[str, str] = {}
-        if preferred is not None:
-            seen[preferred.info.store_dir] = preferred.info.id
-        for worktree_id, record in self.records.load().items():
-            store_dir = record.get("store_dir")
-            if store_dir and os.path.isdir(store_dir):
-                seen.setdefault(store_dir, worktree_id)
-        return list(seen.items())
+        return reads.stores_to_search(self.records, preferred.info if preferred is not None else None)
 
     def _find(self, ref: object, preferred: WorktreeState | None, name: str = "checkpoint") -> tuple[Store, Checkpoint]:
-        if not isinstance(ref, str):
-            raise InvalidParams(f"The parameter '{name}' must be a checkpoint id (a string).")
-        found: list[tuple[Store, Checkpoint]] = []
-        errors: list[SnapshotdError] = []
-        for store_dir, _ in self._stores(preferred):
-            try:
-                repo = open_repository(store_dir)
-            except (pygit2.GitError, SnapshotdError):
-                continue
-            store = Store(repo)
-            try:
-                found.append((store, store.find(ref)))
-            except NotFound:
-                continue
-            except SnapshotdError as exc:
-                errors.append(exc)
-        if errors:
-            raise errors[0]
-        distinct = {cp.id for _, cp in found}
-        if len(distinct) > 1:
-            raise Ambiguous(f"The prefix '{ref}' matches {len(distinct)} checkpoints; give more digits.")
-        if not found:
-            raise NotFound(f"No checkpoint matches '{ref}'.")
-        return found[0]
+        """The live checkpoint ``ref`` (param ``name``) names, searched in the preferred worktree's store first."""
+        checkpoint_id = reads.checkpoint_ref(ref, name)
+        return reads.find_checkpoint(checkpoint_id, [store_dir for store_dir, _ in self._stores(preferred)])
 
     async def _list(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        session = validate_session(params.get("session"))
-        limit = optional_int(params, "limit", min=0)
+        options = reads.ListOptions.from_params(params)
         state = await self._resolve(params)
         assert state is not None
-
-        def run() -> list[dict]:
-            with repository(state.info.store_dir) as repo:
-                found = Store(repo).list(state.info.id, session, limit, all_sessions=session is None)
-            return [cp.to_wire() for cp in found]
-
-        return {"checkpoints": await trio.to_thread.run_sync(run, limiter=thread_limiter)}
+        found = await trio.to_thread.run_sync(reads.list_checkpoints, state.info, options, limiter=thread_limiter)
+        return found.to_wire()
 
     async def _show(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         preferred = await self._resolve(params, required=False)
         _, checkpoint = await trio.to_thread.run_sync(
             self._find, params.get("checkpoint"), preferred, limiter=thread_limiter
         )
-        return {"checkpoint": checkpoint.to_wire()}
+        return reads.ShownCheckpoint(checkpoint).to_wire()
 
     # --- diff --------------------------------------------------------------------
 
-    async def _tree_of(self, ref: object, preferred: WorktreeState | None, name: str) -> tuple[str, str, WorktreeState | None, Checkpoint | None]:
-        """(tree, store_dir, worktree state for 'worktree', checkpoint) for one side of a diff."""
-        if ref == "worktree":
+    async def _tree_of(self, ref: object, preferred: WorktreeState | None, name: str) -> reads.DiffSide:
+        """One side of a diff: the worktree captured now (under its lock), or a checkpoint's tree."""
+        if ref == reads.WORKTREE:
             if preferred is None:
                 raise InvalidParams(f"'{name}' is 'worktree' but no worktree was given; add 'path' or a checkpoint.")
             async with preferred.lock:
                 result = await self.capture(preferred)
-            return result.tree, preferred.info.store_dir, preferred, None
+            return reads.DiffSide(result.tree, preferred.info.store_dir, None)
         store, checkpoint = await trio.to_thread.run_sync(self._find, ref, preferred, name, limiter=thread_limiter)
-        return checkpoint.tree, store.repo.path, None, checkpoint
+        return reads.DiffSide(checkpoint.tree, store.repo.path, checkpoint)
 
     async def _diff(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        if "from" not in params:
-            raise InvalidParams("The parameter 'from' is required (a checkpoint id or 'worktree').")
-        source = params.get("from")
-        target = "worktree" if params.get("to") is None else params.get("to")
-        paths = optional_path_list(params, "paths")
-        patch = optional_bool(params, "patch")
-        context = optional_int(params, "context", min=0, max=diff_mod.MAX_CONTEXT)
-        offset = optional_int(params, "offset", 0, min=0)
-        max_patch_bytes = optional_int(
-            params, "max_patch_bytes", diff_mod.DEFAULT_MAX_PATCH_BYTES, min=1, max=diff_mod.MAX_PATCH_BYTES
-        )
+        options = reads.DiffOptions.from_params(params)
         preferred = await self._resolve(params, required=False)
-        if preferred is None:
-            for ref in (source, target):
-                if ref != "worktree":
-                    _, checkpoint = await trio.to_thread.run_sync(self._find, ref, None, limiter=thread_limiter)
-                    preferred = await trio.to_thread.run_sync(self._by_id, checkpoint.worktree, limiter=thread_limiter)
-                    break
-        old_tree, old_store, _, old_cp = await self._tree_of(source, preferred, "from")
-        new_tree, new_store, _, new_cp = await self._tree_of(target, preferred, "to")
-        if os.path.realpath(old_store) != os.path.realpath(new_store):
-            raise Unsupported("The two sides of this diff are stored in different repositories; diff them with git.")
-        rel_paths = [to_worktree_relative(preferred.info.path, p) for p in paths] if paths and preferred else paths
-
-        def run() -> dict[str, Any]:
-            with repository(old_store) as repo:
-                return diff_mod.diff_trees(
-                    repo,
-                    old_tree,
-                    new_tree,
-                    paths=rel_paths,
-                    patch=patch,
-                    context=3 if context is None else context,
-                    offset=offset,
-                    max_patch_bytes=max_patch_bytes,
-                )
-
-        result = await trio.to_thread.run_sync(run, limiter=thread_limiter)
-        worktrees = {cp.worktree for cp in (old_cp, new_cp) if cp is not None}
-        if preferred is not None and (source == "worktree" or target == "worktree"):
-            worktrees.add(preferred.info.id)
-        if len(worktrees) > 1:
-            result["cross_worktree"] = True
-        return result
+        if preferred is None and options.checkpoint_sides:
+            _, checkpoint = await trio.to_thread.run_sync(
+                self._find, options.checkpoint_sides[0], None, limiter=thread_limiter
+            )
+            preferred = await trio.to_thread.run_sync(self._by_id, checkpoint.worktree, limiter=thread_limiter)
+        old = await self._tree_of(options.source, preferred, "from")
+        new = await self._tree_of(options.target, preferred, "to")
+        worktree = preferred.info if preferred is not None else None
+        result = await trio.to_thread.run_sync(reads.diff_sides, old, new, options, worktree, limiter=thread_limiter)
+        return result.to_wire()
 
     # --- restore and revert ------------------------------------------------------
 
@@ -680,35 +600,21 @@ class Engine:
     # --- delete and gc -----------------------------------------------------------
 
     async def _delete(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        refs = optional_str_list(params, "checkpoints")
-        if refs is None and "session" not in params:
-            raise InvalidParams("Give 'checkpoints' (a list of ids) or 'session' with 'path' or 'worktree'.")
-        preferred = await self._resolve(params, required=refs is None)
-        if refs is None:
-            session = validate_session(params.get("session"))
+        options = collect.DeleteOptions.from_params(params)
+        preferred = await self._resolve(params, required=options.checkpoints is None)
+        if options.checkpoints is None:
             assert preferred is not None
-
-            def drop_session() -> int:
-                with repository(preferred.info.store_dir) as repo:
-                    store = Store(repo)
-                    name = ref_name(preferred.info.id, session)
-                    count = sum(1 for _ in store.pins(name))
-                    if count:
-                        store.rewrite(name, keep=[])
-                return count
-
             async with preferred.lock:
-                return {"deleted": await trio.to_thread.run_sync(drop_session, limiter=thread_limiter)}
+                deleted = await trio.to_thread.run_sync(
+                    collect.drop_session, preferred.info, options.session, limiter=thread_limiter
+                )
+            return deleted.to_wire()
+        refs = options.checkpoints
 
-        def drop_ids() -> int:
-            targets = [self._find(ref, preferred) for ref in refs]
-            groups: dict[tuple[str, str], tuple[Store, set[str]]] = {}
-            for store, checkpoint in targets:
-                key = (store.repo.path, ref_name(checkpoint.worktree, checkpoint.session))
-                groups.setdefault(key, (store, set()))[1].add(checkpoint.id)
-            return sum(store.rewrite(name, drop=ids) for (_, name), (store, ids) in groups.items())
+        def drop_ids() -> collect.Deleted:
+            return collect.drop_checkpoints([self._find(ref, preferred) for ref in refs])
 
-        return {"deleted": await trio.to_thread.run_sync(drop_ids, limiter=thread_limiter)}
+        return (await trio.to_thread.run_sync(drop_ids, limiter=thread_limiter)).to_wire()
 
     async def _gc(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         """Drop old checkpoints of one worktree (or, with ``all``, of every known one).
@@ -717,46 +623,30 @@ class Engine:
         ``include_safety``; ``dry_run`` reports per worktree and session what
         would go and changes nothing.
         """
-        keep = optional_int(params, "keep", min=0)
-        older_than = optional_int(params, "older_than_s", min=0)
-        every = optional_bool(params, "all")
-        dry_run = optional_bool(params, "dry_run")
-        include_safety = optional_bool(params, "include_safety")
-        if keep is None and older_than is None:
-            keep = 50
+        options = collect.GcOptions.from_params(params)
         state = await self._resolve(params, required=False)
-        if (state is None) == (not every):
+        if (state is None) == (not options.every):
             raise InvalidParams(
                 "Give 'path' or 'worktree' for the worktree to collect, or 'all': true for every known worktree."
                 if state is None
                 else "Give either 'all' or a worktree ('path' or 'worktree'), not both."
             )
         states = [state] if state is not None else await self._known_states()
-        cutoff = None
-        if older_than is not None:
-            cutoff = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - older_than))
-        skipped_session = None if include_safety else SAFETY_SESSION
-
-        def collect(state: WorktreeState) -> list[dict[str, Any]]:
-            with repository(state.info.store_dir) as repo:
-                return _collect_sessions(Store(repo), state.info, keep, cutoff, skipped_session, dry_run)
-
         total = freed = 0
-        would_delete: list[dict[str, Any]] = []
+        would_delete: list[collect.SessionCollection] = []
         for each in states:
             async with each.lock:
-                sessions = await trio.to_thread.run_sync(collect, each, limiter=thread_limiter)
-                deleted = sum(len(item["checkpoints"]) for item in sessions)
-                if dry_run:
+                sessions = await trio.to_thread.run_sync(
+                    collect.collect_worktree, each.info, options, limiter=thread_limiter
+                )
+                if options.dry_run:
                     would_delete += sessions
                     continue
+                deleted = sum(len(item.checkpoints) for item in sessions)
                 total += deleted
                 if deleted and each.info.kind == "plain":
                     freed += await self._prune_own_store(each)
-        result: dict[str, Any] = {"deleted": total, "freed_bytes": freed}
-        if dry_run:
-            result["would_delete"] = would_delete
-        return result
+        return collect.GcResult(total, freed, would_delete if options.dry_run else None).to_wire()
 
     async def _known_states(self) -> list[WorktreeState]:
         """Every recorded worktree that is still where the records say."""
@@ -774,25 +664,17 @@ class Engine:
 
         The warm tree and the stat cache name objects of that store, which the
         prune may remove: both are dropped, so the next capture hashes afresh.
-        A git worktree's own repository is left to the user's ``git gc``: the
-        dropped checkpoints are unreachable there and go at its next run.
         """
-        info = state.info
-        objects = Path(info.store_dir, "objects")
-        before = await trio.to_thread.run_sync(_folder_bytes, objects)
         state.capture.forget_objects()
-        await run_git(GitTarget(git_dir=info.store_dir, work_tree=None), ["gc", "--prune=now", "--quiet"])
+        freed = await collect.prune_store(state.info.store_dir)
         self.counters["processes"] += 1
-        return max(0, before - await trio.to_thread.run_sync(_folder_bytes, objects))
+        return freed
 
     # --- repair ------------------------------------------------------------------
 
     async def _repair(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        from snapshotd.engine.repair import repair
-
         path = optional_path(params, "path")
-        moved = await repair(self, path)
-        return {"moved": moved}
+        return (await repair(self, path)).to_wire()
 
     # --- daemon-level ------------------------------------------------------------
 
@@ -828,36 +710,3 @@ class Engine:
         if self._on_shutdown is not None:
             self._on_shutdown()
         return {}
-
-
-def _collect_sessions(
-    store: Store,
-    info: WorktreeInfo,
-    keep: int | None,
-    cutoff: str | None,
-    skipped_session: str | None,
-    dry_run: bool,
-) -> list[dict[str, Any]]:
-    """Per session of one worktree, the checkpoints gc drops (dropped unless ``dry_run``).
-
-    A checkpoint stays when it is among the newest ``keep`` of its session or
-    newer than ``cutoff``; the session ``skipped_session`` is left whole.
-    """
-    out = []
-    for name in store.session_refs(info.id):
-        if skipped_session is not None and name == ref_name(info.id, skipped_session):
-            continue
-        checkpoints = list(store.iter_session(name))
-        kept = [
-            cp
-            for index, cp in enumerate(checkpoints)
-            if (keep is not None and index < keep) or (cutoff is not None and cp.created_at[:19] >= cutoff)
-        ]
-        kept_ids = {cp.id for cp in kept}
-        going = [cp.id for cp in checkpoints if cp.id not in kept_ids]
-        if not going:
-            continue
-        if not dry_run:
-            store.rewrite(name, keep=kept)
-        out.append({"worktree": info.id, "path": info.path, "session": checkpoints[0].session, "checkpoints": going})
-    return out

@@ -28,8 +28,9 @@ copy of a linked worktree whose original is still in place is left alone (a
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
@@ -39,8 +40,35 @@ from snapshotd.git.process import GitTarget, run_git
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate, read_gitfile
 from snapshotd.threads import thread_limiter
 
-if TYPE_CHECKING:
-    from snapshotd.engine.core import Engine
+
+class Registry(Protocol):
+    """What repair needs of the open worktrees: their records, and re-opening one at its new path."""
+
+    records: Records
+
+    def open_path(self, path: str) -> Any: ...
+
+
+@dataclass(frozen=True)
+class Move:
+    """One worktree whose recorded path changed."""
+
+    worktree: str
+    old_path: str | None
+    new_path: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"worktree": self.worktree, "from": self.old_path, "to": self.new_path}
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    """The worktrees a ``repair`` found moved."""
+
+    moved: list[Move]
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"moved": [move.to_wire() for move in self.moved]}
 
 
 def _linked_root(git_dir: str) -> str | None:
@@ -185,17 +213,17 @@ async def _mend_git_links(info: WorktreeInfo, records: Records, extra: list[str]
     await _git_repair(info.common_dir, info.path, paths)
 
 
-async def _refresh(engine: Engine, info: WorktreeInfo) -> None:
-    """Point the engine's state for ``info.id`` at the new path; its watcher restarts there."""
-    await trio.to_thread.run_sync(engine.open_path, info.path, limiter=thread_limiter)
+async def _refresh(registry: Registry, info: WorktreeInfo) -> None:
+    """Point the registry's state for ``info.id`` at the new path; its watcher restarts there."""
+    await trio.to_thread.run_sync(registry.open_path, info.path, limiter=thread_limiter)
 
 
-async def repair(engine: Engine, path: str | None) -> list[dict[str, Any]]:
+async def repair(registry: Registry, path: str | None) -> RepairResult:
     """Find moved worktrees (the one at ``path``, or every known one git can trace).
 
-    Returns one ``{"worktree", "from", "to"}`` per worktree whose path changed.
+    Returns one :class:`Move` per worktree whose path changed.
     """
-    before = engine.records.load()
+    before = registry.records.load()
     queue: list[str] = []
     if path is not None:
         queue.append(path)
@@ -207,7 +235,7 @@ async def repair(engine: Engine, path: str | None) -> list[dict[str, Any]]:
                 root = _linked_root(record["git_dir"])
                 if root is not None:
                     queue.append(root)
-    moved: list[dict[str, Any]] = []
+    moved: list[Move] = []
     seen: set[str] = set()
     while queue:
         candidate = queue.pop(0)
@@ -234,17 +262,17 @@ async def repair(engine: Engine, path: str | None) -> list[dict[str, Any]]:
         seen.add(located.root)
         if located.git_dir is not None and located.git_dir != located.common_dir and _is_copy_of_linked(located.root):
             continue  # a copy: mending it would take the original's place in git
-        info = await trio.to_thread.run_sync(identify, located, engine.records, limiter=thread_limiter)
+        info = await trio.to_thread.run_sync(identify, located, registry.records, limiter=thread_limiter)
         old = before.get(info.id)
         along = _moved_along(info, old, before) if info.kind == "git" else []
         if info.kind == "git":
             try:
-                await _mend_git_links(info, engine.records, along)
+                await _mend_git_links(info, registry.records, along)
             except SnapshotdError:
                 if path is not None:
                     raise
         if old is not None and old.get("path") != info.path:
-            moved.append({"worktree": info.id, "from": old.get("path"), "to": info.path})
-        await _refresh(engine, info)
+            moved.append(Move(info.id, old.get("path"), info.path))
+        await _refresh(registry, info)
         queue.extend(along)
-    return moved
+    return RepairResult(moved)
