@@ -19,8 +19,9 @@ from daemon_helpers import Daemon, call, child_env, cli, quiet_daemon
 from oracle import oracle_tree
 from repo_helpers import git_ok, init_repo, write
 
-from snapshotd.engine.core import SAFETY_SESSION, Engine
+from snapshotd.engine.core import Engine
 from snapshotd.errors import InvalidParams
+from snapshotd.settings import SAFETY_SESSION
 
 
 async def cp(engine: Engine, path: Path, **params: Any) -> dict[str, Any]:
