@@ -207,6 +207,19 @@ def filesystem_error(exc: BaseException, path: str, doing: str, where: str = "")
     return InternalError(f"Could not {doing} {place}: {reason}.", path=path, errno=name)
 
 
+
+# --- internal: restore -------------------------------------------------------
+# Raised and caught inside the restore stage; never sent to a client.
+
+
+class PathBlocked(Exception):
+    """A component of a worktree path is not a real folder (a symlink or a file), so nothing goes through it."""
+
+    def __init__(self, path: str, is_link: bool) -> None:
+        super().__init__(path)
+        self.path = path
+        self.is_link = is_link
+
 ERRORS_BY_KIND: dict[str, type[SnapshotdError]] = {
     cls.kind: cls
     for cls in (

@@ -32,7 +32,7 @@ from snapshotd.errors import (
     PathOutsideWorktree,
     WorktreeMismatch,
 )
-from snapshotd.restore.core import TEMP_PREFIX
+from snapshotd.restore.fileops import TEMP_PREFIX
 
 ROOT = Path(__file__).resolve().parents[1]
 

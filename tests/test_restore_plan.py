@@ -23,17 +23,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from snapshotd.errors import FilesystemError, InvalidParams, NotFound
-from snapshotd.restore import core as restore
-from snapshotd.restore.core import (
-    TEMP_PREFIX,
-    Entry,
-    Plan,
-    apply_plan,
-    flatten_tree,
-    plan_restore,
-    plan_revert,
-    recover,
-)
+from snapshotd.restore import fileops, plan as restore
+from snapshotd.restore.fileops import TEMP_PREFIX
+from snapshotd.restore.journal import recover
+from snapshotd.restore.outcome import RestoreOutcome
+from snapshotd.restore.plan import Plan, plan_restore, plan_revert
+from snapshotd.restore.prepared import apply_plan
+from snapshotd.restore.trees import Entry, flatten_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -126,14 +122,14 @@ def do_restore(
     target: str,
     paths: list[str] | None = None,
     exclude: tuple[str, ...] = (),
-) -> Plan:
+) -> tuple[Plan, RestoreOutcome]:
     repo = pygit2.Repository(str(wt))
     current = capture(wt, exclude)
     plan = plan_restore(repo, current, target, paths, str(wt))
-    apply_plan(repo, str(wt), plan, str(wt.parent / "journal"))
+    done = apply_plan(repo, str(wt), plan, str(wt.parent / "journal"))
     assert temps_left(wt) == []
     assert not list((wt.parent / "journal").glob("*.journal"))
-    return plan
+    return plan, done
 
 
 def written(plan: Plan) -> list[str]:
@@ -264,9 +260,9 @@ def test_round_trip_every_kind_of_change(tmp_path: Path, outside: Path) -> None:
 
     mutate_everything(wt, outside)
     before = snapshot(wt)
-    plan = do_restore(wt, tree_a, exclude=("big.bin",))
+    plan, done = do_restore(wt, tree_a, exclude=("big.bin",))
 
-    assert plan.conflicts == []
+    assert done.conflicts == []
     assert capture(wt, exclude=("big.bin",)) == tree_a
     after = snapshot(wt)
     assert {p: v for p, v in after.items() if p not in IGNORED} == state_a
@@ -282,26 +278,26 @@ def test_round_trip_every_kind_of_change(tmp_path: Path, outside: Path) -> None:
     assert os.readlink(wt / "rel-out") == "../outside/victim.txt"
     assert (wt / "newdir2").is_dir() and not (wt / "newdir").exists()
     assert not (wt / "file2dir").is_dir() and (wt / "dir2file").is_dir()
-    assert set(written(plan)) >= {
+    assert set(done.written) >= {
         "plain.txt",
         "dir2file/a.txt",
         "file2dir",
         "link-to-file",
         "tolink.txt",
     }
-    assert "keep.txt" not in written(plan) and "keep.txt" not in plan.deletes
-    assert set(plan.deletes) >= {
+    assert "keep.txt" not in done.written and "keep.txt" not in done.deleted
+    assert set(done.deleted) >= {
         "created.txt",
         "newdir/a/b.txt",
         "file2dir/inner/c.txt",
         "dir2file",
     }
-    assert not any(p in IGNORED for p in written(plan) + plan.deletes)
+    assert not any(p in IGNORED for p in done.written + done.deleted)
     assert_outside_intact(outside)
 
     # Restoring again is a no-op: nothing differs.
-    again = do_restore(wt, tree_a, exclude=("big.bin",))
-    assert (again.writes, again.deletes, again.conflicts) == ([], [], [])
+    _, again = do_restore(wt, tree_a, exclude=("big.bin",))
+    assert (again.written, again.deleted, again.conflicts) == ([], [], [])
 
 
 def test_restore_forth_and_back(tmp_path: Path, outside: Path) -> None:
@@ -356,14 +352,14 @@ def test_ignored_file_in_the_way_is_a_conflict(tmp_path: Path) -> None:
     (wt / "out" / "b.txt").write_text("captured\n")
     before = snapshot(wt)
 
-    plan = do_restore(wt, tree_a)
-    assert {c["path"]: c["reason"] for c in plan.conflicts} == {
+    _, done = do_restore(wt, tree_a)
+    assert {c["path"]: c["reason"] for c in done.conflicts} == {
         "gen/x.txt": restore.REASON_IN_THE_WAY,
         "notes.txt": restore.REASON_IN_THE_WAY,
         "out": restore.REASON_IN_THE_WAY,
     }
-    assert written(plan) == [".gitignore"]
-    assert plan.deletes == ["out/b.txt"]
+    assert done.written == [".gitignore"]
+    assert done.deleted == ["out/b.txt"]
     after = snapshot(wt)
     for path in ("notes.txt", "gen/x.txt", "gen/other.txt", "out/a.log"):
         assert after[path] == before[path]
@@ -379,8 +375,8 @@ def test_ignoring_a_file_after_capture_does_not_delete_it(tmp_path: Path) -> Non
     # made ignored are not in the current tree and are left alone.
     (wt / ".gitignore").write_text("*.csv\n")
     (wt / "data.csv").write_text("1,2,3\n")
-    plan = do_restore(wt, tree_a)
-    assert plan.deletes == [".gitignore"] and plan.conflicts == []
+    _, done = do_restore(wt, tree_a)
+    assert done.deleted == [".gitignore"] and done.conflicts == []
     assert (wt / "data.csv").read_text() == "1,2,3\n"
 
 
@@ -393,8 +389,8 @@ def test_oversized_untracked_files_survive(tmp_path: Path) -> None:
     (wt / "dump").mkdir()
     (wt / "dump" / "huge.bin").write_bytes(b"\x03" * 300_000)
     (wt / "src.txt").write_text("y\n")
-    plan = do_restore(wt, tree_a, exclude=("data.bin", "dump/huge.bin"))
-    assert plan.conflicts == [{"path": "data.bin", "reason": restore.REASON_IN_THE_WAY}]
+    _, done = do_restore(wt, tree_a, exclude=("data.bin", "dump/huge.bin"))
+    assert done.conflicts == [{"path": "data.bin", "reason": restore.REASON_IN_THE_WAY}]
     assert (wt / "data.bin").read_bytes() == b"\x02" * 300_000
     assert (wt / "dump" / "huge.bin").read_bytes() == b"\x03" * 300_000
     assert (wt / "src.txt").read_text() == "x\n"
@@ -410,8 +406,8 @@ def test_identical_files_keep_inode_and_mtime(tmp_path: Path) -> None:
     dir_ids = {d: identity(wt / d) for d in ("d0", "d1", "d2", "d3", "d4")}
     (wt / "d3" / "f3.txt").write_text("changed\n")
     time.sleep(0.01)
-    plan = do_restore(wt, tree_a)
-    assert written(plan) == ["d3/f3.txt"] and plan.deletes == []
+    _, done = do_restore(wt, tree_a)
+    assert done.written == ["d3/f3.txt"] and done.deleted == []
     now = {p: identity(wt / p) for p in snapshot(wt)}
     assert {p: v for p, v in now.items() if p != "d3/f3.txt"} == {
         p: v for p, v in ids.items() if p != "d3/f3.txt"
@@ -437,7 +433,7 @@ def test_permissions_of_rewritten_files_are_kept(tmp_path: Path) -> None:
     assert stat.S_IMODE(os.lstat(wt / "tool").st_mode) == 0o700
     (wt / "secret.txt").unlink()
     do_restore(wt, tree_a)
-    umask = restore._read_umask()
+    umask = fileops.read_umask()
     assert stat.S_IMODE(os.lstat(wt / "secret.txt").st_mode) == 0o666 & ~umask
 
 
@@ -456,8 +452,8 @@ def test_symlinked_folder_pointing_out_is_replaced_not_followed(
     # The checkpoint's folder is now a symlink to a real folder outside.
     shutil.rmtree(wt / "data")
     (wt / "data").symlink_to(outside)
-    plan = do_restore(wt, tree_a)
-    assert plan.deletes == ["data"] and written(plan) == ["data/victim.txt", "data/x.txt"]
+    _, done = do_restore(wt, tree_a)
+    assert done.deleted == ["data"] and done.written == ["data/victim.txt", "data/x.txt"]
     assert not (wt / "data").is_symlink() and (wt / "data").is_dir()
     assert (wt / "data" / "victim.txt").read_text() == "inside version\n"
     assert_outside_intact(outside)
@@ -475,9 +471,9 @@ def test_symlink_where_a_folder_was_is_restored_as_link(tmp_path: Path, outside:
     (wt / "ln" / "victim.txt").write_text("inside, to be deleted\n")
     (wt / "ln" / "new.txt").write_text("new\n")
     (wt / "abs").unlink()
-    plan = do_restore(wt, tree_a)
-    assert set(plan.deletes) == {"ln/victim.txt", "ln/new.txt"}
-    assert written(plan) == ["abs", "ln"]
+    _, done = do_restore(wt, tree_a)
+    assert set(done.deleted) == {"ln/victim.txt", "ln/new.txt"}
+    assert done.written == ["abs", "ln"]
     assert os.readlink(wt / "ln") == str(outside)
     assert os.readlink(wt / "abs") == str(outside / "victim.txt")
     assert_outside_intact(outside)
@@ -493,8 +489,8 @@ def test_unrecorded_symlink_in_the_way_is_a_conflict(tmp_path: Path, outside: Pa
     (wt / ".gitignore").write_text("ext\n")
     shutil.rmtree(wt / "ext")
     (wt / "ext").symlink_to(outside)  # ignored, so not in the current tree
-    plan = do_restore(wt, tree_a)
-    assert plan.conflicts == [{"path": "ext/victim.txt", "reason": restore.REASON_SYMLINK}]
+    _, done = do_restore(wt, tree_a)
+    assert done.conflicts == [{"path": "ext/victim.txt", "reason": restore.REASON_SYMLINK}]
     assert os.readlink(wt / "ext") == str(outside)
     assert_outside_intact(outside)
 
@@ -519,10 +515,10 @@ def test_handmade_plan_through_a_symlink_touches_nothing_outside(
         ],
         deletes=["ln/victim.txt", "real/inner/x.txt", "ln/x.txt"],
     )
-    apply_plan(repo, str(wt), plan, str(tmp_path / "journal"))
+    done = apply_plan(repo, str(wt), plan, str(tmp_path / "journal"))
     assert_outside_intact(outside)
-    assert written(plan) == ["ok.txt"] and plan.deletes == []
-    assert {c["path"]: c["reason"] for c in plan.conflicts} == {
+    assert done.written == ["ok.txt"] and done.deleted == []
+    assert {c["path"]: c["reason"] for c in done.conflicts} == {
         "afile/x.txt": restore.REASON_FILE,
         "ln/brand-new.txt": restore.REASON_SYMLINK,
         "ln/victim.txt": restore.REASON_SYMLINK,
@@ -547,10 +543,10 @@ def test_disk_changing_between_plan_and_apply(tmp_path: Path, outside: Path) -> 
     # Someone swaps the folder for a symlink pointing out before the apply.
     shutil.rmtree(wt / "d")
     (wt / "d").symlink_to(outside)
-    apply_plan(repo, str(wt), plan, str(tmp_path / "journal"))
+    done = apply_plan(repo, str(wt), plan, str(tmp_path / "journal"))
     assert_outside_intact(outside)
-    assert plan.writes == [] and plan.deletes == []
-    assert plan.conflicts == [
+    assert done.written == [] and done.deleted == []
+    assert done.conflicts == [
         {"path": "d/victim.txt", "reason": restore.REASON_SYMLINK},
         {"path": "d/x.txt", "reason": restore.REASON_SYMLINK},
     ]
@@ -570,15 +566,15 @@ def test_subset_restore_leaves_siblings_alone(tmp_path: Path) -> None:
         (wt / rel).write_text(f"{rel} edited\n")
     (wt / "src" / "new.py").write_text("new\n")
     (wt / "docs" / "new.md").write_text("new\n")
-    plan = do_restore(wt, tree_a, paths=["src"])
-    assert written(plan) == ["src/a.py", "src/sub/c.py"] and plan.deletes == ["src/new.py"]
+    _, done = do_restore(wt, tree_a, paths=["src"])
+    assert done.written == ["src/a.py", "src/sub/c.py"] and done.deleted == ["src/new.py"]
     assert (wt / "src" / "a.py").read_text() == "src/a.py at A\n"
     for rel in ("docs/d.md", "README", "srcx/e.py"):
         assert (wt / rel).read_text() == f"{rel} edited\n"
     assert (wt / "docs" / "new.md").exists()
 
-    plan = do_restore(wt, tree_a, paths=["docs/d.md"])
-    assert written(plan) == ["docs/d.md"] and plan.deletes == []
+    _, done = do_restore(wt, tree_a, paths=["docs/d.md"])
+    assert done.written == ["docs/d.md"] and done.deleted == []
     assert (wt / "docs" / "new.md").exists() and (wt / "README").read_text() == "README edited\n"
 
 
@@ -589,8 +585,8 @@ def test_subset_restore_does_not_remove_what_is_outside_the_selection(tmp_path: 
     tree_a = capture(wt)
     shutil.rmtree(wt / "d")
     (wt / "d").write_text("d is a file now\n")
-    plan = do_restore(wt, tree_a, paths=["d/f"])
-    assert plan.conflicts == [{"path": "d/f", "reason": restore.REASON_OUTSIDE_SELECTION}]
+    _, done = do_restore(wt, tree_a, paths=["d/f"])
+    assert done.conflicts == [{"path": "d/f", "reason": restore.REASON_OUTSIDE_SELECTION}]
     assert (wt / "d").read_text() == "d is a file now\n"
 
 
@@ -602,18 +598,18 @@ def test_nested_repositories_are_never_emptied(tmp_path: Path) -> None:
     nested_repo(wt / "sub", "second")  # moved to another commit
     nested_repo(wt / "other", "created after A")
     before = snapshot(wt)
-    plan = do_restore(wt, tree_a)
-    assert {c["path"]: c["reason"] for c in plan.conflicts} == {
+    _, done = do_restore(wt, tree_a)
+    assert {c["path"]: c["reason"] for c in done.conflicts} == {
         "other": restore.REASON_NESTED_KEPT,
         "sub": restore.REASON_NESTED_COMMIT,
     }
-    assert plan.writes == [] and plan.deletes == []
+    assert done.written == [] and done.deleted == []
     assert snapshot(wt) == before
 
     # A gitlink whose folder is gone comes back as an empty folder.
     shutil.rmtree(wt / "sub")
-    plan = do_restore(wt, tree_a)
-    assert written(plan) == ["sub"]
+    _, done = do_restore(wt, tree_a)
+    assert done.written == ["sub"]
     assert (wt / "sub").is_dir() and os.listdir(wt / "sub") == []
 
 
@@ -815,12 +811,12 @@ def test_recover_removes_leftovers_from_a_journal(tmp_path: Path) -> None:
 _CHILD = r"""
 import json, os, sys, time
 import pygit2
-from snapshotd.restore import core as restore
+from snapshotd.restore import fileops, plan as restore, prepared
 
 with open(sys.argv[1]) as handle:
     args = json.load(handle)
 stop = args["stop_prefix"].encode()
-real = restore._write_all
+real = fileops.write_all
 
 def slow(fd, data):
     if bytes(data[: len(stop)]) == stop:
@@ -830,10 +826,10 @@ def slow(fd, data):
         time.sleep(120)
     real(fd, data)
 
-restore._write_all = slow
+fileops.write_all = slow
 repo = pygit2.Repository(args["workdir"])
 plan = restore.plan_restore(repo, args["current"], args["target"], None, args["workdir"])
-restore.apply_plan(repo, args["workdir"], plan, args["journal"])
+prepared.apply_plan(repo, args["workdir"], plan, args["journal"])
 """
 
 
@@ -905,7 +901,7 @@ def test_filesystem_error_midway_leaves_no_temp_files(
         (wt / f"f{i}.txt").write_text(f"{i} edited\n")
     repo = pygit2.Repository(str(wt))
     plan = plan_restore(repo, capture(wt), tree_a, None, str(wt))
-    real = restore._write_all
+    real = fileops.write_all
     calls = {"n": 0}
 
     def failing(fd: int, data: bytes) -> None:
@@ -915,7 +911,7 @@ def test_filesystem_error_midway_leaves_no_temp_files(
                 raise OSError(28, os.strerror(28))
         real(fd, data)
 
-    monkeypatch.setattr(restore, "_write_all", failing)
+    monkeypatch.setattr(fileops, "write_all", failing)
     inodes = [(wt / f"f{i}.txt").stat().st_ino for i in range(4)]
     with pytest.raises(FilesystemError) as info:
         apply_plan(repo, str(wt), plan, str(tmp_path / "journal"))
@@ -1009,18 +1005,18 @@ def test_any_two_states_round_trip(
     tree_a = capture(wt)
     _materialize(wt, second, ignored)
     present_ignored = {p: v for p, v in snapshot(wt).items() if p.endswith(".log")}
-    plan = do_restore(wt, tree_a)
+    _, done = do_restore(wt, tree_a)
     after = snapshot(wt)
     # Ignored files always survive, byte for byte.
     assert {p: v for p, v in after.items() if p.endswith(".log")} == present_ignored
     assert snapshot(base / "outside") == {"keep": ("file", b"outside\n", False)}
-    if not plan.conflicts:
+    if not done.conflicts:
         assert capture(wt) == tree_a
         visible = {p: v for p, v in after.items() if not p.endswith(".log") and p != ".gitignore"}
         assert visible == _expected(first)
     else:
         # A conflict only ever comes from an ignored file holding the spot.
-        for conflict in plan.conflicts:
+        for conflict in done.conflicts:
             path = conflict["path"]
             assert any(
                 p == path

@@ -24,7 +24,8 @@ from repo_helpers import git, worktree_listing
 
 from snapshotd.capture.watch import Watcher
 from snapshotd.errors import FilesystemError, NotFound
-from snapshotd.restore import core as restore_mod
+from snapshotd.restore import fileops as restore_mod
+from snapshotd.restore.apply import Applier
 
 
 async def checkpoint(engine: Any, path: Path, **params: Any) -> dict[str, Any]:
@@ -75,7 +76,7 @@ async def test_restore_of_a_path_that_matches_nothing_is_not_found(engine, tmp_p
 
 def write_on_first_path(monkeypatch: pytest.MonkeyPatch, method: str, target: Path, data: bytes) -> list[str]:
     """When the applier reaches its first path, another thread writes ``target`` (and is waited for)."""
-    real = getattr(restore_mod._Applier, method)
+    real = getattr(Applier, method)
     seen: list[str] = []
 
     def writer() -> None:
@@ -89,7 +90,7 @@ def write_on_first_path(monkeypatch: pytest.MonkeyPatch, method: str, target: Pa
         seen.append(path)
         real(self, path, *args)
 
-    monkeypatch.setattr(restore_mod._Applier, method, first_then_real)
+    monkeypatch.setattr(Applier, method, first_then_real)
     return seen
 
 
@@ -159,7 +160,7 @@ async def test_a_restore_that_fails_part_way_changes_nothing(engine, tmp_path, m
     (wt / "made" / "new.txt").write_text("made since\n")
     os.chmod(wt / "f1.txt", 0o755)
     before = files_as_they_are(wt)
-    real = restore_mod._write_all
+    real = restore_mod.write_all
     calls = {"n": 0}
 
     def full_disk_on_the_fourth(fd: int, data: bytes) -> None:
@@ -169,7 +170,7 @@ async def test_a_restore_that_fails_part_way_changes_nothing(engine, tmp_path, m
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(fd, data)
 
-    monkeypatch.setattr(restore_mod, "_write_all", full_disk_on_the_fourth)
+    monkeypatch.setattr(restore_mod, "write_all", full_disk_on_the_fourth)
     with pytest.raises(FilesystemError) as info:
         await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
     assert calls["n"] == 4

@@ -21,7 +21,6 @@ import pygit2
 import trio
 
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult
-from snapshotd.capture.scan import git_target
 from snapshotd.capture.state import CaptureResult, StatCache
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.engine import collect, reads
@@ -41,7 +40,7 @@ from snapshotd.fsutil import remove_stale_temp_files
 from snapshotd.git import spawn
 from snapshotd.git.repository import Repository, is_git_only, read_head, repository
 from snapshotd.paths import to_worktree_relative
-from snapshotd.restore import core as restore_mod, kept as kept_mod
+from snapshotd.restore import core as restore_mod
 from snapshotd.server.params import (
     optional_bool,
     optional_path,
@@ -115,14 +114,6 @@ def _head(info: WorktreeInfo) -> tuple[str | None, str | None]:
         return str(head.target), branch
     except (pygit2.GitError, KeyError, ValueError):
         return None, None
-
-
-def _no_safety(exc: BaseException, store_dir: str) -> SnapshotdError:
-    """The error of a restore or revert whose safety checkpoint could not be taken: nothing was changed."""
-    error = exc if isinstance(exc, SnapshotdError) else filesystem_error(exc, store_dir, "save the safety checkpoint in")
-    return type(error)(
-        f"{error.message.rstrip('.')}; no safety checkpoint could be taken, so nothing was changed.", **error.data
-    )
 
 
 def refuse_broad_folder(root: str) -> None:
@@ -431,105 +422,23 @@ class Engine:
 
     # --- restore and revert ------------------------------------------------------
 
-    async def _safety_and_plan(
-        self,
-        state: WorktreeState,
-        plan_fn: Callable[[Repository, str], restore_mod.Plan],
-        dry_run: bool,
-        label: str,
-        *,
-        report_kept: bool = False,
-        paths: list[str] | None = None,
-    ) -> dict[str, Any]:
-        """Capture, plan, record the safety checkpoint and apply, all under the worktree's lock.
+    def _safety_hooks(self, state: WorktreeState) -> restore_mod.SafetyHooks:
+        """What the restore stage needs from the engine for ``state``'s worktree."""
 
-        The safety checkpoint must hold what is on disk now at every path the
-        plan touches: a warm capture that does not (the watcher missed a
-        change, or a failed capture left it behind) is replaced by an exact
-        one before anything is recorded. A capture or record that fails
-        changes nothing and says so. With ``report_kept`` (a restore of
-        ``paths``), the result lists in ``kept`` what it left in place.
-        """
-        async with state.lock:
-            exact = False
-            while True:
-                current = await self._safety_capture(state, exact)
-                outcome = await trio.to_thread.run_sync(
-                    self._plan_and_apply, state, current, plan_fn, dry_run, label, exact, report_kept, paths,
-                    limiter=thread_limiter,
-                )
-                if outcome is not None:
-                    return outcome
-                self.counters["safety_recaptures"] += 1
-                exact = True
+        def recaptured() -> None:
+            self.counters["safety_recaptures"] += 1
 
-    async def _safety_capture(self, state: WorktreeState, exact: bool) -> CaptureResult:
-        try:
-            return await self.capture(state, exact=exact)
-        except (SnapshotdError, OSError, pygit2.GitError) as exc:
-            raise _no_safety(exc, state.info.store_dir) from exc
+        return restore_mod.SafetyHooks(
+            capture=lambda exact: self.capture(state, exact=exact),
+            record=lambda repo, tree, label: self._record_safety(state, repo, tree, label),
+            forget=lambda path: state.cache.forget(path),
+            recaptured=recaptured,
+        )
 
-    def _plan_and_apply(
-        self,
-        state: WorktreeState,
-        current: CaptureResult,
-        plan_fn: Callable[[Repository, str], restore_mod.Plan],
-        dry_run: bool,
-        label: str,
-        exact: bool,
-        report_kept: bool,
-        paths: list[str] | None,
-    ) -> dict[str, Any] | None:
-        """One attempt on a worker thread; None when the capture was warm and not current."""
-        with repository(state.info.store_dir) as repo:
-            plan = plan_fn(repo, current.tree)
-            safety = None
-            kept: list[dict[str, str]] = []
-            if not dry_run and (plan.writes or plan.deletes):
-                touched = [p for p, _ in plan.writes] + list(plan.deletes)
-                ignored = self._ignored_files(state, touched) if report_kept else None
-                # Validation and content (line endings, filters) are ready before the
-                # safety checkpoint is recorded, so a plan that cannot be applied
-                # fails without leaving anything behind.
-                with restore_mod.prepared_plan(
-                    repo,
-                    state.info.path,
-                    plan,
-                    os.path.join(state.info.state_dir, "journal"),
-                    restore_mod.GitCheckout(git_dir=state.info.git_dir or state.info.store_dir),
-                ) as prepared:
-                    if not exact and prepared.stale():
-                        return None
-                    base, _ = _head(state.info)
-                    try:
-                        safety = Store(repo).record(
-                            worktree_id=state.info.id, session=SAFETY_SESSION, label=label, tree=current.tree, base=base
-                        ).to_wire()
-                    except (OSError, pygit2.GitError) as exc:
-                        raise _no_safety(exc, state.info.store_dir) from exc
-                    try:
-                        prepared.apply()
-                    finally:
-                        for path in touched:
-                            state.cache.forget(path)
-                if ignored is not None:
-                    kept = ignored.no_longer_ignored()
-            result: dict[str, Any] = {
-                "safety_checkpoint": safety,
-                "written": sorted(p for p, _ in plan.writes),
-                "deleted": sorted(plan.deletes),
-                "conflicts": list(plan.conflicts),
-            }
-            if report_kept:
-                conflicted = {c["path"] for c in plan.conflicts}
-                found = kept_mod.left_out(current.stats.skipped, paths) + kept
-                result["kept"] = [item for item in found if item["path"] not in conflicted]
-            return result
-
-    def _ignored_files(self, state: WorktreeState, touched: list[str]) -> kept_mod.IgnoredFiles:
-        """The ignored files a plan touching ``touched`` may unveil, listed before it is applied."""
-        index = None if state.info.git_dir else kept_mod.empty_index_path(os.path.join(state.info.state_dir, "tmp"))
-        return kept_mod.IgnoredFiles(git_target(state.info), index, touched)
+    def _record_safety(self, state: WorktreeState, repo: Repository, tree: str, label: str) -> Checkpoint:
+        """Record ``tree`` as a safety checkpoint of ``state``'s worktree, on its HEAD."""
+        base, _ = _head(state.info)
+        return Store(repo).record(worktree_id=state.info.id, session=SAFETY_SESSION, label=label, tree=tree, base=base)
 
     async def _restore(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         paths = optional_path_list(params, "paths")
@@ -549,25 +458,10 @@ class Engine:
         if os.path.realpath(store.repo.path) != os.path.realpath(target.info.store_dir):
             raise Unsupported("The checkpoint is stored in another repository than the target worktree's.")
         rel_paths = [to_worktree_relative(target.info.path, p) for p in paths] if paths is not None else None
-
-        def plan(repo: Repository, current: str) -> restore_mod.Plan:
-            missing = restore_mod.unmatched_paths(repo, [current, checkpoint.tree], rel_paths or [], target.info.path)
-            if missing:
-                raise NotFound(
-                    f"Nothing matches {missing[0]!r} in checkpoint {checkpoint.id[:12]} or in the worktree; "
-                    "nothing was restored.",
-                    paths=missing,
-                )
-            return restore_mod.plan_restore(repo, current, checkpoint.tree, rel_paths, target.info.path)
-
-        result = await self._safety_and_plan(
-            target, plan, dry_run, f"before restore {checkpoint.id}", report_kept=True, paths=rel_paths
-        )
-        if not result["conflicts"]:
-            result.pop("conflicts")
-        else:
-            result["skipped"] = result.pop("conflicts")
-        return result
+        options = restore_mod.RestoreOptions(checkpoint, rel_paths, dry_run)
+        async with target.lock:
+            outcome = await restore_mod.run_restore(target.info, options, self._safety_hooks(target))
+        return outcome.to_wire()
 
     async def _revert(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         paths = optional_path_list(params, "paths")
@@ -588,14 +482,10 @@ class Engine:
         if state.info.id != source.worktree:
             raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to worktree {source.worktree}, not {state.info.id}.")
         rel_paths = [to_worktree_relative(state.info.path, p) for p in paths] if paths is not None else None
-        return await self._safety_and_plan(
-            state,
-            lambda repo, current: restore_mod.plan_revert(
-                repo, current, source.tree, target_cp.tree, rel_paths, force, state.info.path
-            ),
-            dry_run,
-            f"before revert {source.id}..{target_cp.id}",
-        )
+        options = restore_mod.RevertOptions(source, target_cp, rel_paths, dry_run, force)
+        async with state.lock:
+            outcome = await restore_mod.run_revert(state.info, options, self._safety_hooks(state))
+        return outcome.to_wire()
 
     # --- delete and gc -----------------------------------------------------------
 

@@ -1,0 +1,370 @@
+"""Carrying out a plan in the worktree, path by path, with a rollback of every step on a failure.
+
+Each file is written to a temporary name in its folder, synced and renamed
+over the target, so no half-written file ever sits under a real name; what a
+write or delete replaces is first kept in a backup folder at the worktree's
+root, to be put back if a later step fails. A path that no longer holds what
+the safety checkpoint recorded, or that turns out to sit behind a symlink or
+a file, is skipped with its reason (``skipped``), never forced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+from collections.abc import Iterable
+from typing import Any
+
+from snapshotd.errors import PathBlocked, SnapshotdError, filesystem_error
+from snapshotd.git.modes import MODE_GITLINK, MODE_LINK
+from snapshotd.git.repository import Repository
+from snapshotd.restore import fileops
+from snapshotd.restore.fileops import (
+    DIR_FLAGS,
+    blob_id,
+    copy_entry,
+    file_permissions,
+    fsync_dir,
+    lstat_at,
+    open_dir,
+    read_at,
+    read_umask,
+    remove_backups,
+    remove_empty_tree,
+)
+from snapshotd.restore.plan import (
+    REASON_CHANGED_ON_DISK,
+    REASON_FILE,
+    REASON_IN_THE_WAY,
+    REASON_SYMLINK,
+    Plan,
+)
+from snapshotd.restore.stage import Stage
+from snapshotd.restore.trees import Entry
+
+
+def _fail(path: str, exc: OSError) -> SnapshotdError:
+    """The error of a write or delete the disk refused at ``path``."""
+    return filesystem_error(exc, path, "write", " in the worktree")
+
+
+def _blocked_reason(blocked: PathBlocked) -> str:
+    """The conflict reason of a path whose folder is a symlink or a file."""
+    return REASON_SYMLINK if blocked.is_link else REASON_FILE
+
+
+class Applier:
+    """Carries out a plan path by path, keeping what it replaces so that a failure can be undone.
+
+    Every file, link or empty folder the plan replaces or removes is first
+    hard-linked (or copied, where the file system has no hard links) into a
+    backup folder at the worktree's root, and every step is logged; on a
+    failure :meth:`roll_back` undoes the steps newest first. Before touching a
+    path it checks that the path still holds what the safety checkpoint
+    recorded; one that was changed meanwhile is left alone as a conflict.
+    """
+
+    def __init__(self, repo: Repository, root_fd: int, plan: Plan, stage: Stage, backups: str) -> None:
+        self.repo = repo
+        self.root_fd = root_fd
+        self.plan = plan
+        self.stage = stage
+        self.umask = read_umask()
+        self.skipped: dict[str, str] = {}
+        self.synced: set[tuple[str, ...]] = set()
+        self.backups = backups
+        self.backup_fd: int | None = None
+        self.undo: list[tuple[str, str, Any]] = []
+        self.slots = 0
+
+    def skip(self, path: str, reason: str) -> None:
+        """Leave ``path`` alone, for ``reason`` (the first reason given stands)."""
+        self.skipped.setdefault(path, reason)
+
+    def close(self) -> None:
+        """Remove the backup folder (the plan is done or rolled back)."""
+        if self.backup_fd is not None:
+            os.close(self.backup_fd)
+            self.backup_fd = None
+        remove_backups(self.root_fd, self.backups)
+
+    # what is on disk --------------------------------------------------------
+
+    def as_recorded(self, dir_fd: int, name: str, path: str) -> bool:
+        """Whether ``path`` still holds what the safety checkpoint recorded there.
+
+        Compared by kind and content (a file's bytes hashed as a blob, through
+        git's clean filters when the raw bytes differ). A path the plan holds
+        no record for (a hand-made plan) is not checked.
+        """
+        if path not in self.plan.expected:
+            return True
+        entry = self.plan.expected[path]
+        st = lstat_at(dir_fd, name)
+        if st is None:
+            return entry is None
+        if entry is None:
+            return stat.S_ISDIR(st.st_mode)  # a folder the plan may replace only if it is empty
+        if entry.mode == MODE_GITLINK:
+            return stat.S_ISDIR(st.st_mode)
+        if entry.mode == MODE_LINK:
+            return stat.S_ISLNK(st.st_mode) and os.fsencode(os.readlink(name, dir_fd=dir_fd)) == self.repo[entry.oid].data
+        data = read_at(dir_fd, name) if stat.S_ISREG(st.st_mode) else None
+        if data is None:
+            return False
+        return blob_id(data, entry.oid) == entry.oid or self.stage.clean_id(path, data) == entry.oid
+
+    def stale(self) -> list[str]:
+        """The planned paths that no longer hold what the safety checkpoint recorded."""
+        found = []
+        for path in (*self.plan.deletes, *(p for p, _ in self.plan.writes)):
+            parts = path.split("/")
+            try:
+                fd = open_dir(self.root_fd, parts[:-1], create=False)
+            except FileNotFoundError:
+                if self.plan.expected.get(path) is not None:
+                    found.append(path)
+                continue
+            except (OSError, PathBlocked):
+                continue  # applying reports it
+            try:
+                if not self.as_recorded(fd, parts[-1], path):
+                    found.append(path)
+            finally:
+                os.close(fd)
+        return sorted(set(found))
+
+    # undoing ------------------------------------------------------------------
+
+    def _keep(self, dir_fd: int, name: str, path: str) -> None:
+        """Put what stands at ``path`` aside in the backup folder, to put back on a failure."""
+        if self.backup_fd is None:
+            os.mkdir(self.backups, 0o700, dir_fd=self.root_fd)
+            self.backup_fd = os.open(self.backups, DIR_FLAGS, dir_fd=self.root_fd)
+        self.slots += 1
+        slot = str(self.slots)
+        try:
+            os.link(name, slot, src_dir_fd=dir_fd, dst_dir_fd=self.backup_fd, follow_symlinks=False)
+        except OSError as exc:
+            if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.EOPNOTSUPP):
+                raise
+            copy_entry(dir_fd, name, self.backup_fd, slot)
+        self.undo.append(("put_back", path, slot))
+
+    def roll_back(self) -> list[str]:
+        """Undo every step taken, newest first; returns the paths that could not be put back."""
+        failed: set[str] = set()
+        while self.undo:
+            action, path, arg = self.undo.pop()
+            try:
+                self._undo_step(action, path, arg)
+            except (OSError, PathBlocked):
+                failed.add(path)
+        return sorted(failed)
+
+    def _undo_step(self, action: str, path: str, arg: Any) -> None:
+        """Undo one logged step: put a backup back, or remove, create or re-mode what it made."""
+        parts = path.split("/")
+        fd = open_dir(self.root_fd, parts[:-1], create=action in ("put_back", "mkdir"))
+        try:
+            name = parts[-1]
+            if action == "put_back":
+                os.rename(arg, name, src_dir_fd=self.backup_fd, dst_dir_fd=fd)
+            elif action == "remove":
+                os.unlink(name, dir_fd=fd)
+            elif action == "rmdir":
+                os.rmdir(name, dir_fd=fd)
+            elif action == "mkdir":
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(name, 0o777, dir_fd=fd)
+            elif action == "chmod":
+                target = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+                try:
+                    os.fchmod(target, arg)
+                finally:
+                    os.close(target)
+        finally:
+            os.close(fd)
+
+    # deletes -------------------------------------------------------------
+
+    def delete(self, path: str) -> None:
+        """Remove the file, link or empty nested-repository folder at ``path``, if it still holds what was recorded."""
+        parts = path.split("/")
+        try:
+            fd = open_dir(self.root_fd, parts[:-1], create=False)
+        except FileNotFoundError:
+            return  # its folder is gone, so is it
+        except PathBlocked as blocked:
+            self.skip(path, _blocked_reason(blocked))
+            return
+        try:
+            st = lstat_at(fd, parts[-1])
+            if st is None:
+                return
+            if not self.as_recorded(fd, parts[-1], path):
+                self.skip(path, REASON_CHANGED_ON_DISK)
+                return
+            if stat.S_ISDIR(st.st_mode):
+                # A nested repository's folder (or a race): only ever removed empty.
+                try:
+                    os.rmdir(parts[-1], dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                        self.skip(path, REASON_CHANGED_ON_DISK)
+                        return
+                    raise _fail(path, exc) from exc
+                self.undo.append(("mkdir", path, None))
+            else:
+                self._keep(fd, parts[-1], path)
+                os.unlink(parts[-1], dir_fd=fd)
+            self.synced.add(tuple(parts[:-1]))
+        except OSError as exc:
+            raise _fail(path, exc) from exc
+        finally:
+            os.close(fd)
+
+    def prune_folders(self, deleted: Iterable[str], keep: set[str]) -> None:
+        """Remove folders the deletes left empty, deepest first, except those still needed."""
+        folders: set[str] = set()
+        for path in deleted:
+            parts = path.split("/")
+            for depth in range(1, len(parts)):
+                folders.add("/".join(parts[:depth]))
+        for folder in sorted(folders, key=lambda p: (-p.count("/"), p)):
+            if folder in keep:
+                continue
+            parts = folder.split("/")
+            try:
+                fd = open_dir(self.root_fd, parts[:-1], create=False)
+            except (OSError, PathBlocked):
+                continue
+            try:
+                os.rmdir(parts[-1], dir_fd=fd)
+                self.undo.append(("mkdir", folder, None))
+                self.synced.add(tuple(parts[:-1]))
+            except OSError:
+                pass  # not empty, not a folder, or gone: left as it is
+            finally:
+                os.close(fd)
+
+    # writes --------------------------------------------------------------
+
+    def write(self, path: str, entry: Entry, temp: str | None, link: bytes | None) -> None:
+        """Put ``entry`` at ``path`` through its temporary name ``temp``, creating missing folders."""
+        parts = path.split("/")
+        name = parts[-1]
+        created: list[str] = []
+        try:
+            fd = open_dir(self.root_fd, parts[:-1], create=True, created=created)
+        except PathBlocked as blocked:
+            self.skip(path, _blocked_reason(blocked))
+            return
+        except OSError as exc:
+            raise _fail(path, exc) from exc
+        finally:
+            self.undo.extend(("rmdir", folder, None) for folder in created)
+        try:
+            self._write_at(fd, path, name, entry, temp, link)
+        except OSError as exc:
+            raise _fail(path, exc) from exc
+        finally:
+            os.close(fd)
+        self.synced.add(tuple(parts[:-1]))
+
+    def _write_at(
+        self, fd: int, path: str, name: str, entry: Entry, temp: str | None, link: bytes | None
+    ) -> None:
+        """Write ``entry`` as ``name`` in the open folder ``fd``, logging each step to undo."""
+        if not self.as_recorded(fd, name, path):
+            self.skip(path, REASON_CHANGED_ON_DISK)
+            return
+        existing = lstat_at(fd, name)
+        if entry.mode == MODE_GITLINK:
+            if existing is None:
+                os.mkdir(name, 0o777, dir_fd=fd)
+                self.undo.append(("rmdir", path, None))
+            elif not stat.S_ISDIR(existing.st_mode):
+                self.skip(path, REASON_CHANGED_ON_DISK)
+            return
+        if (
+            path in self.plan.chmod_only
+            and existing is not None
+            and stat.S_ISREG(existing.st_mode)
+            and self._chmod(fd, name, entry.mode, existing)
+        ):
+            self.undo.append(("chmod", path, stat.S_IMODE(existing.st_mode)))
+            return
+        if existing is not None and stat.S_ISDIR(existing.st_mode):
+            if not remove_empty_tree(fd, name):
+                self.skip(path, REASON_IN_THE_WAY)
+                return
+            self.undo.append(("mkdir", path, None))
+            existing = None
+        assert temp is not None
+        tmp_name = temp.rsplit("/", 1)[-1]
+        if entry.mode == MODE_LINK:
+            assert link is not None
+            os.symlink(link, os.fsencode(tmp_name), dir_fd=fd)
+        else:
+            data = self.stage.take(path, entry)
+            out = os.open(
+                tmp_name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=fd,
+            )
+            try:
+                fileops.write_all(out, data)
+                os.fchmod(out, file_permissions(entry.mode, existing, self.umask))
+                os.fsync(out)
+            finally:
+                os.close(out)
+        if existing is not None:
+            self._keep(fd, name, path)
+        try:
+            os.rename(tmp_name, name, src_dir_fd=fd, dst_dir_fd=fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name, dir_fd=fd)
+            if existing is not None:
+                self.undo.pop()  # nothing was replaced: its backup is not needed
+            if exc.errno in (errno.EISDIR, errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                self.skip(path, REASON_CHANGED_ON_DISK)
+                return
+            raise
+        if existing is None:
+            self.undo.append(("remove", path, None))
+
+    def _chmod(self, dir_fd: int, name: str, mode: int, existing: os.stat_result) -> bool:
+        """Change only the exec bits of the regular file there; False if it must be rewritten.
+
+        A file with other hard links is rewritten instead: its inode may be
+        shared with a file outside the worktree, whose mode must not change.
+        """
+        try:
+            fd = os.open(
+                name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd
+            )
+        except OSError:
+            return False
+        try:
+            st = os.fstat(fd)
+            if (
+                not stat.S_ISREG(st.st_mode)
+                or st.st_nlink != 1
+                or (st.st_dev, st.st_ino) != (existing.st_dev, existing.st_ino)
+            ):
+                return False
+            os.fchmod(fd, file_permissions(mode, st, self.umask))
+            return True
+        finally:
+            os.close(fd)
+
+    def sync(self) -> None:
+        """Sync every folder a step changed, so the renames survive a crash."""
+        for parts in self.synced:
+            fsync_dir(self.root_fd, parts)
+

@@ -1,0 +1,260 @@
+"""File operations relative to a worktree's descriptor, never following a symlink.
+
+Every path is walked one component at a time from a directory descriptor with
+``O_NOFOLLOW``, so a symlink or a file standing where a folder is needed stops
+the walk (:class:`~snapshotd.errors.PathBlocked`) instead of leading outside
+the worktree. Temporary names carry :data:`TEMP_PREFIX`, so that only files
+this stage created are ever removed as leftovers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import hashlib
+import os
+import stat
+from collections.abc import Sequence
+
+from snapshotd.errors import InvalidParams, PathBlocked
+from snapshotd.paths import is_git_dir_name
+
+TEMP_PREFIX = ".snapshotd-tmp-"
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def safe_name(name: str) -> bool:
+    """Whether ``name`` can be created as one component on disk (no ``..``, no ``.git``, no slash)."""
+    return (
+        name not in ("", ".", "..")
+        and "/" not in name
+        and "\0" not in name
+        and not is_git_dir_name(name)
+    )
+
+
+def blocked_at(dir_fd: int, name: str, path: str) -> PathBlocked:
+    """The error for ``name`` under ``dir_fd`` standing where a folder is needed: a symlink or not."""
+    try:
+        is_link = stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        is_link = False
+    return PathBlocked(path, is_link)
+
+
+def split_path(path: str) -> list[str]:
+    """The components of a worktree path; InvalidParams when one cannot be created safely."""
+    parts = path.split("/")
+    if not all(safe_name(part) for part in parts):
+        raise InvalidParams(f"The path {path!r} is not a safe worktree path.", path=path)
+    return parts
+
+
+def open_dir(root_fd: int, parts: Sequence[str], *, create: bool, created: list[str] | None = None) -> int:
+    """Open the folder ``parts`` under ``root_fd``, never following a symlink.
+
+    Missing folders are created when ``create`` (and their paths appended to
+    ``created``); a component that is not a real folder raises PathBlocked, a
+    missing one FileNotFoundError (unless created).
+    """
+    fd = os.dup(root_fd)
+    try:
+        for depth, name in enumerate(parts):
+            try:
+                child = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, 0o777, dir_fd=fd)
+                    if created is not None:
+                        created.append("/".join(parts[: depth + 1]))
+                except FileExistsError:
+                    pass
+                try:
+                    child = os.open(name, DIR_FLAGS, dir_fd=fd)
+                except OSError as exc:
+                    if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                        raise blocked_at(fd, name, "/".join(parts[: depth + 1])) from exc
+                    raise
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise blocked_at(fd, name, "/".join(parts[: depth + 1])) from exc
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def read_umask() -> int:
+    """The process umask, read without changing it (os.umask is not thread-safe)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    return 0o022
+
+
+def file_permissions(mode: int, existing: os.stat_result | None, umask: int) -> int:
+    """Permission bits for a file of git ``mode``: the old file's, with the exec bits as recorded."""
+    executable = bool(mode & 0o100)
+    if existing is not None and stat.S_ISREG(existing.st_mode):
+        perm = stat.S_IMODE(existing.st_mode) & 0o777
+    else:
+        perm = (0o777 if executable else 0o666) & ~umask
+    if executable:
+        return perm | ((perm & 0o444) >> 2)
+    return perm & ~0o111
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd`` (os.write may write fewer)."""
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
+    """The lstat of ``name`` under ``dir_fd``, None when it does not exist."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return None
+
+
+def remove_empty_tree(dir_fd: int, name: str) -> bool:
+    """Remove a folder that holds nothing but empty folders; False if anything else is in it."""
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:
+        return False
+    try:
+        for child in os.listdir(fd):
+            st = lstat_at(fd, child)
+            if st is None:
+                continue
+            if not stat.S_ISDIR(st.st_mode) or not remove_empty_tree(fd, child):
+                return False
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError:
+        return False
+    return True
+
+
+def fsync_dir(root_fd: int, parts: Sequence[str]) -> None:
+    """Sync the folder ``parts`` so the renames in it are durable; a folder gone or blocked is let be."""
+    try:
+        fd = open_dir(root_fd, parts, create=False)
+    except (OSError, PathBlocked):
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def blob_id(data: bytes, like: str) -> str:
+    """The git blob id of ``data``, in the object format of the id ``like`` (SHA-1 or SHA-256)."""
+    digest = hashlib.sha256 if len(like) == 64 else hashlib.sha1
+    return digest(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def read_at(dir_fd: int, name: str) -> bytes | None:
+    """A regular file's bytes (never through a symlink, never blocking on a FIFO), or None."""
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read()
+    finally:
+        os.close(fd)
+
+
+def remove_temp(root_fd: int, temp: str) -> bool:
+    """Remove a leftover temporary file (never a folder, never through a symlink)."""
+    parts = temp.split("/")
+    if not parts[-1].startswith(TEMP_PREFIX) or not all(safe_name(p) for p in parts):
+        return False
+    try:
+        fd = open_dir(root_fd, parts[:-1], create=False)
+    except (OSError, PathBlocked):
+        return False
+    try:
+        st = lstat_at(fd, parts[-1])
+        if st is None or stat.S_ISDIR(st.st_mode):
+            return False
+        os.unlink(parts[-1], dir_fd=fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def copy_entry(src_dir_fd: int, name: str, dst_dir_fd: int, slot: str) -> None:
+    """Copy a file or symlink where it cannot be hard-linked (its bytes, link target and mode)."""
+    st = os.stat(name, dir_fd=src_dir_fd, follow_symlinks=False)
+    if stat.S_ISLNK(st.st_mode):
+        os.symlink(os.readlink(name, dir_fd=src_dir_fd), slot, dir_fd=dst_dir_fd)
+        return
+    data = read_at(src_dir_fd, name)
+    if data is None:
+        raise OSError(errno.EINVAL, "not a regular file", name)
+    out = os.open(slot, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_dir_fd)
+    try:
+        write_all(out, data)
+        os.fchmod(out, stat.S_IMODE(st.st_mode))
+        os.fsync(out)
+    finally:
+        os.close(out)
+
+
+def remove_backups(root_fd: int, name: object) -> bool:
+    """Remove a backup folder at the worktree's root (flat, only our files, never through a symlink).
+
+    Returns whether there was one to remove.
+    """
+    if not isinstance(name, str) or not name.startswith(TEMP_PREFIX) or "/" in name:
+        return False
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=root_fd)
+    except OSError:
+        return False
+    try:
+        for child in os.listdir(fd):
+            with contextlib.suppress(OSError):
+                os.unlink(child, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with contextlib.suppress(OSError):
+        os.rmdir(name, dir_fd=root_fd)
+    return True
+
+
+def read_disk_file(root_fd: int, path: str) -> bytes | None:
+    """A regular file's bytes, reached without following any symlink, or None."""
+    parts = path.split("/")
+    try:
+        fd = open_dir(root_fd, parts[:-1], create=False)
+    except (OSError, PathBlocked):
+        return None
+    try:
+        return read_at(fd, parts[-1])
+    finally:
+        os.close(fd)
+

@@ -1,0 +1,181 @@
+"""The restore journal: the temporary names an apply is about to create, and recovery after a crash.
+
+Before a plan touches the worktree, every temporary name it will use, its
+backup folder and its stage folder are written to a journal, atomically and
+synced. The journal stays locked (``flock``) while its writer lives, so
+:func:`recover` never touches a restore in progress, and the kernel drops the
+lock when the writer dies, so it never goes stale. Targets never need
+repair: they are only ever replaced whole by a rename.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from typing import Any
+
+from snapshotd.errors import Untrusted
+from snapshotd.fsutil import checked_private_folder, open_private_folder
+from snapshotd.restore import fileops
+from snapshotd.restore.fileops import remove_backups, remove_temp
+
+_JOURNAL_SUFFIX = ".journal"
+_JOURNAL_TEMP_PREFIX = ".journal-tmp-"
+STAGE_PREFIX = "stage-"
+
+def write_journal(
+    journal_dir: str, token: str, workdir: str, temps: dict[str, str], stage: str | None, backups: str
+) -> tuple[str, int]:
+    """Record the temporary names about to be created; written atomically and synced.
+
+    Returns the journal's path and an open descriptor holding an exclusive
+    ``flock`` on it: while the writer lives, :func:`recover` leaves the journal
+    alone, and the kernel drops the lock when the writer dies, so it never goes
+    stale. The lock is taken before the journal gets its final name.
+    """
+    checked_private_folder(journal_dir)
+    body = json.dumps(
+        {
+            "version": 1,
+            "workdir": workdir,
+            "pid": os.getpid(),
+            "stage": stage,
+            "backups": backups,
+            "entries": [{"target": target, "temp": temp} for target, temp in temps.items()],
+        }
+    ).encode("ascii")
+    final = os.path.join(journal_dir, f"apply-{token}{_JOURNAL_SUFFIX}")
+    temp = os.path.join(journal_dir, f"{_JOURNAL_TEMP_PREFIX}{token}")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        fileops.write_all(fd, body)
+        os.fsync(fd)
+        os.replace(temp, final)
+        dir_fd = os.open(journal_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+        os.close(fd)
+        raise
+    return final, fd
+
+
+def _journals(journal_dir: str) -> list[str]:
+    """The names in the journal folder; none when it is missing or not snapshotd's own."""
+    try:
+        fd = open_private_folder(journal_dir, create=False)
+    except (FileNotFoundError, NotADirectoryError, Untrusted):
+        return []
+    try:
+        return sorted(os.listdir(fd))
+    finally:
+        os.close(fd)
+
+
+def _same_folder(a: str, b: str) -> bool:
+    """Whether two paths name the same folder (by identity, or by name when one is gone)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.abspath(a) == os.path.abspath(b)
+
+
+@contextlib.contextmanager
+def _unless_locked(path: str) -> Iterator[int | None]:
+    """Open ``path`` and take its lock; yield None when it is gone or a live writer holds it."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        yield None
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield None
+            return
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _remove_stage(journal_dir: str, name: str | None) -> None:
+    """Remove a stage folder named by a journal (only a plain folder carrying the stage prefix)."""
+    if isinstance(name, str) and name.startswith(STAGE_PREFIX) and "/" not in name:
+        full = os.path.join(journal_dir, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+
+
+def recover(journal_dir: str, workdir: str) -> list[str]:
+    """After a crash, remove the temporary files an interrupted apply left in ``workdir``.
+
+    Reads every journal in ``journal_dir`` that names ``workdir``, removes the
+    temporary files it lists (never a folder, never through a symlink, only
+    names carrying the temporary prefix), the folder of backups it kept of
+    what it replaced (the safety checkpoint holds those), its staged content,
+    and then the journal. A journal whose writer is still alive (it holds the journal's
+    lock) is left alone, so opening a worktree while another process restores
+    into it never disturbs that restore. Returns the worktree-relative paths
+    removed. Targets never need repair: they are only ever replaced whole by a
+    rename.
+    """
+    cleaned: list[str] = []
+    names = _journals(journal_dir)
+    for name in names:
+        if name.startswith(_JOURNAL_TEMP_PREFIX):
+            full = os.path.join(journal_dir, name)
+            with _unless_locked(full) as fd, contextlib.suppress(OSError):
+                if fd is not None:
+                    os.unlink(full)
+    journals = {n for n in names if n.endswith(_JOURNAL_SUFFIX)}
+    for name in names:
+        # Staged content is created after its (locked) journal and removed before it.
+        if name.startswith(STAGE_PREFIX):
+            token = name[len(STAGE_PREFIX) :]
+            if f"apply-{token}{_JOURNAL_SUFFIX}" not in journals and not os.path.exists(
+                os.path.join(journal_dir, f"apply-{token}{_JOURNAL_SUFFIX}")
+            ):
+                _remove_stage(journal_dir, name)
+    if not journals:
+        return cleaned
+    try:
+        root_fd = os.open(workdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return cleaned
+    try:
+        for name in sorted(journals):
+            full = os.path.join(journal_dir, name)
+            with _unless_locked(full) as fd:
+                if fd is None:
+                    continue
+                try:
+                    with os.fdopen(os.dup(fd), "rb") as handle:
+                        record: Any = json.loads(handle.read().decode("ascii"))
+                except (OSError, ValueError):
+                    continue
+                if not isinstance(record, dict) or not _same_folder(
+                    str(record.get("workdir", "")), workdir
+                ):
+                    continue
+                for item in record.get("entries", []):
+                    temp = item.get("temp") if isinstance(item, dict) else None
+                    if isinstance(temp, str) and remove_temp(root_fd, temp):
+                        cleaned.append(temp)
+                _remove_stage(journal_dir, record.get("stage"))
+                if remove_backups(root_fd, record.get("backups")):
+                    cleaned.append(record["backups"])
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(full)
+    finally:
+        os.close(root_fd)
+    return sorted(cleaned)
