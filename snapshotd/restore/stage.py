@@ -18,15 +18,13 @@ from dataclasses import dataclass
 import pygit2
 
 from snapshotd.errors import InternalError
+from snapshotd.git.attributes import ATTRIBUTES_FILE, may_convert
 from snapshotd.git.modes import MODE_FILE, is_file_mode
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import GitRepository, Repository
 from snapshotd.restore.fileops import read_disk_file
 from snapshotd.restore.plan import Plan
 from snapshotd.restore.trees import Entry
-from snapshotd.settings import git_config_home
-
-ATTRIBUTES_FILE = ".gitattributes"
 
 
 @dataclass(frozen=True)
@@ -43,30 +41,6 @@ class GitCheckout:
     """
 
     git_dir: str
-
-
-def _config_value(repo: Repository, name: str) -> str | None:
-    try:
-        return str(repo.config[name])
-    except (KeyError, ValueError, pygit2.GitError):
-        return None
-
-
-def _config_converts(repo: Repository) -> bool:
-    """Whether the configuration alone may make checkout content differ from blobs."""
-    autocrlf = (_config_value(repo, "core.autocrlf") or "").strip().lower()
-    if autocrlf in ("true", "yes", "on", "1"):
-        return True
-    if _config_value(repo, "core.attributesFile") is not None:
-        return True
-    candidates = [
-        os.path.join(repo.path, "info", "attributes"),
-        str(git_config_home() / "attributes"),
-        os.path.join(os.path.expanduser("~"), ".config", "git", "attributes"),
-    ]
-    if not os.environ.get("GIT_ATTR_NOSYSTEM"):
-        candidates.append("/etc/gitattributes")
-    return any(os.path.isfile(candidate) for candidate in candidates)
 
 
 def _folders_of(path: str) -> list[str]:
@@ -178,7 +152,7 @@ class Stage:
             if data is not None:
                 oid = self.repo.odb.write(pygit2.enums.ObjectType.BLOB, data)
                 attributes[name] = Entry(str(oid), MODE_FILE)
-        if not attributes and not _config_converts(self.repo):
+        if not may_convert(self.repo.config, self.repo.path, worktree_attributes=bool(attributes)):
             return
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(self.directory, "wt"), mode=0o700)  # empty: attributes from the index
