@@ -1,0 +1,177 @@
+"""The restore journal (snapshotd.restore.journal): recovery after a crash at each step of an apply.
+
+A child process applies a real plan and is killed (SIGKILL, so nothing of
+its own cleans up) at one step; :func:`recover` must then leave no
+temporary file, backup, stage folder or journal behind, every real name must
+hold a whole version (old or new), and a new restore must reach the target.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from repo_helpers import git, init_repo, write
+
+from snapshotd.restore.fileops import TEMP_PREFIX
+from snapshotd.restore.journal import recover
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OLD = {".gitattributes": "*.txt text\n", **{f"f{i}.txt": f"file {i} at A\n" for i in range(4)}, "d/g.txt": "g at A\n"}
+NEW = {path: f"edited {text}" for path, text in OLD.items() if path != ".gitattributes"}
+ADDED = {"n.txt": "added after A\n"}
+
+_CHILD = r"""
+import json, os, signal, sys, time
+import pygit2
+from snapshotd.restore import fileops
+from snapshotd.restore.apply import Applier
+from snapshotd.restore.plan import plan_restore
+from snapshotd.restore.prepared import apply_plan
+from snapshotd.restore.stage import GitCheckout, Stage
+
+args = json.loads(sys.argv[1])
+step = args["step"]
+
+def die():
+    if args.get("marker"):
+        open(args["marker"], "w").close()
+        time.sleep(120)  # held alive, holding the journal's lock, until the parent kills it
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def after(cls, name, calls=1):
+    real = getattr(cls, name)
+    seen = []
+    def wrapped(*a, **k):
+        result = real(*a, **k)
+        seen.append(1)
+        if len(seen) == calls:
+            die()
+        return result
+    setattr(cls, name, wrapped)
+
+if step == "journal-unnamed":
+    os.replace = lambda *a, **k: die()
+elif step == "staged":
+    after(Stage, "prepare")
+elif step == "temp-half-written":
+    real_write = fileops.write_all
+    def half(fd, data):
+        if not bytes(data[:1]) == b"{":  # not the journal itself
+            os.write(fd, bytes(data)[: len(data) // 2])
+            die()
+        real_write(fd, data)
+    fileops.write_all = half
+elif step == "deleted":
+    after(Applier, "delete")
+elif step == "backup-kept":
+    after(Applier, "_keep", calls=2)
+elif step == "renamed":
+    after(Applier, "write", calls=2)
+
+repo = pygit2.Repository(args["workdir"])
+plan = plan_restore(repo, args["current"], args["target"], None, args["workdir"])
+apply_plan(repo, args["workdir"], plan, args["journal"], GitCheckout(git_dir=repo.path))
+"""
+
+# What each crash leaves: the kinds of name in the journal folder, and the
+# folders of the temporary names in the worktree (the backup folder is at its root).
+STEPS = {
+    "journal-unnamed": ({".journal-"}, []),  # .journal-tmp-<token>, never renamed
+    "staged": ({"apply-", "stage-"}, []),
+    "temp-half-written": ({"apply-", "stage-"}, ["", "d"]),
+    "deleted": ({"apply-", "stage-"}, [""]),
+    "backup-kept": ({"apply-", "stage-"}, ["", "d"]),
+    "renamed": ({"apply-", "stage-"}, [""]),
+}
+
+
+def capture(wt: Path) -> str:
+    """``git add -A && git write-tree`` on a fresh index."""
+    index = wt.parent / f"index-{os.urandom(4).hex()}"
+    env = {"GIT_INDEX_FILE": str(index)}
+    git(wt, "add", "-A", env=env)
+    tree = git(wt, "write-tree", env=env)
+    index.unlink()
+    return tree
+
+
+def leftovers(wt: Path) -> list[str]:
+    """Every temporary or backup name under ``wt``."""
+    return sorted(
+        os.path.relpath(os.path.join(folder, name), wt)
+        for folder, dirs, files in os.walk(wt)
+        for name in dirs + files
+        if name.startswith(TEMP_PREFIX)
+    )
+
+
+def run_child(args: dict) -> subprocess.Popen[bytes]:
+    """Start the child that applies the plan and dies at ``args["step"]``."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps(args)], cwd=ROOT, env=env)
+
+
+@pytest.fixture
+def scene(tmp_path: Path) -> tuple[Path, str, str]:
+    """A worktree edited after tree A (every file changed, one added): (worktree, A, current)."""
+    wt = init_repo(tmp_path / "wt", *OLD.items(), commit=False)
+    target = capture(wt)
+    for path, text in {**NEW, **ADDED}.items():
+        write(wt / path, text)
+    return wt, target, capture(wt)
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_recover_after_a_crash_at_each_step(tmp_path: Path, scene: tuple[Path, str, str], step: str) -> None:
+    wt, target, current = scene
+    journal = tmp_path / "journal"
+    args = {"step": step, "workdir": str(wt), "current": current, "target": target, "journal": str(journal)}
+    child = run_child(args)
+    assert child.wait(timeout=120) == -signal.SIGKILL  # it died at the step, not after finishing
+
+    kinds, folders = STEPS[step]
+    assert {name.split("-")[0] + "-" for name in os.listdir(journal)} == kinds
+    assert [os.path.dirname(path) for path in leftovers(wt)] == folders
+    for path in OLD.keys() - {".gitattributes"}:
+        assert (wt / path).read_text() in (OLD[path], NEW[path])  # whole, never torn
+    if (wt / "n.txt").exists():
+        assert (wt / "n.txt").read_text() == ADDED["n.txt"]
+
+    left = leftovers(wt)
+    assert recover(str(journal), str(wt)) == left
+    assert leftovers(wt) == [] and os.listdir(journal) == []
+
+    again = run_child({**args, "step": "none", "current": capture(wt)})
+    assert again.wait(timeout=120) == 0
+    assert capture(wt) == target
+    assert os.listdir(journal) == [] and leftovers(wt) == []
+
+
+def test_a_live_writers_journal_is_left_alone(tmp_path: Path, scene: tuple[Path, str, str]) -> None:
+    wt, target, current = scene
+    journal = tmp_path / "journal"
+    marker = tmp_path / "marker"
+    args = {"step": "temp-half-written", "workdir": str(wt), "current": current, "target": target,
+            "journal": str(journal), "marker": str(marker)}
+    child = run_child(args)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert child.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        held = (sorted(os.listdir(journal)), leftovers(wt))
+        assert recover(str(journal), str(wt)) == []
+        assert (sorted(os.listdir(journal)), leftovers(wt)) == held and held[1]
+    finally:
+        child.kill()
+        child.wait()
+    assert recover(str(journal), str(wt)) == held[1]
+    assert os.listdir(journal) == [] and leftovers(wt) == []
