@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from oracle import oracle_tree
 from repo_helpers import commit_all, git, git_run, user_state, worktree_listing
+from restore_helpers import temps_left
 
 from snapshotd.engine.core import Engine
 from snapshotd.errors import (
@@ -66,13 +67,7 @@ def tree_state(root: Path) -> dict[str, tuple[Any, ...]]:
     return found
 
 
-def temps_left(root: Path) -> list[str]:
-    return sorted(
-        os.path.relpath(os.path.join(folder, name), root)
-        for folder, dirs, files in os.walk(root)
-        for name in files + dirs
-        if name.startswith(TEMP_PREFIX)
-    )
+
 
 
 def split(state: dict[str, tuple[Any, ...]], ignored: Callable[[str], bool]) -> tuple[dict, dict]:

@@ -17,9 +17,9 @@ import time
 from pathlib import Path
 
 import pytest
-from repo_helpers import git, init_repo, write
+from repo_helpers import init_repo, write
+from restore_helpers import capture, temps_left
 
-from snapshotd.restore.fileops import TEMP_PREFIX
 from snapshotd.restore.journal import recover
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,24 +93,10 @@ STEPS = {
 }
 
 
-def capture(wt: Path) -> str:
-    """``git add -A && git write-tree`` on a fresh index."""
-    index = wt.parent / f"index-{os.urandom(4).hex()}"
-    env = {"GIT_INDEX_FILE": str(index)}
-    git(wt, "add", "-A", env=env)
-    tree = git(wt, "write-tree", env=env)
-    index.unlink()
-    return tree
 
 
-def leftovers(wt: Path) -> list[str]:
-    """Every temporary or backup name under ``wt``."""
-    return sorted(
-        os.path.relpath(os.path.join(folder, name), wt)
-        for folder, dirs, files in os.walk(wt)
-        for name in dirs + files
-        if name.startswith(TEMP_PREFIX)
-    )
+
+
 
 
 def run_child(args: dict) -> subprocess.Popen[bytes]:
@@ -139,20 +125,20 @@ def test_recover_after_a_crash_at_each_step(tmp_path: Path, scene: tuple[Path, s
 
     kinds, folders = STEPS[step]
     assert {name.split("-")[0] + "-" for name in os.listdir(journal)} == kinds
-    assert [os.path.dirname(path) for path in leftovers(wt)] == folders
+    assert [os.path.dirname(path) for path in temps_left(wt)] == folders
     for path in OLD.keys() - {".gitattributes"}:
         assert (wt / path).read_text() in (OLD[path], NEW[path])  # whole, never torn
     if (wt / "n.txt").exists():
         assert (wt / "n.txt").read_text() == ADDED["n.txt"]
 
-    left = leftovers(wt)
+    left = temps_left(wt)
     assert recover(str(journal), str(wt)) == left
-    assert leftovers(wt) == [] and os.listdir(journal) == []
+    assert temps_left(wt) == [] and os.listdir(journal) == []
 
     again = run_child({**args, "step": "none", "current": capture(wt)})
     assert again.wait(timeout=120) == 0
     assert capture(wt) == target
-    assert os.listdir(journal) == [] and leftovers(wt) == []
+    assert os.listdir(journal) == [] and temps_left(wt) == []
 
 
 def test_a_live_writers_journal_is_left_alone(tmp_path: Path, scene: tuple[Path, str, str]) -> None:
@@ -167,11 +153,11 @@ def test_a_live_writers_journal_is_left_alone(tmp_path: Path, scene: tuple[Path,
         while not marker.exists():
             assert child.poll() is None and time.monotonic() < deadline
             time.sleep(0.01)
-        held = (sorted(os.listdir(journal)), leftovers(wt))
+        held = (sorted(os.listdir(journal)), temps_left(wt))
         assert recover(str(journal), str(wt)) == []
-        assert (sorted(os.listdir(journal)), leftovers(wt)) == held and held[1]
+        assert (sorted(os.listdir(journal)), temps_left(wt)) == held and held[1]
     finally:
         child.kill()
         child.wait()
     assert recover(str(journal), str(wt)) == held[1]
-    assert os.listdir(journal) == [] and leftovers(wt) == []
+    assert os.listdir(journal) == [] and temps_left(wt) == []

@@ -7,23 +7,14 @@ import shutil
 from pathlib import Path
 
 import pygit2
-from repo_helpers import git, init_repo, write
+from repo_helpers import init_repo, write
+from restore_helpers import capture
 
 from snapshotd.engine.core import Engine
 from snapshotd.restore.outcome import RestoreOutcome
 from snapshotd.restore.plan import REASON_IN_THE_WAY, REASON_SYMLINK, Plan, plan_restore
 from snapshotd.restore.prepared import apply_plan
 from snapshotd.restore.trees import Entry
-
-
-def capture(wt: Path) -> str:
-    """``git add -A && git write-tree`` on a fresh index."""
-    index = wt.parent / "index-capture"
-    env = {"GIT_INDEX_FILE": str(index)}
-    git(wt, "add", "-A", env=env)
-    tree = git(wt, "write-tree", env=env)
-    index.unlink()
-    return tree
 
 
 def test_apply_returns_what_it_did_and_leaves_the_plan_as_planned(tmp_path: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 import pygit2
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from restore_helpers import capture, temps_left
 
 from snapshotd.errors import FilesystemError, InvalidParams, NotFound
 from snapshotd.restore import fileops, plan as restore
@@ -51,19 +52,6 @@ def git(
     )
     assert proc.returncode == 0, proc.stderr.decode(errors="replace")
     return proc.stdout
-
-
-def capture(wt: Path, exclude: tuple[str, ...] = ()) -> str:
-    """``git add -A && git write-tree`` in a fresh index, leaving out ``exclude`` (over-cap files)."""
-    index = wt.parent / f".index-{os.urandom(6).hex()}"
-    env = {"GIT_INDEX_FILE": str(index)}
-    try:
-        git(wt, "add", "-A", env=env)
-        for path in exclude:
-            git(wt, "rm", "-q", "--cached", "--ignore-unmatch", "--", path, env=env)
-        return git(wt, "write-tree", env=env).decode().strip()
-    finally:
-        index.unlink(missing_ok=True)
 
 
 def new_repo(tmp_path: Path, name: str = "wt") -> Path:
@@ -108,13 +96,7 @@ def identity(path: Path) -> tuple[int, int]:
     return st_.st_ino, st_.st_mtime_ns
 
 
-def temps_left(top: Path) -> list[str]:
-    return sorted(
-        os.path.relpath(os.path.join(folder, name), top)
-        for folder, dirs, files in os.walk(top)
-        for name in files + dirs
-        if name.startswith(TEMP_PREFIX)
-    )
+
 
 
 def do_restore(
