@@ -99,8 +99,8 @@ async def run_restore(info: WorktreeInfo, options: RestoreOptions, hooks: Safety
             )
         return plan_restore(repo, current, checkpoint.tree, paths, info.path)
 
-    label = f"before restore {checkpoint.id}"
-    return await _with_safety(info, plan, options.dry_run, label, hooks, report_kept=True, paths=paths)
+    job = _Job(plan, options.dry_run, f"before restore {checkpoint.id}", report_kept=True, paths=paths)
+    return await _with_safety(info, job, hooks)
 
 
 async def run_revert(info: WorktreeInfo, options: RevertOptions, hooks: SafetyHooks) -> RestoreOutcome:
@@ -111,28 +111,33 @@ async def run_revert(info: WorktreeInfo, options: RevertOptions, hooks: SafetyHo
             repo, current, options.start.tree, options.end.tree, options.paths, options.force, info.path
         )
 
-    label = f"before revert {options.start.id}..{options.end.id}"
-    return await _with_safety(info, plan, options.dry_run, label, hooks)
+    job = _Job(plan, options.dry_run, f"before revert {options.start.id}..{options.end.id}")
+    return await _with_safety(info, job, hooks)
 
 
-async def _with_safety(
-    info: WorktreeInfo,
-    plan: PlanMaker,
-    dry_run: bool,
-    label: str,
-    hooks: SafetyHooks,
-    *,
-    report_kept: bool = False,
-    paths: list[str] | None = None,
-) -> RestoreOutcome:
+@dataclass(frozen=True)
+class _Job:
+    """One restore or revert: how to plan it, whether only to plan, the safety checkpoint's label.
+
+    With ``report_kept`` (a restore of ``paths``), the outcome lists in
+    ``kept`` what it left in place.
+    """
+
+    plan: PlanMaker
+    dry_run: bool
+    label: str
+    report_kept: bool = False
+    paths: list[str] | None = None
+
+
+async def _with_safety(info: WorktreeInfo, job: _Job, hooks: SafetyHooks) -> RestoreOutcome:
     """Capture, plan, record the safety checkpoint and apply.
 
     The safety checkpoint must hold what is on disk now at every path the
     plan touches: a warm capture that does not (the watcher missed a
     change, or a failed capture left it behind) is replaced by an exact
     one before anything is recorded. A capture or record that fails
-    changes nothing and says so. With ``report_kept`` (a restore of
-    ``paths``), the outcome lists in ``kept`` what it left in place.
+    changes nothing and says so.
     """
     exact = False
     while True:
@@ -141,8 +146,7 @@ async def _with_safety(
         except (SnapshotdError, OSError, pygit2.GitError) as exc:
             raise no_safety(exc, info.store_dir) from exc
         outcome = await trio.to_thread.run_sync(
-            _plan_and_apply, info, current, plan, dry_run, label, exact, hooks, report_kept, paths,
-            limiter=thread_limiter,
+            _plan_and_apply, info, current, job, exact, hooks, limiter=thread_limiter
         )
         if outcome is not None:
             return outcome
@@ -151,24 +155,16 @@ async def _with_safety(
 
 
 def _plan_and_apply(
-    info: WorktreeInfo,
-    current: CaptureResult,
-    plan_maker: PlanMaker,
-    dry_run: bool,
-    label: str,
-    exact: bool,
-    hooks: SafetyHooks,
-    report_kept: bool,
-    paths: list[str] | None,
+    info: WorktreeInfo, current: CaptureResult, job: _Job, exact: bool, hooks: SafetyHooks
 ) -> RestoreOutcome | None:
     """One attempt on a worker thread; None when the capture was warm and not current."""
     with repository(info.store_dir) as repo:
-        plan = plan_maker(repo, current.tree)
-        outcome = RestoreOutcome.of_plan(plan, dry_run=dry_run)
+        plan = job.plan(repo, current.tree)
+        outcome = RestoreOutcome.of_plan(plan, dry_run=job.dry_run)
         unveiled: list[dict[str, str]] = []
-        if not dry_run and (plan.writes or plan.deletes):
+        if not job.dry_run and (plan.writes or plan.deletes):
             touched = [p for p, _ in plan.writes] + list(plan.deletes)
-            ignored = _ignored_files(info, touched) if report_kept else None
+            ignored = _ignored_files(info, touched) if job.report_kept else None
             # Validation and content (line endings, filters) are ready before the
             # safety checkpoint is recorded, so a plan that cannot be applied
             # fails without leaving anything behind.
@@ -182,7 +178,7 @@ def _plan_and_apply(
                 if not exact and prepared.stale():
                     return None
                 try:
-                    safety = hooks.record(repo, current.tree, label)
+                    safety = hooks.record(repo, current.tree, job.label)
                 except (OSError, pygit2.GitError) as exc:
                     raise no_safety(exc, info.store_dir) from exc
                 try:
@@ -191,10 +187,10 @@ def _plan_and_apply(
                     _forget(hooks, touched)
             if ignored is not None:
                 unveiled = ignored.no_longer_ignored()
-        if not report_kept:
+        if not job.report_kept:
             return outcome
         conflicted = {c["path"] for c in outcome.conflicts}
-        found = kept_mod.left_out(current.stats.skipped, paths) + unveiled
+        found = kept_mod.left_out(current.stats.skipped, job.paths) + unveiled
         return replace(outcome, kept=[item for item in found if item["path"] not in conflicted])
 
 
