@@ -5,6 +5,10 @@ lock and calls :func:`run_restore` or :func:`run_revert`. Those capture the
 worktree (the safety checkpoint's tree), plan from trees, prepare the plan,
 record the safety checkpoint and apply, through the small
 :class:`SafetyHooks` the engine hands over: the stage never sees the engine.
+
+Throughout the stage, ``repo`` is a ``pygit2.Repository`` or, for a
+repository libgit2 cannot open (SHA-256), a
+:class:`~snapshotd.git.repository.GitRepository` offering the same calls.
 """
 
 from __future__ import annotations
