@@ -150,8 +150,10 @@ print(json.dumps(result))
 """
 
 
-def with_system_attributes(tmp_path: Path, text: str, env: dict[str, str], args: dict) -> dict:
-    """Run the child with ``text`` as ``/etc/gitattributes``, seen only inside its own mount namespace."""
+def with_system_attributes(
+    tmp_path: Path, text: str, env: dict[str, str], args: dict | str, child: str = _SYSTEM_CHILD
+) -> dict:
+    """Run ``child`` with ``text`` as ``/etc/gitattributes``, seen only inside its own mount namespace."""
     if shutil.which("unshare") is None or os.geteuid() != 0:
         pytest.skip("needs root and unshare to give a child its own /etc")
     etc = tmp_path / "etc"
@@ -159,9 +161,9 @@ def with_system_attributes(tmp_path: Path, text: str, env: dict[str, str], args:
     (etc / "gitattributes").write_text(text)
     command = [
         "unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc && exec "$@"', str(etc),
-        sys.executable, "-c", _SYSTEM_CHILD, json.dumps(args),
+        sys.executable, "-c", child, args if isinstance(args, str) else json.dumps(args),
     ]
-    child_env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    child_env = {**os.environ, "PYTHONPATH": str(ROOT), "SNAPSHOTD_HOME": str(tmp_path / "snapshotd-home")}
     child_env.pop("GIT_ATTR_NOSYSTEM", None)
     child_env.update(env)
     done = subprocess.run(command, capture_output=True, env=child_env, cwd=ROOT)
@@ -195,3 +197,33 @@ def test_a_restore_writes_what_git_checkout_writes_under_the_system_attributes(t
     result = with_system_attributes(tmp_path, "*.txt text eol=crlf\n", {"GIT_ATTR_NOSYSTEM": "0"}, args)
     assert bytes.fromhex(result["git_checkout"]) == CRLF
     assert bytes.fromhex(result["restored"]) == bytes.fromhex(result["git_checkout"])
+
+
+_CAPTURE_CHILD = r"""
+import json, os, shutil, subprocess, sys
+import trio
+from snapshotd.engine.core import Engine
+
+wt = sys.argv[1]
+index_copy = os.path.join(wt, ".git", "oracle-index")
+if os.path.exists(os.path.join(wt, ".git", "index")):
+    shutil.copy2(os.path.join(wt, ".git", "index"), index_copy)
+env = {**os.environ, "GIT_INDEX_FILE": index_copy}
+subprocess.run(["git", "add", "-A"], cwd=wt, env=env, check=True)
+git_tree = subprocess.run(["git", "write-tree"], cwd=wt, env=env, capture_output=True, check=True).stdout
+os.unlink(index_copy)
+
+async def checkpoint():
+    return await Engine().call("checkpoint", {"path": wt})
+
+print(json.dumps({"git": git_tree.decode().strip(), "ours": trio.run(checkpoint)["checkpoint"]["tree"]}))
+"""
+
+
+def test_a_capture_hashes_as_git_does_under_the_system_attributes(tmp_path: Path, home: Path) -> None:
+    # capture's old rule never looked at the system file: it stored the CRLF bytes git converts.
+    wt = new_repo(tmp_path)
+    (wt / "a.txt").write_bytes(CRLF)
+    trees = with_system_attributes(tmp_path, "*.txt text eol=lf\n", {}, str(wt), child=_CAPTURE_CHILD)
+    assert git(wt, "cat-file", "-p", f"{trees['git']}:a.txt") == b"one\ntwo\n"
+    assert trees["ours"] == trees["git"]

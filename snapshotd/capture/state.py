@@ -7,15 +7,14 @@ tree, its typed stats and what the warm path starts from.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import secrets
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pygit2
 
 from snapshotd.capture.scan import attributes_in
+from snapshotd.git.attributes import attributes_files as git_attributes_files, may_convert
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
 
@@ -163,24 +162,10 @@ class Settings:
             except (KeyError, pygit2.GitError, ValueError):
                 return default
 
-        def present(name: str) -> bool:
-            try:
-                return bool(config[name])
-            except (KeyError, pygit2.GitError, ValueError):
-                return False
-
-        autocrlf = False
-        with contextlib.suppress(KeyError, pygit2.GitError, ValueError):
-            autocrlf = str(config["core.autocrlf"]).lower() in ("true", "input", "1", "yes", "on")
-        attributes_file = Path(info.common_dir or info.store_dir, "info", "attributes")
-        filters = (
-            autocrlf
-            or present("core.eol")
-            or present("core.attributesFile")
-            or attributes_file.exists()
-            or tracked_attributes
-            or bool(attributes_in(listing))
-            or (git_config_home() / "attributes").exists()
+        filters = may_convert(
+            config,
+            info.common_dir or info.store_dir,
+            worktree_attributes=tracked_attributes or bool(attributes_in(listing)),
         )
         return cls(flag("core.fileMode", True), flag("core.symlinks", True), filters)
 
@@ -206,8 +191,8 @@ def config_files(info: WorktreeInfo) -> list[str]:
 
 
 def attributes_files(info: WorktreeInfo) -> list[str]:
-    """The attributes files outside the worktree: the repository's own and the user's."""
-    return [os.path.join(info.common_dir or info.store_dir, "info", "attributes"), str(git_config_home() / "attributes")]
+    """The attributes files outside the worktree that git reads for ``info``'s worktree."""
+    return git_attributes_files(info.common_dir or info.store_dir)
 
 
 def conversion_rules(info: WorktreeInfo, listing: bytes, tracked_attributes: bool) -> tuple:
