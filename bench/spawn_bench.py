@@ -29,7 +29,7 @@ from typing import Any
 
 import trio
 
-from snapshotd.git import spawn
+from snapshotd.git import child, spawn
 
 ARGV = ["git", "--version"]
 
@@ -64,12 +64,12 @@ def make_sync_ways(env: dict[str, str], cwd: str) -> dict[str, Callable[[], obje
         assert result.returncode == 0 and result.stdout.startswith(b"git version")
 
     def snapshotd_fallback() -> None:
-        saved = spawn._lib
-        spawn._lib = None
+        saved = child._lib
+        child._lib = None
         try:
             result = spawn.run_sync(ARGV, cwd=cwd, env=env)
         finally:
-            spawn._lib = saved
+            child._lib = saved
         assert result.returncode == 0 and result.stdout.startswith(b"git version")
 
     def subprocess_run() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shlex
 from typing import Any, ClassVar
 
 PARSE_ERROR = -32700
@@ -260,3 +261,45 @@ class UntrustedDaemon(PermissionError):
 
 class JsonConstantRefused(ValueError):
     """A message holds ``NaN`` or ``Infinity``, which Python's JSON reader takes and JSON does not."""
+
+
+# --------------------------------------------------------------------------- internal: git and store
+# Raised and caught inside the daemon, never sent to a client as they are: the
+# store retries on them, or maps them to one of the errors above.
+
+
+class RefRaced(Exception):
+    """The ref moved between reading and writing it; the caller retries."""
+
+
+class RefMoved(Exception):
+    """The reference did not hold the expected value, so it was not changed."""
+
+
+class RefLocked(Exception):
+    """Another writer holds the reference's lock; the update may be retried."""
+
+
+class SpawnTimeout(Exception):
+    """The process did not finish in time; its whole process group was killed.
+
+    ``stdout`` and ``stderr`` hold what it had written before that.
+    """
+
+    def __init__(
+        self,
+        argv: tuple[str, ...],
+        timeout: float,
+        *,
+        pid: int,
+        stdout: bytes = b"",
+        stderr: bytes = b"",
+    ) -> None:
+        super().__init__(
+            f"{shlex.join(argv)} did not finish within {timeout:g} s; its process group was killed"
+        )
+        self.argv = argv
+        self.timeout = timeout
+        self.pid = pid
+        self.stdout = stdout
+        self.stderr = stderr

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import trio
 
-from snapshotd.git import spawn
+from snapshotd.git import child, spawn
 
 MiB = 1024 * 1024
 
@@ -106,8 +106,8 @@ def mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str
         if not spawn.NATIVE:
             pytest.skip(f"native helper not built: {spawn.NATIVE_ERROR}")
     else:
-        monkeypatch.setattr(spawn, "_lib", None)
-        monkeypatch.setattr(spawn, "_ffi", None)
+        monkeypatch.setattr(child, "_lib", None)
+        monkeypatch.setattr(child, "_ffi", None)
         monkeypatch.setattr(spawn, "NATIVE", False)
         monkeypatch.setattr(spawn, "NATIVE_ERROR", "disabled by the test")
     return request.param
