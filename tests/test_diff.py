@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pygit2
 import pytest
 
 from snapshotd.errors import InvalidParams, NotFound
+from snapshotd.git.repository import repository
 from snapshotd.store.diff import diff_trees
 
 _STATUS = {"A": "added", "M": "modified", "D": "deleted", "R": "renamed", "T": "type_changed"}
@@ -106,7 +106,8 @@ def without_similarity(patch: str) -> str:
 
 
 def ours(wt: Path, old: str | None, new: str | None, **kwargs: Any) -> dict[str, Any]:
-    return diff_trees(pygit2.Repository(str(wt)), old, new, **kwargs)
+    with repository(str(wt / ".git")) as repo:
+        return diff_trees(repo, old, new, **kwargs)
 
 
 @pytest.fixture

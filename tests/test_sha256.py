@@ -34,9 +34,10 @@ from repo_helpers import commit_all, git, git_run, user_state
 from test_restore import outside  # noqa: F401 - a fixture the restore scenarios take
 
 from snapshotd.engine.core import Engine
-from snapshotd.errors import Ambiguous, NotFound
+from snapshotd.errors import Ambiguous, NotFound, RefLocked, RefMoved
 from snapshotd.git import spawn
-from snapshotd.git.repository import GitRepository, RefLocked, RefMoved, open_repository, read_head
+from snapshotd.git.command import GitRepository
+from snapshotd.git.repository import open_repository, read_head
 
 mode = capture_helpers.mode
 eng = capture_helpers.eng

@@ -48,7 +48,7 @@ from snapshotd.capture.state import (
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.fsutil import checked_private_folder
 from snapshotd.git.process import run_git
-from snapshotd.git.repository import is_git_only
+from snapshotd.git.repository import libgit2_opens
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.threads import thread_limiter
 
@@ -131,7 +131,7 @@ async def capture_cold(
     index_path = os.path.join(tmp_dir, f"index-{os.getpid()}-{secrets.token_hex(6)}")
     try:
         seeded, fence_ns = await trio.to_thread.run_sync(_seed, info, index_path, limiter=thread_limiter)
-        if is_git_only(info.store_dir):
+        if not libgit2_opens(info.store_dir):
             # Hashing, flags and the tree all by git; a missing index file is an empty index.
             listing = await run_git(git_target(info), [*LS_FILES, *own_data_excludes(info), "-c"], index_file=index_path)
             stats.processes += 1

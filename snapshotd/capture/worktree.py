@@ -22,7 +22,7 @@ from snapshotd.capture.misses import VerifyResult, watch_misses
 from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, make_fence
 from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
 from snapshotd.capture.watch import Watcher
-from snapshotd.git.repository import is_git_only
+from snapshotd.git.repository import libgit2_opens
 from snapshotd.store.identity import WorktreeInfo, object_format
 from snapshotd.threads import thread_limiter
 
@@ -96,7 +96,7 @@ class WorktreeCapture:
         watcher = self.watcher
         if watcher is None or not watcher.live or self.warm is None or exact:
             reason = "exact requested" if exact else ("no watcher" if watcher is None else "watcher not warm")
-            if reason == "watcher not warm" and is_git_only(self.info.store_dir):
+            if reason == "watcher not warm" and not libgit2_opens(self.info.store_dir):
                 # The warm path keeps libgit2 indexes; here every capture is git's full scan.
                 reason = f"{object_format(self.info.store_dir)} repository"
             return await self._cold(reason)

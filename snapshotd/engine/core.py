@@ -38,7 +38,7 @@ from snapshotd.errors import (
 )
 from snapshotd.fsutil import remove_stale_temp_files
 from snapshotd.git import spawn
-from snapshotd.git.repository import Repository, is_git_only, read_head, repository
+from snapshotd.git.repository import Repository, read_head, repository
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
 from snapshotd.server.params import (
@@ -95,25 +95,10 @@ class Subscription:
 
 
 def _head(info: WorktreeInfo) -> tuple[str | None, str | None]:
-    """HEAD commit and branch of a git worktree, read in-process (by git where libgit2 cannot)."""
+    """HEAD commit and branch of a git worktree (None, None for a plain folder)."""
     if info.git_dir is None:
         return None, None
-    if is_git_only(info.common_dir or info.git_dir):
-        try:
-            return read_head(info.git_dir, info.path)
-        except SnapshotdError:
-            return None, None
-    try:
-        repo = pygit2.Repository(info.git_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-        if repo.head_is_unborn:
-            target = repo.references.get("HEAD")
-            branch = target.target.removeprefix("refs/heads/") if target is not None else None
-            return None, branch if isinstance(branch, str) else None
-        head = repo.head
-        branch = None if repo.head_is_detached else head.shorthand
-        return str(head.target), branch
-    except (pygit2.GitError, KeyError, ValueError):
-        return None, None
+    return read_head(info.git_dir, info.path, info.common_dir)
 
 
 def refuse_broad_folder(root: str) -> None:

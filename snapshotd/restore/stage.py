@@ -21,7 +21,7 @@ from snapshotd.errors import InternalError
 from snapshotd.git.attributes import ATTRIBUTES_FILE, may_convert
 from snapshotd.git.modes import MODE_FILE, is_file_mode
 from snapshotd.git.process import GitTarget, run_git_sync
-from snapshotd.git.repository import GitRepository, Repository
+from snapshotd.git.repository import Repository
 from snapshotd.restore.fileops import read_disk_file
 from snapshotd.restore.plan import Plan
 from snapshotd.restore.trees import Entry
@@ -157,7 +157,7 @@ class Stage:
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(self.directory, "wt"), mode=0o700)  # empty: attributes from the index
         os.makedirs(self.out, mode=0o700)
-        if isinstance(self.repo, GitRepository):
+        if not self.repo.in_process:
             self.index = GitIndex(self.index_path, self.checkout.git_dir)
         else:
             self.index = pygit2.Index(self.index_path)

@@ -21,9 +21,10 @@ Ref updates are compare-and-swap under libgit2's ref lock (``git update-ref
 <ref> <new> <old>`` in a repository libgit2 cannot open), so two writers (the
 daemon and an ``--embedded`` command) never lose each other's checkpoint.
 
-The repository is a ``pygit2.Repository`` or, where libgit2 cannot open it
-(SHA-256), a :class:`~snapshotd.git.repository.GitRepository` with the same interface;
-ids are then hex strings rather than ``pygit2.Oid``.
+The repository is either back-end of :mod:`snapshotd.git.repository`
+(libgit2, or the git command where libgit2 cannot open it: SHA-256); the
+store calls the same methods on both. Ids are then hex strings rather than
+``pygit2.Oid``.
 """
 
 from __future__ import annotations
@@ -40,9 +41,17 @@ from datetime import UTC, datetime
 
 import pygit2
 
-from snapshotd.errors import Ambiguous, GitError, InvalidParams, NotFound
+from snapshotd.errors import (
+    Ambiguous,
+    GitError,
+    InvalidParams,
+    NotFound,
+    RefLocked,
+    RefMoved,
+    RefRaced,
+)
 from snapshotd.fsutil import sync_filesystem
-from snapshotd.git.repository import GitRepository, RefLocked, RefMoved, Repository
+from snapshotd.git.repository import ObjectId, Repository
 from snapshotd.server.params import check_text
 
 REF_ROOT = "refs/snapshotd/"
@@ -52,10 +61,6 @@ MIN_PREFIX = 7
 STALE_LOCK_S = 30.0
 _SESSION_SAFE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
-
-
-class RefRaced(Exception):
-    """The ref moved between reading and writing it; the caller retries."""
 
 
 def session_key(session: str | None) -> str:
@@ -165,9 +170,6 @@ def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
         return None
 
 
-ObjectId = pygit2.Oid | str  # a hex string in a GitRepository
-
-
 LAST_SEQ = TRAILER + "Last-Seq: "
 
 
@@ -207,16 +209,15 @@ class Store:
 
     def __init__(self, repo: Repository) -> None:
         self.repo = repo
-        self.hex_length = repo.hex_length if isinstance(repo, GitRepository) else 40
+        self.hex_length = repo.hex_length
 
     # --- reading -----------------------------------------------------------
 
     def _ref_target(self, name: str) -> ObjectId | None:
         try:
-            ref = self.repo.references.get(name)
+            return self.repo.resolve_ref(name)
         except (pygit2.GitError, ValueError):
             return None
-        return None if ref is None else ref.target
 
     def _head_pin(self, name: str) -> Pin | None:
         """The pin a session's ref points at (a floor when all its checkpoints were dropped)."""
@@ -242,9 +243,7 @@ class Store:
 
     def session_refs(self, worktree_id: str) -> list[str]:
         prefix = f"{REF_ROOT}{worktree_id}/"
-        if isinstance(self.repo, GitRepository):
-            return sorted(self.repo.ref_names(prefix))
-        return sorted(name for name in self.repo.references if name.startswith(prefix))
+        return sorted(self.repo.ref_names(prefix))
 
     def head(self, worktree_id: str, session: str | None) -> Checkpoint | None:
         for pin in self.pins(ref_name(worktree_id, session)):
@@ -301,9 +300,6 @@ class Store:
 
     # --- writing -----------------------------------------------------------
 
-    def _oid(self, hex_id: str) -> ObjectId:
-        return hex_id if isinstance(self.repo, GitRepository) else pygit2.Oid(hex=hex_id)
-
     def _empty_tree(self) -> ObjectId:
         return self.repo.TreeBuilder().write()
 
@@ -319,36 +315,16 @@ class Store:
         return self.repo.create_commit(None, signature, signature, message, self._empty_tree(), parents)
 
     def _swap(self, name: str, new: ObjectId | None, expected: ObjectId | None) -> None:
-        """Point ``name`` at ``new`` (or delete it) only if it still points at ``expected``."""
-        if isinstance(self.repo, GitRepository):
-            self._swap_with_git(self.repo, name, new, expected)
-            return
-        deadline = time.monotonic() + 10.0
-        while True:
-            try:
-                with self.repo.transaction() as txn:
-                    txn.lock_ref(name)
-                    if self._ref_target(name) != expected:
-                        raise RefRaced(name)
-                    if new is None:
-                        txn.remove(name)
-                    else:
-                        txn.set_target(name, new, message="snapshotd")
-                return
-            except pygit2.GitError as exc:
-                if "lock" not in str(exc).lower() or time.monotonic() > deadline:
-                    raise GitError(f"Could not update {name}: {exc}") from exc
-                self._clear_stale_lock(name)
-                time.sleep(0.005)
+        """Point ``name`` at ``new`` (or delete it) only if it still points at ``expected``.
 
-    def _swap_with_git(
-        self, repo: GitRepository, name: str, new: ObjectId | None, expected: ObjectId | None
-    ) -> None:
-        """The same compare-and-swap through ``git update-ref``, which checks the old value under its lock."""
+        The back-end checks under the reference's lock; a lock held by another
+        writer is waited out for up to 10 s (a lock left by a crash is cleared
+        once it is stale).
+        """
         deadline = time.monotonic() + 10.0
         while True:
             try:
-                repo.swap_ref(name, None if new is None else str(new), None if expected is None else str(expected))
+                self.repo.swap_ref(name, new, expected)
                 return
             except RefMoved as exc:
                 raise RefRaced(name) from exc
@@ -393,15 +369,14 @@ class Store:
                 changed=previous_cp is None or previous_cp.tree != tree,
             )
             signature = _signature(checkpoint.created_at)
-            parents = [self._oid(base)] if base else []
+            parents = [self.repo.oid(base)] if base else []
             commit_id = self.repo.create_commit(
-                None, signature, signature, _message(checkpoint), self._oid(tree), parents
+                None, signature, signature, _message(checkpoint), self.repo.oid(tree), parents
             )
             pin = self._write_pin(
                 commit_id, previous.id if previous else None, checkpoint.seq, checkpoint.created_at, checkpoint.seq
             )
-            if isinstance(self.repo, GitRepository):
-                self.repo.flush()  # the commit and pin are written now, not at the ref update
+            self.repo.flush()  # a queued commit and pin are written now, not at the ref update
             if checkpoint.changed:
                 sync_filesystem(self.repo.path)  # new blobs and trees are on disk before the ref
             try:

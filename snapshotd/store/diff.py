@@ -8,8 +8,8 @@ git shows the old side deleted and the new side added; so line counts and
 patch text of type changes come from a second diff without type changes, which
 splits each into exactly that pair.
 
-In a repository libgit2 cannot open (a :class:`~snapshotd.git.repository.GitRepository`,
-SHA-256) git computes the same records: one ``git diff-tree -r -z --raw
+In a repository libgit2 cannot open (SHA-256; the back-end is not
+``in_process``) git computes the same records: one ``git diff-tree -r -z --raw
 --numstat`` (``-M`` for renames, ``-p`` for the patch), whose records and
 per-file patches (a type change prints as a deletion and an addition, as
 above) are read back in order.
@@ -27,8 +27,9 @@ import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
 from snapshotd.errors import GitError, InternalError, InvalidParams, NotFound, TooLarge
+from snapshotd.git.command import GitRepository
 from snapshotd.git.process import GitTarget, run_git_sync
-from snapshotd.git.repository import GitRepository, Repository
+from snapshotd.git.repository import Repository
 from snapshotd.paths import path_matches
 
 __all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "diff_trees", "load_tree"]
@@ -160,7 +161,7 @@ def diff_trees(
     """
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise InvalidParams("context must be a non-negative integer.", context=context)
-    if isinstance(repo, GitRepository):
+    if not repo.in_process:
         entries = _diff_with_git(
             repo, old_tree, new_tree, paths=paths, patch=patch, context=context, find_renames=find_renames
         )
