@@ -17,9 +17,9 @@ Layout, in the repository that holds the worktree's objects:
   the session has given (``Snapshotd-Last-Seq``), and a session whose
   checkpoints were all dropped keeps a **floor** pin (no parents) with it.
 
-Ref updates are compare-and-swap under libgit2's ref lock (``git update-ref
-<ref> <new> <old>`` in a repository libgit2 cannot open), so two writers (the
-daemon and an ``--embedded`` command) never lose each other's checkpoint.
+Pins and the ref updates (compare-and-swap under the back-end's ref lock, so
+two writers never lose each other's checkpoint) are :mod:`snapshotd.store.pins`;
+this module reads and writes the checkpoints on top of them.
 
 The repository is either back-end of :mod:`snapshotd.git.repository`
 (libgit2, or the git command where libgit2 cannot open it: SHA-256); the
@@ -29,36 +29,22 @@ store calls the same methods on both. Ids are then hex strings rather than
 
 from __future__ import annotations
 
-import contextlib
 import heapq
 import json
-import os
 import re
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 import pygit2
 
-from snapshotd.errors import (
-    Ambiguous,
-    GitError,
-    InvalidParams,
-    NotFound,
-    RefLocked,
-    RefMoved,
-    RefRaced,
-)
+from snapshotd.errors import Ambiguous, InvalidParams, NotFound, RefRaced
 from snapshotd.fsutil import sync_filesystem
 from snapshotd.git.repository import ObjectId, Repository
 from snapshotd.server.params import check_text
+from snapshotd.store.pins import TRAILER, Pin, SessionChains, commit_signature, now_iso, read_pin
 
 REF_ROOT = "refs/snapshotd/"
-TRAILER = "Snapshotd-"
-IDENTITY = ("snapshotd", "snapshotd@localhost")
 MIN_PREFIX = 7
-STALE_LOCK_S = 30.0
 _SESSION_SAFE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 
@@ -84,11 +70,6 @@ def validate_session(session: object, name: str = "session") -> str | None:
     if any(ord(ch) < 32 for ch in session):
         raise InvalidParams(f"The parameter '{name}' must not contain control characters.")
     return check_text(name, session)
-
-
-def now_iso() -> str:
-    moment = datetime.now(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 
 @dataclass(frozen=True)
@@ -117,11 +98,6 @@ class Checkpoint:
             "base": self.base,
             "changed": self.changed,
         }
-
-
-def _signature(created_at: str) -> pygit2.Signature:
-    when = datetime.strptime(created_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    return pygit2.Signature(IDENTITY[0], IDENTITY[1], int(when.timestamp()), 0)
 
 
 def _message(cp: Checkpoint) -> str:
@@ -170,66 +146,14 @@ def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
         return None
 
 
-LAST_SEQ = TRAILER + "Last-Seq: "
-
-
-@dataclass(frozen=True)
-class Pin:
-    """One link of a session's chain; a floor (``checkpoint`` None) only remembers ``last_seq``."""
-
-    id: ObjectId
-    checkpoint: ObjectId | None
-    previous: ObjectId | None
-    seq: int
-    last_seq: int  # the highest seq given in the session when this pin was written
-
-
-def _number(text: str) -> int:
-    return int(text) if text.isdigit() else 0
-
-
-def _read_pin(repo: Repository, oid: ObjectId) -> Pin:
-    commit = repo[oid]
-    parents = commit.parent_ids
-    lines = commit.message.splitlines()
-    words = lines[0].split() if lines else []
-    seq = _number(words[-1]) if words else 0
-    last_seq = next((_number(line[len(LAST_SEQ) :]) for line in lines if line.startswith(LAST_SEQ)), seq)
-    return Pin(
-        id=oid,
-        checkpoint=parents[0] if parents else None,
-        previous=parents[1] if len(parents) > 1 else None,
-        seq=seq,
-        last_seq=max(seq, last_seq),
-    )
-
-
-class Store:
+class Store(SessionChains):
     """The checkpoints of the worktrees whose objects live in one repository."""
 
     def __init__(self, repo: Repository) -> None:
-        self.repo = repo
+        super().__init__(repo)
         self.hex_length = repo.hex_length
 
     # --- reading -----------------------------------------------------------
-
-    def _ref_target(self, name: str) -> ObjectId | None:
-        try:
-            return self.repo.resolve_ref(name)
-        except (pygit2.GitError, ValueError):
-            return None
-
-    def _head_pin(self, name: str) -> Pin | None:
-        """The pin a session's ref points at (a floor when all its checkpoints were dropped)."""
-        oid = self._ref_target(name)
-        return None if oid is None else _read_pin(self.repo, oid)
-
-    def pins(self, name: str) -> Iterator[Pin]:
-        """Walk one session's pins of checkpoints, newest first."""
-        pin = self._head_pin(name)
-        while pin is not None and pin.checkpoint is not None:
-            yield pin
-            pin = None if pin.previous is None else _read_pin(self.repo, pin.previous)
 
     def load(self, oid: ObjectId) -> Checkpoint:
         try:
@@ -300,46 +224,6 @@ class Store:
 
     # --- writing -----------------------------------------------------------
 
-    def _empty_tree(self) -> ObjectId:
-        return self.repo.TreeBuilder().write()
-
-    def _write_pin(
-        self, checkpoint: ObjectId | None, previous: ObjectId | None, seq: int, created_at: str, last_seq: int
-    ) -> ObjectId:
-        """A pin of ``checkpoint`` on top of ``previous``; with no checkpoint, a floor keeping ``last_seq``."""
-        signature = _signature(created_at)
-        parents = [] if checkpoint is None else [checkpoint] + ([previous] if previous is not None else [])
-        message = f"snapshotd pin {seq}\n"
-        if last_seq > seq:
-            message += f"\n{LAST_SEQ}{last_seq}\n"
-        return self.repo.create_commit(None, signature, signature, message, self._empty_tree(), parents)
-
-    def _swap(self, name: str, new: ObjectId | None, expected: ObjectId | None) -> None:
-        """Point ``name`` at ``new`` (or delete it) only if it still points at ``expected``.
-
-        The back-end checks under the reference's lock; a lock held by another
-        writer is waited out for up to 10 s (a lock left by a crash is cleared
-        once it is stale).
-        """
-        deadline = time.monotonic() + 10.0
-        while True:
-            try:
-                self.repo.swap_ref(name, new, expected)
-                return
-            except RefMoved as exc:
-                raise RefRaced(name) from exc
-            except RefLocked as exc:
-                if time.monotonic() > deadline:
-                    raise GitError(f"Could not update {name}: {exc}") from exc
-                self._clear_stale_lock(name)
-                time.sleep(0.005)
-
-    def _clear_stale_lock(self, name: str) -> None:
-        lock = os.path.join(self.repo.path, name + ".lock")
-        with contextlib.suppress(OSError):
-            if time.time() - os.stat(lock).st_mtime > STALE_LOCK_S:
-                os.unlink(lock)
-
     def record(
         self,
         *,
@@ -352,8 +236,8 @@ class Store:
         """Write a checkpoint commit and pin it; retried if another writer raced us."""
         name = ref_name(worktree_id, session)
         while True:
-            head_pin = self._ref_target(name)
-            head = _read_pin(self.repo, head_pin) if head_pin is not None else None
+            head_pin = self.ref_target(name)
+            head = read_pin(self.repo, head_pin) if head_pin is not None else None
             previous = head if head is not None and head.checkpoint is not None else None
             previous_cp = self.load(previous.checkpoint) if previous is not None else None
             checkpoint = Checkpoint(
@@ -368,19 +252,19 @@ class Store:
                 base=base,
                 changed=previous_cp is None or previous_cp.tree != tree,
             )
-            signature = _signature(checkpoint.created_at)
+            signature = commit_signature(checkpoint.created_at)
             parents = [self.repo.oid(base)] if base else []
             commit_id = self.repo.create_commit(
                 None, signature, signature, _message(checkpoint), self.repo.oid(tree), parents
             )
-            pin = self._write_pin(
+            pin = self.write_pin(
                 commit_id, previous.id if previous else None, checkpoint.seq, checkpoint.created_at, checkpoint.seq
             )
             self.repo.flush()  # a queued commit and pin are written now, not at the ref update
             if checkpoint.changed:
                 sync_filesystem(self.repo.path)  # new blobs and trees are on disk before the ref
             try:
-                self._swap(name, pin, head_pin)
+                self.swap(name, pin, head_pin)
             except RefRaced:
                 continue
             return self.load(commit_id)
@@ -391,7 +275,7 @@ class Store:
         ``drop`` names checkpoints to remove; otherwise ``keep`` lists the ones to keep.
         """
         while True:
-            head_pin = self._ref_target(name)
+            head_pin = self.ref_target(name)
             pins = list(self.pins(name))
             if drop is not None:
                 kept = [pin for pin in pins if str(pin.checkpoint) not in drop]
@@ -407,11 +291,11 @@ class Store:
             base = pins[oldest_dropped].previous
             rewritten = [pin for pin in pins[:oldest_dropped] if pin in kept]
             if not rewritten and base is not None:
-                rewritten = [_read_pin(self.repo, base)]
+                rewritten = [read_pin(self.repo, base)]
                 base = rewritten[0].previous
             new_head = self._repin(rewritten, base, pins[0].last_seq)
             try:
-                self._swap(name, new_head, head_pin)
+                self.swap(name, new_head, head_pin)
             except RefRaced:
                 continue
             return dropped
@@ -422,12 +306,12 @@ class Store:
         With no pins left this is a floor, so the next checkpoint still gets ``last_seq + 1``.
         """
         if not pins:
-            return self._write_pin(None, None, 0, now_iso(), last_seq)
+            return self.write_pin(None, None, 0, now_iso(), last_seq)
         new_head = base
         for pin in reversed(pins):
             assert pin.checkpoint is not None
             created_at = self.load(pin.checkpoint).created_at
-            new_head = self._write_pin(
+            new_head = self.write_pin(
                 pin.checkpoint, new_head, pin.seq, created_at, last_seq if pin is pins[0] else pin.seq
             )
         assert new_head is not None

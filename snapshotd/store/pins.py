@@ -1,0 +1,139 @@
+"""A session's chain of pins, and the compare-and-swap of the ref that points at its head.
+
+A pin is a small commit with the empty tree whose parents are a checkpoint and
+the previous pin; ``refs/snapshotd/<worktree>/<session>`` points at the newest.
+A floor pin (no parents) only keeps the highest seq a session has given
+(``Snapshotd-Last-Seq``). The ref is only ever moved by :meth:`SessionChains.swap`:
+compare-and-swap under the back-end's reference lock, so two writers (the
+daemon and an ``--embedded`` command) never lose each other's checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pygit2
+
+from snapshotd.errors import GitError, RefLocked, RefMoved, RefRaced
+from snapshotd.git.repository import ObjectId, Repository
+
+TRAILER = "Snapshotd-"
+IDENTITY = ("snapshotd", "snapshotd@localhost")
+STALE_LOCK_S = 30.0
+
+
+def now_iso() -> str:
+    """The time now as the store writes it (UTC, milliseconds), which also orders checkpoints."""
+    moment = datetime.now(UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def commit_signature(created_at: str) -> pygit2.Signature:
+    """snapshotd's author and committer at ``created_at``, so a commit's id follows from its content."""
+    when = datetime.strptime(created_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return pygit2.Signature(IDENTITY[0], IDENTITY[1], int(when.timestamp()), 0)
+
+
+LAST_SEQ = TRAILER + "Last-Seq: "
+
+
+@dataclass(frozen=True)
+class Pin:
+    """One link of a session's chain; a floor (``checkpoint`` None) only remembers ``last_seq``."""
+
+    id: ObjectId
+    checkpoint: ObjectId | None
+    previous: ObjectId | None
+    seq: int
+    last_seq: int  # the highest seq given in the session when this pin was written
+
+
+def _number(text: str) -> int:
+    return int(text) if text.isdigit() else 0
+
+
+def read_pin(repo: Repository, oid: ObjectId) -> Pin:
+    """The pin commit ``oid``: its parents, and the seq in its subject and ``Last-Seq`` trailer."""
+    commit = repo[oid]
+    parents = commit.parent_ids
+    lines = commit.message.splitlines()
+    words = lines[0].split() if lines else []
+    seq = _number(words[-1]) if words else 0
+    last_seq = next((_number(line[len(LAST_SEQ) :]) for line in lines if line.startswith(LAST_SEQ)), seq)
+    return Pin(
+        id=oid,
+        checkpoint=parents[0] if parents else None,
+        previous=parents[1] if len(parents) > 1 else None,
+        seq=seq,
+        last_seq=max(seq, last_seq),
+    )
+
+
+class SessionChains:
+    """Reading and moving the pin chains of the sessions stored in one repository."""
+
+    def __init__(self, repo: Repository) -> None:
+        self.repo = repo
+
+    def ref_target(self, name: str) -> ObjectId | None:
+        try:
+            return self.repo.resolve_ref(name)
+        except (pygit2.GitError, ValueError):
+            return None
+
+    def _head_pin(self, name: str) -> Pin | None:
+        """The pin a session's ref points at (a floor when all its checkpoints were dropped)."""
+        oid = self.ref_target(name)
+        return None if oid is None else read_pin(self.repo, oid)
+
+    def pins(self, name: str) -> Iterator[Pin]:
+        """Walk one session's pins of checkpoints, newest first."""
+        pin = self._head_pin(name)
+        while pin is not None and pin.checkpoint is not None:
+            yield pin
+            pin = None if pin.previous is None else read_pin(self.repo, pin.previous)
+
+    def _empty_tree(self) -> ObjectId:
+        return self.repo.TreeBuilder().write()
+
+    def write_pin(
+        self, checkpoint: ObjectId | None, previous: ObjectId | None, seq: int, created_at: str, last_seq: int
+    ) -> ObjectId:
+        """A pin of ``checkpoint`` on top of ``previous``; with no checkpoint, a floor keeping ``last_seq``."""
+        signature = commit_signature(created_at)
+        parents = [] if checkpoint is None else [checkpoint] + ([previous] if previous is not None else [])
+        message = f"snapshotd pin {seq}\n"
+        if last_seq > seq:
+            message += f"\n{LAST_SEQ}{last_seq}\n"
+        return self.repo.create_commit(None, signature, signature, message, self._empty_tree(), parents)
+
+    def swap(self, name: str, new: ObjectId | None, expected: ObjectId | None) -> None:
+        """Point ``name`` at ``new`` (or delete it) only if it still points at ``expected``.
+
+        The back-end checks under the reference's lock; a lock held by another
+        writer is waited out for up to 10 s (a lock left by a crash is cleared
+        once it is stale).
+        """
+        deadline = time.monotonic() + 10.0
+        while True:
+            try:
+                self.repo.swap_ref(name, new, expected)
+                return
+            except RefMoved as exc:
+                raise RefRaced(name) from exc
+            except RefLocked as exc:
+                if time.monotonic() > deadline:
+                    raise GitError(f"Could not update {name}: {exc}") from exc
+                self._clear_stale_lock(name)
+                time.sleep(0.005)
+
+    def _clear_stale_lock(self, name: str) -> None:
+        lock = os.path.join(self.repo.path, name + ".lock")
+        with contextlib.suppress(OSError):
+            if time.time() - os.stat(lock).st_mtime > STALE_LOCK_S:
+                os.unlink(lock)
