@@ -83,7 +83,7 @@ async def test_a_link_to_a_big_outside_folder_adds_no_watch_and_no_dirty_path(wa
 
 
 async def test_a_watch_the_watcher_does_not_hold_makes_the_next_capture_full(watched_engine, tmp_path):
-    from snapshotd.capture.watch import IN_MODIFY
+    from snapshotd.capture.inotify import IN_MODIFY
 
     repo = make_repo(tmp_path / "r")
     for index in range(40):  # watch descriptors past 9 and 15 (the kernel lists them in hex)

@@ -5,12 +5,8 @@ Before a capture trusts the dirty set it syncs with the watcher: it writes a
 cookie file and waits until the cookie's own event comes back, so every write
 that finished before the request has been read off the kernel's queue.
 
-The watcher talks to inotify itself (through libc) rather than through
-watchfiles, whose backend (the notify crate) follows symlinks to folders: it
-watched whatever a link pointed to (all of ``/usr`` for a link to it), and
-because its watch maps are keyed by path while the kernel gives one watch per
-folder inode, replacing a link to a folder of the worktree removed the watches
-of that folder and everything below it, silently (docs/upstream/). Here:
+The watcher talks to inotify itself (:mod:`snapshotd.capture.inotify` says
+why). Here:
 
 - every folder is opened by name under its parent's descriptor with
   ``O_NOFOLLOW`` and watched through that descriptor, so a symlink is an entry
@@ -28,16 +24,25 @@ of that folder and everything below it, silently (docs/upstream/). Here:
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import itertools
 import logging
 import os
 import secrets
-import struct
 from collections.abc import Callable
 
 import trio
 
+from snapshotd.capture.inotify import (
+    IN_CREATE,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
+    IN_Q_OVERFLOW,
+    OPEN_FOLDER,
+    Inotify,
+    open_in_tree,
+)
 from snapshotd.fsutil import open_private_folder
 from snapshotd.store.identity import WorktreeInfo
 
@@ -50,88 +55,6 @@ IGNORE_FILES = (".gitignore",)
 ATTRIBUTES_FILE = ".gitattributes"  # line endings and filters: a change may give unchanged files new blobs
 OVERFLOW_REASON = "kernel event queue overflowed"
 LOST_REASON = "inotify watches lost"
-
-IN_MODIFY = 0x2
-IN_ATTRIB = 0x4
-IN_CLOSE_WRITE = 0x8
-IN_MOVED_FROM = 0x40
-IN_MOVED_TO = 0x80
-IN_CREATE = 0x100
-IN_DELETE = 0x200
-IN_DELETE_SELF = 0x400
-IN_MOVE_SELF = 0x800
-IN_Q_OVERFLOW = 0x4000
-IN_IGNORED = 0x8000
-IN_ONLYDIR = 0x01000000
-IN_ISDIR = 0x40000000
-FOLDER_MASK = (
-    IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO
-    | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
-)
-_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (struct inotify_event)
-_OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_READ_SIZE = 1 << 16
-
-
-class Inotify:
-    """One inotify instance, through libc: watches by descriptor, raw events, the kernel's watch count."""
-
-    def __init__(self) -> None:
-        self._libc = ctypes.CDLL(None, use_errno=True)
-        self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
-        if self.fd < 0:
-            raise _last_error("inotify_init1")
-
-    def add(self, folder_fd: int) -> int:
-        """Watch the folder open as ``folder_fd`` (its descriptor, so no path is resolved again)."""
-        path = f"/proc/self/fd/{folder_fd}".encode()
-        wd = self._libc.inotify_add_watch(self.fd, path, FOLDER_MASK)
-        if wd < 0:
-            raise _last_error("inotify_add_watch")
-        return wd
-
-    def remove(self, wd: int) -> None:
-        """Drop a watch; one the kernel already dropped is no error."""
-        self._libc.inotify_rm_watch(self.fd, wd)
-
-    def read(self) -> list[tuple[int, int, str]]:
-        """Every event queued now, as (wd, mask, name); empty when none is."""
-        events: list[tuple[int, int, str]] = []
-        while True:
-            try:
-                data = os.read(self.fd, _READ_SIZE)
-            except BlockingIOError:
-                return events
-            offset = 0
-            while offset < len(data):
-                wd, mask, _, length = _EVENT.unpack_from(data, offset)
-                offset += _EVENT.size
-                name = data[offset : offset + length].rstrip(b"\0")
-                offset += length
-                events.append((wd, mask, os.fsdecode(name)))
-
-    def _fdinfo(self) -> bytes:
-        with open(f"/proc/self/fdinfo/{self.fd}", "rb") as info:
-            return info.read()
-
-    def kernel_watch_count(self) -> int:
-        """How many watches the kernel holds for this instance (one ``inotify wd:`` line each)."""
-        return self._fdinfo().count(b"\ninotify wd:")
-
-    def kernel_watches(self) -> set[int]:
-        """The descriptors of the watches the kernel holds for this instance."""
-        lines = self._fdinfo().splitlines()
-        return {int(line.split()[1][3:], 16) for line in lines if line.startswith(b"inotify wd:")}  # in hex
-
-    def close(self) -> None:
-        trio.lowlevel.notify_closing(self.fd)
-        os.close(self.fd)
-
-
-def _last_error(call: str) -> OSError:
-    number = ctypes.get_errno()
-    return OSError(number, f"{call}: {os.strerror(number)}")
-
 
 class Watcher:
     """The live change feed of one worktree.
@@ -262,7 +185,7 @@ class Watcher:
             if not self._descend(rel, name):
                 continue
             try:
-                child = os.open(name, _OPEN_FOLDER, dir_fd=folder_fd)
+                child = os.open(name, OPEN_FOLDER, dir_fd=folder_fd)
             except OSError:  # gone, replaced by a link, or unreadable (git cannot read it either)
                 continue
             try:
@@ -271,21 +194,10 @@ class Watcher:
                 os.close(child)
         return count
 
-    def _open_in_tree(self, rel: str) -> int:
-        """Open a worktree folder by its relative path, one component at a time, never through a link."""
-        fd = os.open(self.root, _OPEN_FOLDER)
-        for name in rel.split("/") if rel else ():
-            try:
-                child = os.open(name, _OPEN_FOLDER, dir_fd=fd)
-            finally:
-                os.close(fd)
-            fd = child
-        return fd
-
     def _watch_tree(self, rel: str) -> int:
         """Watch the worktree folder ``rel`` ("" is the root) and everything below it; how many were watched."""
         try:
-            fd = self._open_in_tree(rel)
+            fd = open_in_tree(self.root, rel)
         except OSError as exc:
             if not rel:
                 self.suspect = f"the worktree folder could not be opened ({exc.strerror})"
@@ -298,7 +210,7 @@ class Watcher:
     def _watch_extra(self, path: str) -> None:
         """Watch one folder outside the walk (git dir, its ``info``, the cookies), on its own."""
         try:
-            fd = os.open(path, _OPEN_FOLDER)
+            fd = os.open(path, OPEN_FOLDER)
         except OSError:
             return
         try:

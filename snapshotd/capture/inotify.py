@@ -1,0 +1,116 @@
+"""inotify through libc (ctypes): one instance, its watches by descriptor, its raw events.
+
+The watcher talks to inotify itself rather than through watchfiles, whose
+backend (the notify crate) follows symlinks to folders: it watched whatever a
+link pointed to (all of ``/usr`` for a link to it), and because its watch maps
+are keyed by path while the kernel gives one watch per folder inode, replacing
+a link to a folder of the worktree removed the watches of that folder and
+everything below it, silently (docs/upstream/). Folders here are opened with
+``O_NOFOLLOW`` (:func:`open_in_tree`) and watched through their descriptor.
+
+The watcher (:mod:`snapshotd.capture.watch`) uses this binding instead of a
+library that follows symlinks; :meth:`Inotify.kernel_watches` reads the
+kernel's own list of this instance's watches from ``/proc/self/fdinfo``, so the
+watcher can check that it holds exactly the watches the kernel does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+
+import trio
+
+IN_MODIFY = 0x2
+IN_ATTRIB = 0x4
+IN_CLOSE_WRITE = 0x8
+IN_MOVED_FROM = 0x40
+IN_MOVED_TO = 0x80
+IN_CREATE = 0x100
+IN_DELETE = 0x200
+IN_DELETE_SELF = 0x400
+IN_MOVE_SELF = 0x800
+IN_Q_OVERFLOW = 0x4000
+IN_IGNORED = 0x8000
+IN_ONLYDIR = 0x01000000
+IN_ISDIR = 0x40000000
+FOLDER_MASK = (
+    IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_MOVED_FROM | IN_MOVED_TO
+    | IN_CREATE | IN_DELETE | IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR
+)
+_EVENT = struct.Struct("iIII")  # wd, mask, cookie, len (struct inotify_event)
+OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_READ_SIZE = 1 << 16
+
+
+def open_in_tree(root: str, rel: str) -> int:
+    """Open the folder ``rel`` under ``root`` one component at a time, never through a link."""
+    fd = os.open(root, OPEN_FOLDER)
+    for name in rel.split("/") if rel else ():
+        try:
+            child = os.open(name, OPEN_FOLDER, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
+
+
+class Inotify:
+    """One inotify instance, through libc: watches by descriptor, raw events, the kernel's watch count."""
+
+    def __init__(self) -> None:
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise _last_error("inotify_init1")
+
+    def add(self, folder_fd: int) -> int:
+        """Watch the folder open as ``folder_fd`` (its descriptor, so no path is resolved again)."""
+        path = f"/proc/self/fd/{folder_fd}".encode()
+        wd = self._libc.inotify_add_watch(self.fd, path, FOLDER_MASK)
+        if wd < 0:
+            raise _last_error("inotify_add_watch")
+        return wd
+
+    def remove(self, wd: int) -> None:
+        """Drop a watch; one the kernel already dropped is no error."""
+        self._libc.inotify_rm_watch(self.fd, wd)
+
+    def read(self) -> list[tuple[int, int, str]]:
+        """Every event queued now, as (wd, mask, name); empty when none is."""
+        events: list[tuple[int, int, str]] = []
+        while True:
+            try:
+                data = os.read(self.fd, _READ_SIZE)
+            except BlockingIOError:
+                return events
+            offset = 0
+            while offset < len(data):
+                wd, mask, _, length = _EVENT.unpack_from(data, offset)
+                offset += _EVENT.size
+                name = data[offset : offset + length].rstrip(b"\0")
+                offset += length
+                events.append((wd, mask, os.fsdecode(name)))
+
+    def _fdinfo(self) -> bytes:
+        with open(f"/proc/self/fdinfo/{self.fd}", "rb") as info:
+            return info.read()
+
+    def kernel_watch_count(self) -> int:
+        """How many watches the kernel holds for this instance (one ``inotify wd:`` line each)."""
+        return self._fdinfo().count(b"\ninotify wd:")
+
+    def kernel_watches(self) -> set[int]:
+        """The descriptors of the watches the kernel holds for this instance."""
+        lines = self._fdinfo().splitlines()
+        return {int(line.split()[1][3:], 16) for line in lines if line.startswith(b"inotify wd:")}  # in hex
+
+    def close(self) -> None:
+        trio.lowlevel.notify_closing(self.fd)
+        os.close(self.fd)
+
+
+def _last_error(call: str) -> OSError:
+    number = ctypes.get_errno()
+    return OSError(number, f"{call}: {os.strerror(number)}")
