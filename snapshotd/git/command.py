@@ -30,9 +30,9 @@ import pygit2
 
 from snapshotd.errors import GitError, RefLocked, RefMoved, SpawnTimeout, Unsupported
 from snapshotd.git import spawn
+from snapshotd.git.format import HEX_LENGTH, object_format
 from snapshotd.git.objects import (
     CLASSES,
-    HEX_LENGTH,
     EmptyTreeBuilder,
     GitConfig,
     GitObject,
@@ -41,7 +41,6 @@ from snapshotd.git.objects import (
     GitTree,
 )
 from snapshotd.git.process import GitTarget, run_git_sync, start_git_session
-from snapshotd.store.identity import object_format
 
 
 class _Reader:

@@ -18,8 +18,6 @@ from pygit2.enums import ObjectType
 
 from snapshotd.git.modes import MODE_GITLINK, MODE_TREE
 
-HEX_LENGTH = {"sha1": 40, "sha256": 64}
-
 TYPES = {
     "commit": ObjectType.COMMIT,
     "tree": ObjectType.TREE,

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 import pygit2
 
 from snapshotd.errors import Untrusted
-from snapshotd.git.process import protected_config_values
+from snapshotd.git.config import protected_config_values
 
 __all__ = ["check_repository_owner", "trusted_uids"]
 

@@ -15,6 +15,7 @@ import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import trio
 
@@ -86,6 +87,15 @@ def _check(result: spawn.Completed, args: Sequence[str], ok_codes: Sequence[int]
     return result.stdout
 
 
+class GitOptions(TypedDict, total=False):
+    """The options of one git command, the same for both faces (:func:`run_git`, :func:`run_git_sync`)."""
+
+    index_file: str | None  # GIT_INDEX_FILE
+    input: bytes | None  # written to its stdin (None: /dev/null)
+    ok_codes: Sequence[int]  # exit statuses that are not a failure (default: only 0)
+    env_extra: Mapping[str, str] | None  # added to the environment
+
+
 @dataclass(frozen=True)
 class _Call:
     """One git command, ready for either face of the spawn helper."""
@@ -94,18 +104,25 @@ class _Call:
     argv: list[str]
     cwd: str
     env: dict[str, str]
+    input: bytes | None = None
+    ok_codes: Sequence[int] = (0,)
 
     @classmethod
-    def make(
-        cls,
-        target: GitTarget,
-        args: Sequence[str],
-        index_file: str | None,
-        env_extra: Mapping[str, str] | None,
-    ) -> _Call:
-        env = git_env(target, index_file)
-        env.update(env_extra or {})
-        return cls(args, git_argv(args), target.work_tree or target.git_dir, env)
+    def make(cls, target: GitTarget, args: Sequence[str], options: GitOptions) -> _Call:
+        env = git_env(target, options.get("index_file"))
+        env.update(options.get("env_extra") or {})
+        cwd = target.work_tree or target.git_dir
+        return cls(args, git_argv(args), cwd, env, options.get("input"), options.get("ok_codes", (0,)))
+
+    def output(self, result: spawn.Completed) -> bytes:
+        """The command's standard output, or GitError when its exit status is not one of ``ok_codes``."""
+        return _check(result, self.args, self.ok_codes)
+
+    def run_sync(self) -> bytes:
+        """Run it in the calling thread (the blocking face); its standard output."""
+        with self.errors():
+            result = spawn.run_sync(self.argv, cwd=self.cwd, env=self.env, input=self.input, timeout=GIT_TIMEOUT_S)
+        return self.output(result)
 
     @contextmanager
     def errors(self) -> Iterator[None]:
@@ -120,37 +137,18 @@ class _Call:
             raise GitError(f"could not start git: {exc.strerror or exc}") from exc
 
 
-async def run_git(
-    target: GitTarget,
-    args: Sequence[str],
-    *,
-    index_file: str | None = None,
-    input: bytes | None = None,
-    ok_codes: Sequence[int] = (0,),
-    env_extra: Mapping[str, str] | None = None,
-) -> bytes:
+async def run_git(target: GitTarget, args: Sequence[str], **options: Unpack[GitOptions]) -> bytes:
     """Run one git command and return its standard output, or raise GitError."""
-    call = _Call.make(target, args, index_file, env_extra)
+    call = _Call.make(target, args, options)
     async with _pool:
         with call.errors():
-            result = await spawn.run(call.argv, cwd=call.cwd, env=call.env, input=input, timeout=GIT_TIMEOUT_S)
-    return _check(result, args, ok_codes)
+            result = await spawn.run(call.argv, cwd=call.cwd, env=call.env, input=call.input, timeout=GIT_TIMEOUT_S)
+    return call.output(result)
 
 
-def run_git_sync(
-    target: GitTarget,
-    args: Sequence[str],
-    *,
-    index_file: str | None = None,
-    input: bytes | None = None,
-    ok_codes: Sequence[int] = (0,),
-    env_extra: Mapping[str, str] | None = None,
-) -> bytes:
+def run_git_sync(target: GitTarget, args: Sequence[str], **options: Unpack[GitOptions]) -> bytes:
     """The blocking twin of :func:`run_git`, for code already on a worker thread."""
-    call = _Call.make(target, args, index_file, env_extra)
-    with call.errors():
-        result = spawn.run_sync(call.argv, cwd=call.cwd, env=call.env, input=input, timeout=GIT_TIMEOUT_S)
-    return _check(result, args, ok_codes)
+    return _Call.make(target, args, options).run_sync()
 
 
 def start_git_session(target: GitTarget, args: Sequence[str], *, timeout: float = GIT_TIMEOUT_S) -> spawn.Session:
@@ -158,30 +156,12 @@ def start_git_session(target: GitTarget, args: Sequence[str], *, timeout: float 
 
     The caller talks to it through the returned session and must close it.
     """
-    call = _Call.make(target, args, None, None)
+    call = _Call.make(target, args, {})
     with call.errors():
         return spawn.Session(call.argv, cwd=call.cwd, env=call.env, timeout=timeout)
 
 
-PROTECTED_SCOPES = ("system", "global", "command")
-
-
-def protected_config_values(name: str) -> list[str]:
-    """Every value of the multi-valued setting ``name`` in the user's own configuration, in git's order.
-
-    Only what git calls protected configuration counts (system, global,
-    command line), never a repository's file, so a repository cannot vouch for
-    itself. Paths come expanded (``~/x``), as git reads them; git runs from
-    ``/`` with no repository.
-    """
-    args = ["config", "--show-scope", "-z", "--type=path", "--includes", "--get-all", name]
-    call = _Call(args, git_argv(args), "/", git_env(GitTarget(git_dir=os.devnull, work_tree=None)))
-    with call.errors():
-        result = spawn.run_sync(call.argv, cwd=call.cwd, env=call.env, input=None, timeout=GIT_TIMEOUT_S)
-    fields = _check(result, args, (0, 1)).split(b"\0")
-    return [
-        os.fsdecode(value)
-        for scope, value in zip(fields[0::2], fields[1::2], strict=False)
-        if scope.decode("ascii", "replace") in PROTECTED_SCOPES
-    ]
-
+def run_git_without_repository(args: Sequence[str], *, ok_codes: Sequence[int] = (0,)) -> bytes:
+    """Run git from ``/`` with no repository (``GIT_DIR`` is /dev/null): it reads only the user's configuration."""
+    env = git_env(GitTarget(git_dir=os.devnull, work_tree=None))
+    return _Call(args, git_argv(args), "/", env, ok_codes=ok_codes).run_sync()

@@ -21,10 +21,9 @@ import pygit2
 
 from snapshotd.errors import GitError
 from snapshotd.git.command import GitRepository
+from snapshotd.git.format import HEX_LENGTH, object_format
 from snapshotd.git.libgit import LibgitRepository
-from snapshotd.git.objects import HEX_LENGTH
 from snapshotd.git.process import GitTarget, run_git_sync
-from snapshotd.store.identity import object_format
 
 __all__ = [
     "Backend",

@@ -25,6 +25,7 @@ from snapshotd.errors import (
     Unsupported,
 )
 from snapshotd.fsutil import atomic_write, file_lock
+from snapshotd.git.format import object_format
 from snapshotd.git.ownership import check_repository_owner
 
 
@@ -124,20 +125,6 @@ def _trusted(root: str, git_dir: str, gitfiles: tuple[str, ...]) -> Located:
     if common_dir != git_dir:
         check_repository_owner(root, [common_dir])
     return Located(root, git_dir, common_dir)
-
-
-def object_format(common_dir: str) -> str:
-    """The repository's object format ("sha1" or "sha256"), read from its config.
-
-    libgit2 (pygit2) opens only SHA-1 repositories; for the others snapshotd
-    works through git (see :mod:`snapshotd.git.repository`).
-    """
-    try:
-        config = pygit2.Config(os.path.join(common_dir, "config"))
-        value = config["extensions.objectformat"]
-    except (KeyError, OSError, pygit2.GitError):
-        return "sha1"
-    return str(value).lower()
 
 
 class Records:
