@@ -20,10 +20,11 @@ from pathlib import Path
 
 import pytest
 from daemon_helpers import child_env
-from repo_helpers import init_repo, write
+from repo_helpers import git, init_repo, write
 
 from snapshotd.engine.core import Engine
-from snapshotd.errors import StateUnreadable
+from snapshotd.errors import NotADirectory, PathOutsideWorktree, StateUnreadable
+from snapshotd.store.identity import Records, identify, locate
 
 NOBODY = 65534
 
@@ -149,3 +150,43 @@ def test_two_first_sights_at_once_agree_on_one_id(tmp_path: Path, monkeypatch: p
     second = worktree.identify(worktree.locate(str(repo)), records)
     assert second.id == first.id
     assert (repo / ".git" / "snapshotd" / "id").read_text().strip() == first.id
+
+
+# --------------------------------------------------------------------------- locate and identify, directly
+
+
+def test_locate_finds_the_worktree_as_git_does(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "r", ("sub/a.txt", "a\n"))
+    found = locate(str(repo / "sub"))
+    assert found.root == git(repo / "sub", "rev-parse", "--show-toplevel")
+    assert found.git_dir == found.common_dir == str(repo / ".git")
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "--detach", str(linked))
+    found = locate(str(linked))
+    assert (found.root, found.git_dir) == (str(linked), git(linked, "rev-parse", "--absolute-git-dir"))
+    assert found.common_dir == str(repo / ".git")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    assert (locate(str(plain)).git_dir, locate(str(plain)).root) == (None, str(plain))
+    with pytest.raises(PathOutsideWorktree):
+        locate(str(repo / ".git"))
+    with pytest.raises(NotADirectory):
+        locate(str(repo / "sub" / "a.txt"))
+
+
+def test_identify_keeps_one_id_per_worktree_and_stores_linked_ones_in_the_common_dir(tmp_path: Path) -> None:
+    records = Records(tmp_path / "home")
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "--detach", str(linked))
+    main = identify(locate(str(repo)), records)
+    assert identify(locate(str(repo)), records).id == main.id
+    assert (repo / ".git" / "snapshotd" / "id").read_text().strip() == main.id
+    assert (main.kind, main.store_dir) == ("git", str(repo / ".git"))
+    side = identify(locate(str(linked)), records)
+    assert side.id != main.id and side.store_dir == str(repo / ".git")
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    folder = identify(locate(str(plain)), records)
+    assert folder.kind == "plain" and identify(locate(str(plain)), records).id == folder.id
+    assert git(folder.store_dir, "rev-parse", "--is-bare-repository") == "true"
