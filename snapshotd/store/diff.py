@@ -21,6 +21,7 @@ import itertools
 import os
 import re
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pygit2
@@ -138,6 +139,18 @@ def _split_type_changes(
     return found
 
 
+@dataclass(frozen=True)
+class DiffRequest:
+    """What to compare and how, as both diff algorithms take it."""
+
+    old_tree: str | None  # hex ids; None is the empty tree
+    new_tree: str | None
+    paths: Sequence[str] | None  # only files selected by these relative paths; None: every file
+    patch: bool  # make each file's patch text too
+    context: int  # lines of context in a patch
+    find_renames: bool
+
+
 def diff_trees(
     repo: Repository,
     old_tree: str | None,
@@ -161,12 +174,8 @@ def diff_trees(
     """
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise InvalidParams("context must be a non-negative integer.", context=context)
-    if not repo.in_process:
-        entries = _diff_with_git(
-            repo, old_tree, new_tree, paths=paths, patch=patch, context=context, find_renames=find_renames
-        )
-    else:
-        entries = _diff_in_process(repo, old_tree, new_tree, paths, patch, context, find_renames)
+    request = DiffRequest(old_tree, new_tree, paths, patch, context, find_renames)
+    entries = _diff_in_process(repo, request) if repo.in_process else _diff_with_git(repo, request)
     return _paged(entries, offset, patch, max_patch_bytes)
 
 
@@ -206,24 +215,16 @@ def _paged(entries: Sequence[Entry], offset: int, patch: bool, max_patch_bytes: 
     return result
 
 
-def _diff_in_process(
-    repo: Repository,
-    old_tree: str | None,
-    new_tree: str | None,
-    paths: Sequence[str] | None,
-    patch: bool,
-    context: int,
-    find_renames: bool,
-) -> list[Entry]:
+def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
     """:func:`diff_trees` by libgit2: one entry per selected file, its patch made when asked for."""
-    old = load_tree(repo, old_tree)
-    new = load_tree(repo, new_tree)
+    old = load_tree(repo, request.old_tree)
+    new = load_tree(repo, request.new_tree)
     if old is not None and new is not None and old.id == new.id:
         return []
-    diff = _tree_diff(old, new, DiffOption.INCLUDE_TYPECHANGE, context)
+    diff = _tree_diff(old, new, DiffOption.INCLUDE_TYPECHANGE, request.context)
     if diff is None:
         return []
-    if find_renames:
+    if request.find_renames:
         diff.find_similar(flags=DiffFind.FIND_RENAMES)
 
     selected: list[tuple[int, pygit2.DiffDelta, str, str]] = []
@@ -233,9 +234,9 @@ def _diff_in_process(
         new_path = os.fsdecode(delta.new_file.raw_path)
         old_path = os.fsdecode(delta.old_file.raw_path)
         path = old_path if delta.status == DeltaStatus.DELETED else new_path
-        if paths is not None and not (
-            path_matches(path, paths)
-            or (delta.status == DeltaStatus.RENAMED and path_matches(old_path, paths))
+        if request.paths is not None and not (
+            path_matches(path, request.paths)
+            or (delta.status == DeltaStatus.RENAMED and path_matches(old_path, request.paths))
         ):
             continue
         selected.append((index, delta, path, old_path))
@@ -243,7 +244,7 @@ def _diff_in_process(
     type_changed = {
         path for _, delta, path, _ in selected if delta.status == DeltaStatus.TYPECHANGE
     }
-    split = _split_type_changes(old, new, type_changed, context) if type_changed else {}
+    split = _split_type_changes(old, new, type_changed, request.context) if type_changed else {}
 
     def entry(index: int, delta: pygit2.DiffDelta, path: str, old_path: str) -> Entry:
         def make() -> tuple[dict[str, Any], str]:
@@ -271,7 +272,7 @@ def _diff_in_process(
                 "additions": 0 if binary else additions,
                 "deletions": 0 if binary else deletions,
             }
-            return record, "".join(_patch_text(part) for part in parts) if patch else ""
+            return record, "".join(_patch_text(part) for part in parts) if request.patch else ""
 
         return make
 
@@ -290,38 +291,29 @@ def _field(out: bytes, pos: int) -> tuple[bytes, int]:
     return out[pos:end], end + 1
 
 
-def _diff_with_git(
-    repo: GitRepository,
-    old_tree: str | None,
-    new_tree: str | None,
-    *,
-    paths: Sequence[str] | None,
-    patch: bool,
-    context: int,
-    find_renames: bool,
-) -> list[Entry]:
+def _diff_with_git(repo: GitRepository, request: DiffRequest) -> list[Entry]:
     """:func:`diff_trees` by one ``git diff-tree``: raw records, then line counts, then the patch.
 
     The trees are read by git alone; only when it fails are they looked up, to
     report a missing one as :func:`load_tree` does.
     """
     sides = []
-    for tree_hex in (old_tree, new_tree):
+    for tree_hex in (request.old_tree, request.new_tree):
         try:
             sides.append(repo.empty_tree_id if tree_hex is None else repo.check_id(tree_hex))
         except (ValueError, TypeError) as exc:
             raise NotFound(f"{tree_hex!r} is not a valid object id.", oid=str(tree_hex)) from exc
     if sides[0] == sides[1]:
         return []
-    args = ["diff-tree", "-r", "-z", "--raw", "--numstat", "-M" if find_renames else "--no-renames"]
-    if patch:
-        args += ["-p", f"-U{context}"]
+    args = ["diff-tree", "-r", "-z", "--raw", "--numstat", "-M" if request.find_renames else "--no-renames"]
+    if request.patch:
+        args += ["-p", f"-U{request.context}"]
     target = GitTarget(git_dir=repo.git_dir, work_tree=repo.workdir)
     try:
         out = run_git_sync(target, [*args, *sides])
     except GitError:
-        load_tree(repo, old_tree)
-        load_tree(repo, new_tree)
+        load_tree(repo, request.old_tree)
+        load_tree(repo, request.new_tree)
         raise
     zero = repo.zero_id
 
@@ -357,7 +349,7 @@ def _diff_with_git(
         record["deletions"] = 0 if binary else int(deleted)
 
     texts: list[list[bytes]] = [[] for _ in records]
-    if patch and records:
+    if request.patch and records:
         if out.startswith(b"\0", pos):
             pos += 1
         body = out[pos:]
@@ -377,9 +369,9 @@ def _diff_with_git(
     for record, text in zip(records, texts, strict=True):
         if record["status"] is None:
             continue
-        if paths is not None and not (
-            path_matches(record["path"], paths)
-            or (record["old_path"] is not None and path_matches(record["old_path"], paths))
+        if request.paths is not None and not (
+            path_matches(record["path"], request.paths)
+            or (record["old_path"] is not None and path_matches(record["old_path"], request.paths))
         ):
             continue
         patch_text = b"".join(text).decode("utf-8", "replace")
