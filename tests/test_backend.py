@@ -44,20 +44,28 @@ def make_repo(path: Path, object_format: str = "sha1") -> tuple[Path, str, str]:
     return path, first, second
 
 
+def open_back_end(name: str, git_dir: str) -> Repository:
+    """The repository at ``git_dir`` opened by the back-end ``name`` ("libgit2" or "git")."""
+    if name == "libgit2":
+        return LibgitRepository(git_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    return GitRepository(git_dir)
+
+
 @pytest.fixture(params=["libgit2", "git"])
 def sha1(request: pytest.FixtureRequest, tmp_path: Path):
     """A SHA-1 repository opened by one back-end, with its two commit ids."""
     path, first, second = make_repo(tmp_path / "r")
-    git_dir = str(path / ".git")
-    opened: Repository
-    if request.param == "libgit2":
-        opened = LibgitRepository(git_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-    else:
-        opened = GitRepository(git_dir)
-    try:
+    with contextlib.closing(open_back_end(request.param, str(path / ".git"))) as opened:
         yield opened, path, first, second
-    finally:
-        opened.close()
+
+
+@pytest.fixture(params=["libgit2-sha1", "git-sha1", "git-sha256"])
+def any_repo(request: pytest.FixtureRequest, tmp_path: Path):
+    """A repository opened by one back-end (SHA-256 only by git), with its two commit ids."""
+    back_end, object_format = request.param.split("-")
+    path, first, second = make_repo(tmp_path / "r", object_format)
+    with contextlib.closing(open_back_end(back_end, str(path / ".git"))) as opened:
+        yield opened, path, first, second
 
 
 def test_open_repository_chooses_by_object_format(tmp_path: Path) -> None:
@@ -106,8 +114,8 @@ def test_both_back_ends_write_the_same_commit_ids(tmp_path: Path) -> None:
     assert git(path, "rev-parse", f"{ids[0]}^") == first
 
 
-def test_both_back_ends_swap_refs_only_from_the_expected_value(sha1) -> None:
-    repo, path, first, second = sha1
+def test_ref_updates_are_compare_and_swap(any_repo) -> None:
+    repo, path, first, second = any_repo
     one, two = repo.oid(first), repo.oid(second)
     repo.swap_ref(REF, one, None)
     with pytest.raises(RefMoved):
@@ -122,8 +130,10 @@ def test_both_back_ends_swap_refs_only_from_the_expected_value(sha1) -> None:
         repo.swap_ref(REF, one, two)
     lock.unlink()
     assert git(path, "rev-parse", REF) == second
+    with pytest.raises(RefMoved):
+        repo.swap_ref(REF, None, one)
     repo.swap_ref(REF, None, two)
-    assert repo.resolve_ref(REF) is None
+    assert repo.resolve_ref(REF) is None and repo.references.get(REF) is None
     assert git(path, "for-each-ref", "refs/snapshotd/") == ""
 
 

@@ -34,7 +34,7 @@ from repo_helpers import commit_all, git, git_run, user_state
 from test_restore import outside  # noqa: F401 - a fixture the restore scenarios take
 
 from snapshotd.engine.core import Engine
-from snapshotd.errors import Ambiguous, NotFound, RefLocked, RefMoved
+from snapshotd.errors import Ambiguous, NotFound
 from snapshotd.git import spawn
 from snapshotd.git.command import GitRepository
 from snapshotd.git.repository import open_repository, read_head
@@ -483,31 +483,6 @@ def test_a_git_without_batch_command_is_read_with_batch(tmp_path: Path, monkeypa
         assert older.odb.read_header(head) == (older[head].type, len(older[head].data))
         assert older.revparse_single(head[:10]).id == head
         assert not older._command_mode
-
-
-def test_ref_updates_are_compare_and_swap(tmp_path: Path) -> None:
-    repo = sha256_repo(tmp_path / "r", {"a.txt": "a\n"})
-    first = git(repo, "rev-parse", "HEAD")
-    (repo / "a.txt").write_text("b\n")
-    second = commit_all(repo, "second")
-    name = "refs/snapshotd/test/x"
-    with GitRepository(repo / ".git") as store:
-        store.swap_ref(name, first, None)
-        with pytest.raises(RefMoved):
-            store.swap_ref(name, second, None)  # it exists now
-        with pytest.raises(RefMoved):
-            store.swap_ref(name, second, second)
-        store.swap_ref(name, second, first)
-        assert git(repo, "rev-parse", name) == second
-        lock = repo / ".git" / "refs" / "snapshotd" / "test" / "x.lock"
-        lock.write_text("")
-        with pytest.raises(RefLocked):
-            store.swap_ref(name, first, second)
-        lock.unlink()
-        with pytest.raises(RefMoved):
-            store.swap_ref(name, None, first)
-        store.swap_ref(name, None, second)
-        assert store.references.get(name) is None
 
 
 def test_head_is_read_by_git(tmp_path: Path) -> None:
