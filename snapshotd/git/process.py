@@ -19,7 +19,7 @@ from typing import TypedDict, Unpack
 
 import trio
 
-from snapshotd.errors import GitError
+from snapshotd.errors import GitError, SpawnTimeout
 from snapshotd.git import spawn
 
 # Variables a user may set that decide which configuration git reads; every
@@ -129,7 +129,7 @@ class _Call:
         """Spawn failures and timeouts become GitError."""
         try:
             yield
-        except spawn.SpawnTimeout as exc:
+        except SpawnTimeout as exc:
             raise GitError(
                 f"git {self.args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s and was stopped"
             ) from exc
