@@ -19,6 +19,7 @@ from snapshotd.git.command import GitRepository
 from snapshotd.git.config import config_value
 from snapshotd.git.libgit import LibgitRepository
 from snapshotd.git.repository import (
+    Backend,
     Repository,
     _head_by_git,
     _head_by_libgit2,
@@ -77,6 +78,14 @@ def test_open_repository_chooses_by_object_format(tmp_path: Path) -> None:
     with repository(str(new / ".git")) as repo:
         assert isinstance(repo, GitRepository) and not repo.in_process and repo.hex_length == 64
         assert repo.object_format == "sha256"
+
+
+def test_each_back_end_has_every_call_of_the_interface(any_repo) -> None:
+    repo = any_repo[0]
+    members = set(Backend.__annotations__) | {name for name in vars(Backend) if not name.startswith("_")}
+    assert {"swap_ref", "in_process", "oid", "flush"} <= members
+    assert [name for name in sorted(members) if not hasattr(repo, name)] == []
+    assert repo.path.rstrip("/").endswith(".git")
 
 
 def test_both_back_ends_read_the_same_objects_and_refs(sha1) -> None:

@@ -28,7 +28,6 @@ from snapshotd.git.process import GitTarget, run_git_sync
 __all__ = [
     "Backend",
     "Repository",
-    "close_repository",
     "libgit2_opens",
     "open_repository",
     "read_head",
@@ -80,11 +79,6 @@ def open_repository(path: str) -> Repository:
     return GitRepository(path)
 
 
-def close_repository(repo: Repository) -> None:
-    """Release what the repository holds (the reading process of the git-command back-end)."""
-    repo.close()
-
-
 @contextlib.contextmanager
 def repository(path: str) -> Iterator[Repository]:
     """:func:`open_repository` for one block; a git reader is ended when the block is left."""
@@ -92,7 +86,7 @@ def repository(path: str) -> Iterator[Repository]:
     try:
         yield repo
     finally:
-        close_repository(repo)
+        repo.close()
 
 
 Head: TypeAlias = "tuple[str | None, str | None]"
