@@ -18,6 +18,7 @@ from snapshotd.errors import GitError, RefLocked, RefMoved
 from snapshotd.git.command import GitRepository
 from snapshotd.git.config import config_value
 from snapshotd.git.libgit import LibgitRepository
+from snapshotd.git.modes import MODE_FILE
 from snapshotd.git.repository import (
     Backend,
     Repository,
@@ -101,7 +102,7 @@ def test_both_back_ends_read_the_same_objects_and_refs(sha1) -> None:
     tree = commit.peel(pygit2.Tree)
     entry = tree["sub/b.txt"]
     assert str(entry.id) == git(path, "rev-parse", "HEAD:sub/b.txt")
-    assert entry.filemode == 0o100644
+    assert entry.filemode == MODE_FILE
     assert repo.odb.read_header(repo.oid(str(entry.id)))[1] == 2
     assert config_value(repo, "core.bare") == "false"
     assert config_value(repo, "snapshotd.nothing") is None
