@@ -104,8 +104,8 @@ def test_both_back_ends_read_the_same_objects_and_refs(sha1) -> None:
     assert str(entry.id) == git(path, "rev-parse", "HEAD:sub/b.txt")
     assert entry.filemode == MODE_FILE
     assert repo.odb.read_header(repo.oid(str(entry.id)))[1] == 2
-    assert config_value(repo, "core.bare") == "false"
-    assert config_value(repo, "snapshotd.nothing") is None
+    assert config_value(repo.config, "core.bare") == "false"
+    assert config_value(repo.config, "snapshotd.nothing") is None
 
 
 def test_both_back_ends_write_the_same_commit_ids(tmp_path: Path) -> None:

@@ -3,23 +3,29 @@
 from __future__ import annotations
 
 import os
+from typing import Protocol
 
 import pygit2
 
 from snapshotd.git.process import run_git_without_repository
-from snapshotd.git.repository import Repository
 
 PROTECTED_SCOPES = ("system", "global", "command")
 
 
-def config_value(repo: Repository, name: str) -> str | None:
-    """The value of ``name`` as the repository's configuration resolves it (every level), or None.
+class ConfigLookup(Protocol):
+    """A repository's configuration by name: ``repo.config`` of either back-end."""
+
+    def __getitem__(self, name: str) -> object: ...
+
+
+def config_value(config: ConfigLookup, name: str) -> str | None:
+    """The value of ``name`` as a repository's configuration resolves it (every level), or None.
 
     None also when the configuration cannot be read: a setting that cannot be
     read is treated as unset, as git itself does for a missing file.
     """
     try:
-        return str(repo.config[name])
+        return str(config[name])
     except (KeyError, ValueError, pygit2.GitError):
         return None
 
