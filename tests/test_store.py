@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from repo_helpers import commit_all, git
 
-from snapshotd.errors import Ambiguous, NotFound, RefRaced
+from snapshotd.errors import Ambiguous, NotFound, RefRaced, StateUnreadable
 from snapshotd.git.repository import Repository, open_repository, repository
 from snapshotd.store.checkpoints import Store, ref_name
 from snapshotd.store.pins import read_pin
@@ -157,3 +157,19 @@ def test_two_writers_on_one_session_lose_nothing(repo_path: Path) -> None:
         listed = Store(repo).list(WORKTREE, None, None, all_sessions=False)
     assert sorted(cp.id for cp in listed) == sorted(ids) and len(ids) == 24
     assert sorted(cp.seq for cp in listed) == list(range(1, 25))
+
+
+def test_a_session_ref_that_cannot_be_read_is_an_error_not_a_new_history(store: Store, repo_path: Path) -> None:
+    """A damaged ref is refused and left as it is: taking it for "no ref" re-pointed it, orphaning the history."""
+    first = record(store, repo_path, "one\n", session="s")
+    ref_file = repo_path / ".git" / ref_name(WORKTREE, "s")
+    pin = ref_file.read_text()
+    ref_file.write_text("not an object id\n")
+    with pytest.raises(StateUnreadable) as caught:
+        record(store, repo_path, "two\n", session="s")
+    assert str(ref_file) in caught.value.message
+    assert ref_file.read_text() == "not an object id\n"
+    with pytest.raises(StateUnreadable):
+        store.list(WORKTREE, "s", None, False)
+    ref_file.write_text(pin)
+    assert [cp.id for cp in store.list(WORKTREE, "s", None, False)] == [first.id]

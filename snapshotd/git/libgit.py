@@ -28,13 +28,6 @@ class LibgitRepository(pygit2.Repository):
         ref = self.references.get(name)
         return None if ref is None else ref.target
 
-    def _target_or_none(self, name: str) -> pygit2.Oid | None:
-        """:meth:`resolve_ref`, with a reference libgit2 cannot read taken as absent (as the store reads it)."""
-        try:
-            return self.resolve_ref(name)
-        except (pygit2.GitError, ValueError):
-            return None
-
     def ref_names(self, prefix: str = "") -> list[str]:
         """Every reference name, or those starting with ``prefix``."""
         return [name for name in self.references if name.startswith(prefix)]
@@ -56,7 +49,7 @@ class LibgitRepository(pygit2.Repository):
         try:
             with self.transaction() as txn:
                 txn.lock_ref(name)
-                if self._target_or_none(name) != expected:
+                if self.resolve_ref(name) != expected:
                     raise RefMoved(name)
                 if new is None:
                     txn.remove(name)

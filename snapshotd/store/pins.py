@@ -16,11 +16,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pygit2
 
 from snapshotd.errors import GitError, RefLocked, RefMoved, RefRaced
 from snapshotd.git.repository import ObjectId, Repository
+from snapshotd.store.identity import unreadable
 
 TRAILER = "Snapshotd-"
 IDENTITY = ("snapshotd", "snapshotd@localhost")
@@ -81,10 +83,21 @@ class SessionChains:
         self.repo = repo
 
     def ref_target(self, name: str) -> ObjectId | None:
+        """The pin a session's ref points at; None only when there is no such ref.
+
+        A ref that exists but cannot be read is an error: taken for "no ref",
+        the next checkpoint would start the session's history anew.
+        """
+        path = Path(self.repo.path, name)
         try:
-            return self.repo.resolve_ref(name)
-        except (pygit2.GitError, ValueError):
-            return None
+            target = self.repo.resolve_ref(name)
+            if target is None and os.path.lexists(path):  # the git command reads a broken ref as absent
+                target = self.repo.resolve_ref(name)  # unless another writer created it meanwhile
+                if target is None:
+                    raise unreadable(path, "it does not name an object")
+        except pygit2.GitError as exc:
+            raise unreadable(path, str(exc).removesuffix(f": {name}")) from exc
+        return target
 
     def _head_pin(self, name: str) -> Pin | None:
         """The pin a session's ref points at (a floor when all its checkpoints were dropped)."""
