@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from snapshotd.capture.state import CaptureStats
+from snapshotd.errors import NeedsForce
 from snapshotd.server.params import optional_bool, optional_str
 from snapshotd.store.checkpoints import Checkpoint, validate_session
 
@@ -45,3 +47,16 @@ class CheckpointResult:
 
     def to_wire(self) -> dict[str, Any]:
         return {"checkpoint": self.checkpoint.to_wire(), "stats": self.stats.to_wire()}
+
+
+def refuse_broad_folder(root: str) -> None:
+    """Refuse to checkpoint the user's home folder or ``/`` unless forced: it would take every file under it."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    real = os.path.realpath(root)
+    if real in (home, "/"):
+        what = "your home folder" if real == home else "the root of the file system"
+        raise NeedsForce(
+            f"The worktree {real} is {what}, so a checkpoint would copy every file under it; "
+            "pass force (snapshotd checkpoint --force) to do it anyway.",
+            path=real,
+        )

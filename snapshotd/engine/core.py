@@ -9,109 +9,39 @@ behind a limiter so the trio loop stays responsive.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pygit2
 import trio
 
-from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult
-from snapshotd.capture.state import CaptureResult, StatCache
-from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult, refuse_broad_folder
+from snapshotd.capture.state import CaptureResult
 from snapshotd.engine import collect, reads
+from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
 from snapshotd.engine.repair import repair
+from snapshotd.engine.subscriptions import Subscriptions, require_connection
 from snapshotd.errors import (
     FilesystemError,
     InvalidParams,
     MethodNotFound,
-    NeedsForce,
-    NotFound,
-    SnapshotdError,
     Unsupported,
     WorktreeMismatch,
     filesystem_error,
 )
-from snapshotd.fsutil import remove_stale_temp_files
 from snapshotd.git import spawn
-from snapshotd.git.repository import Repository, read_head, repository
+from snapshotd.git.repository import Repository, repository
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
-from snapshotd.server.params import (
-    optional_bool,
-    optional_path,
-    optional_path_list,
-    optional_str,
-)
+from snapshotd.server.params import optional_bool, optional_path, optional_path_list, optional_str
 from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
 from snapshotd.store.checkpoints import Checkpoint, Store
-from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
+from snapshotd.store.identity import Records, locate
 from snapshotd.threads import thread_limiter
-
-NOTIFY_DEBOUNCE_S = 0.05
-NOTIFY_MAX_PATHS = 1000
-
-
-@dataclass
-class WorktreeState:
-    """What the engine keeps for one open worktree: where it is, its lock, its capture and subscriptions."""
-
-    capture: WorktreeCapture
-    lock: trio.Lock
-    subscriptions: dict[str, Subscription] = field(default_factory=dict)
-
-    @classmethod
-    def open(cls, info: WorktreeInfo, counters: Counter[str], size_cap: int) -> WorktreeState:
-        """A new worktree's state; its captures count into ``counters``."""
-        lock = trio.Lock()
-        return cls(WorktreeCapture(info, lock=lock, counters=counters, size_cap=size_cap), lock)
-
-    @property
-    def info(self) -> WorktreeInfo:
-        """The worktree as last located (its capture follows it when it moves)."""
-        return self.capture.info
-
-    @property
-    def cache(self) -> StatCache:
-        """The capture's stat cache, for stages that write files and must make it forget them."""
-        return self.capture.cache
-
-
-@dataclass
-class Subscription:
-    """One client's interest in a worktree's changes, sent as debounced notifications."""
-
-    id: str
-    worktree: str
-    session: Any
-    pending: set[str] = field(default_factory=set)
-    overflow: bool = False
-    wake: trio.Event = field(default_factory=trio.Event)
-    cancel: trio.CancelScope = field(default_factory=trio.CancelScope)
-
-
-def _head(info: WorktreeInfo) -> tuple[str | None, str | None]:
-    """HEAD commit and branch of a git worktree (None, None for a plain folder)."""
-    if info.git_dir is None:
-        return None, None
-    return read_head(info.git_dir, info.path, info.common_dir)
-
-
-def refuse_broad_folder(root: str) -> None:
-    """Refuse to checkpoint the user's home folder or ``/`` unless forced: it would take every file under it."""
-    home = os.path.realpath(os.path.expanduser("~"))
-    real = os.path.realpath(root)
-    if real in (home, "/"):
-        what = "your home folder" if real == home else "the root of the file system"
-        raise NeedsForce(
-            f"The worktree {real} is {what}, so a checkpoint would copy every file under it; "
-            "pass force (snapshotd checkpoint --force) to do it anyway.",
-            path=real,
-        )
 
 
 class Engine:
@@ -130,8 +60,13 @@ class Engine:
         self.watch = watch and nursery is not None
         self.size_cap = resolve_size_cap(size_cap)
         self.records = Records(self.home)
-        self.worktrees: dict[str, WorktreeState] = {}
         self.counters: Counter[str] = Counter()
+        self.subscriptions = Subscriptions()
+        self.registry = Registry(
+            self.records, self.counters, self.size_cap, nursery=nursery, watch=self.watch,
+            on_change=self.subscriptions.changed,
+        )
+        self.worktrees = self.registry.worktrees
         self.started = time.monotonic()
         self._on_shutdown: Callable[[], None] | None = None
         self._handlers: dict[str, Callable[[dict[str, Any], Any], Awaitable[dict[str, Any]]]] = {
@@ -153,7 +88,6 @@ class Engine:
             "unsubscribe": self._unsubscribe,
             "verify": self._verify,
         }
-        self._subscription_ids = iter(range(1, 1 << 62))
 
     # --- the service face ------------------------------------------------------
 
@@ -173,88 +107,20 @@ class Engine:
         self._on_shutdown = callback
 
     async def aclose(self) -> None:
-        for state in self.worktrees.values():
-            state.capture.close()
-            for subscription in state.subscriptions.values():
-                subscription.cancel.cancel()
-        self.worktrees.clear()
+        self.subscriptions.close()
+        self.registry.close()
 
-    # --- worktrees -------------------------------------------------------------
-
-    def open_path(self, path: str) -> WorktreeState:
-        """The state of the worktree holding ``path``, opened on first sight.
-
-        A known worktree met at a new place (the folder or repository was
-        moved) keeps its id and state; :meth:`_ensure_watch` then replaces
-        the watcher of the old place.
-        """
-        info = identify(locate(path), self.records)
-        state = self.worktrees.get(info.id)
-        if state is None:
-            remove_stale_temp_files(Path(info.state_dir, "tmp"), "index-")
-            restore_mod.recover(os.path.join(info.state_dir, "journal"), info.path)
-            state = WorktreeState.open(info, self.counters, self.size_cap)
-            self.worktrees[info.id] = state
-        elif state.info != info:
-            state.capture.info = info
-        return state
-
-    def _forget_watch(self, state: WorktreeState) -> None:
-        """Stop the worktree's watcher and drop the warm tree built from it (it watched another place)."""
-        state.capture.forget_watch()
-
-    def _by_id(self, worktree_id: str) -> WorktreeState:
-        state = self.worktrees.get(worktree_id)
-        if state is not None and os.path.isdir(state.info.path):
-            return state
-        record = self.records.load().get(worktree_id)
-        if record is None:
-            raise NotFound(f"No worktree has the id {worktree_id}.")
-        if not os.path.isdir(record["path"]):
-            raise NotFound(
-                f"The worktree {worktree_id} is no longer at {record['path']}; run 'snapshotd repair' with its new path."
-            )
-        state = self.open_path(record["path"])
-        if state.info.id != worktree_id:
-            raise NotFound(f"The folder {record['path']} now holds a different worktree than {worktree_id}.")
-        return state
+    # --- worktrees and their captures ---------------------------------------------
 
     async def _resolve(self, params: dict[str, Any], required: bool = True) -> WorktreeState | None:
-        path = optional_path(params, "path")
-        worktree_id = optional_str(params, "worktree")
-        if path is not None:
-            state = await trio.to_thread.run_sync(self.open_path, path, limiter=thread_limiter)
-            if worktree_id is not None and worktree_id != state.info.id:
-                raise WorktreeMismatch(f"The path {path} belongs to worktree {state.info.id}, not {worktree_id}.")
-            await self._ensure_watch(state)
-            return state
-        if worktree_id is not None:
-            state = await trio.to_thread.run_sync(self._by_id, worktree_id, limiter=thread_limiter)
-            await self._ensure_watch(state)
-            return state
-        if required:
-            raise InvalidParams("Give either 'path' (a folder inside the worktree) or 'worktree' (its id).")
-        return None
+        return await self.registry.resolve(params, required)
 
-    async def _wire_worktree(self, state: WorktreeState) -> dict[str, Any]:
-        """The worktree as the contract shows it; HEAD is read on a worker thread."""
-        head, branch = await trio.to_thread.run_sync(_head, state.info, limiter=thread_limiter)
-        wire = state.info.to_wire(head, branch, state.capture.watching)
-        wire["watch_error"] = state.capture.watch_error
-        return wire
-
-    # --- capture ---------------------------------------------------------------
 
     async def capture(self, state: WorktreeState, *, exact: bool = False) -> CaptureResult:
         """The worktree's tree now, warm or cold as its capture decides; callers hold ``state.lock``."""
         return await state.capture.take(exact=exact)
 
     # --- watching ----------------------------------------------------------------
-
-    async def _ensure_watch(self, state: WorktreeState) -> None:
-        """Watch the worktree where it is now (again, after it moved), when this engine watches at all."""
-        nursery = self.nursery if self.watch else None
-        await state.capture.ensure_watch(nursery, lambda paths, overflow: self._changed(state, paths, overflow))
 
     async def _verify(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         """The warm state against a full scan now; the scan's result becomes the warm state, nothing is recorded."""
@@ -264,67 +130,27 @@ class Engine:
             found = await state.capture.verify()
         return found.to_wire()
 
-    def _changed(self, state: WorktreeState, paths: set[str], overflow: bool) -> None:
-        """Hand a batch of changed paths to every subscription of the worktree."""
-        for subscription in state.subscriptions.values():
-            if len(subscription.pending) + len(paths) > NOTIFY_MAX_PATHS:
-                subscription.overflow = True
-            else:
-                subscription.pending |= paths
-            subscription.overflow |= overflow
-            subscription.wake.set()
-
     async def _subscribe(self, params: dict[str, Any], session: Any) -> dict[str, Any]:
-        if session is None or self.nursery is None:
-            raise Unsupported("subscribe needs the daemon: notifications are sent on a connection.")
+        nursery = require_connection(session, self.nursery)
         state = await self._resolve(params)
         assert state is not None
-        subscription = Subscription(id=f"sub_{next(self._subscription_ids)}", worktree=state.info.id, session=session)
-        state.subscriptions[subscription.id] = subscription
-        session.on_close(subscription.cancel.cancel)
-        self.nursery.start_soon(self._notify_loop, state, subscription)
-        return {"subscription": subscription.id}
+        return {"subscription": self.subscriptions.subscribe(state.info.id, session, nursery).id}
 
     async def _unsubscribe(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        subscription_id = optional_str(params, "subscription")
-        for state in self.worktrees.values():
-            subscription = state.subscriptions.get(subscription_id or "")
-            if subscription is not None:
-                subscription.cancel.cancel()
-                return {}
-        raise NotFound(f"No subscription {subscription_id} exists.")
+        self.subscriptions.unsubscribe(optional_str(params, "subscription"))
+        return {}
 
-    async def _notify_loop(self, state: WorktreeState, subscription: Subscription) -> None:
-        """Send the subscription's changes, debounced, until it ends.
+    # --- checkpoint ----------------------------------------------------------------
 
-        A subscriber too far behind (its connection's notification budget is
-        full) is not buffered for: it gets one last ``changed`` with
-        ``overflow`` and ``dropped`` true and no paths, and the subscription ends.
-        """
-        with subscription.cancel:
-            try:
-                while True:
-                    await subscription.wake.wait()
-                    await trio.sleep(NOTIFY_DEBOUNCE_S)
-                    subscription.wake = trio.Event()
-                    paths, overflow = sorted(subscription.pending), subscription.overflow
-                    subscription.pending, subscription.overflow = set(), False
-                    head = {"subscription": subscription.id, "worktree": state.info.id}
-                    sent = await subscription.session.notify(
-                        "changed",
-                        {**head, "paths": paths, "overflow": overflow},
-                        fallback={**head, "paths": [], "overflow": True, "dropped": True},
-                    )
-                    if not sent:
-                        break
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                pass
-        state.subscriptions.pop(subscription.id, None)
-
-    def _record(self, state: WorktreeState, session: str | None, label: str | None, tree: str) -> Checkpoint:
-        base, _ = _head(state.info)
-        with repository(state.info.store_dir) as repo:
-            return Store(repo).record(worktree_id=state.info.id, session=session, label=label, tree=tree, base=base)
+    def _record(
+        self, state: WorktreeState, session: str | None, label: str | None, tree: str, repo: Repository | None = None
+    ) -> Checkpoint:
+        """Record ``tree`` as a checkpoint of ``state``'s worktree on its HEAD, in ``repo`` if the caller has it open."""
+        base, _ = worktree_head(state.info)
+        with contextlib.nullcontext(repo) if repo is not None else repository(state.info.store_dir) as store_repo:
+            return Store(store_repo).record(
+                worktree_id=state.info.id, session=session, label=label, tree=tree, base=base
+            )
 
     async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         options = CheckpointOptions.from_params(params)
@@ -398,7 +224,7 @@ class Engine:
             _, checkpoint = await trio.to_thread.run_sync(
                 self._find, options.checkpoint_sides[0], None, limiter=thread_limiter
             )
-            preferred = await trio.to_thread.run_sync(self._by_id, checkpoint.worktree, limiter=thread_limiter)
+            preferred = await trio.to_thread.run_sync(self.registry.by_id, checkpoint.worktree, limiter=thread_limiter)
         old = await self._tree_of(options.source, preferred, "from")
         new = await self._tree_of(options.target, preferred, "to")
         worktree = preferred.info if preferred is not None else None
@@ -415,15 +241,10 @@ class Engine:
 
         return restore_mod.SafetyHooks(
             capture=lambda exact: self.capture(state, exact=exact),
-            record=lambda repo, tree, label: self._record_safety(state, repo, tree, label),
+            record=lambda repo, tree, label: self._record(state, SAFETY_SESSION, label, tree, repo),
             forget=lambda path: state.cache.forget(path),
             recaptured=recaptured,
         )
-
-    def _record_safety(self, state: WorktreeState, repo: Repository, tree: str, label: str) -> Checkpoint:
-        """Record ``tree`` as a safety checkpoint of ``state``'s worktree, on its HEAD."""
-        base, _ = _head(state.info)
-        return Store(repo).record(worktree_id=state.info.id, session=SAFETY_SESSION, label=label, tree=tree, base=base)
 
     async def _restore(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         paths = optional_path_list(params, "paths")
@@ -434,7 +255,7 @@ class Engine:
             self._find, params.get("checkpoint"), target, limiter=thread_limiter
         )
         if target is None:
-            target = await trio.to_thread.run_sync(self._by_id, checkpoint.worktree, limiter=thread_limiter)
+            target = await trio.to_thread.run_sync(self.registry.by_id, checkpoint.worktree, limiter=thread_limiter)
         if target.info.id != checkpoint.worktree and not allow_other:
             raise WorktreeMismatch(
                 f"Checkpoint {checkpoint.id[:12]} belongs to worktree {checkpoint.worktree}, not {target.info.id}; "
@@ -463,7 +284,7 @@ class Engine:
             assert target_cp is not None
         if target_cp.worktree != source.worktree:
             raise WorktreeMismatch("'from' and 'to' belong to different worktrees.")
-        state = preferred or await trio.to_thread.run_sync(self._by_id, source.worktree, limiter=thread_limiter)
+        state = preferred or await trio.to_thread.run_sync(self.registry.by_id, source.worktree, limiter=thread_limiter)
         if state.info.id != source.worktree:
             raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to worktree {source.worktree}, not {state.info.id}.")
         rel_paths = [to_worktree_relative(state.info.path, p) for p in paths] if paths is not None else None
@@ -506,7 +327,7 @@ class Engine:
                 if state is None
                 else "Give either 'all' or a worktree ('path' or 'worktree'), not both."
             )
-        states = [state] if state is not None else await self._known_states()
+        states = [state] if state is not None else await self.registry.known_states()
         total = freed = 0
         would_delete: list[collect.SessionCollection] = []
         for each in states:
@@ -523,17 +344,6 @@ class Engine:
                     freed += await self._prune_own_store(each)
         return collect.GcResult(total, freed, would_delete if options.dry_run else None).to_wire()
 
-    async def _known_states(self) -> list[WorktreeState]:
-        """Every recorded worktree that is still where the records say."""
-        states = []
-        for worktree_id, record in self.records.load().items():
-            if os.path.isdir(record.get("path", "")):
-                try:
-                    states.append(await trio.to_thread.run_sync(self._by_id, worktree_id, limiter=thread_limiter))
-                except SnapshotdError:
-                    continue
-        return states
-
     async def _prune_own_store(self, state: WorktreeState) -> int:
         """Collect a plain folder's app-owned repository; bytes freed.
 
@@ -549,7 +359,7 @@ class Engine:
 
     async def _repair(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         path = optional_path(params, "path")
-        return (await repair(self, path)).to_wire()
+        return (await repair(self.registry, path)).to_wire()
 
     # --- daemon-level ------------------------------------------------------------
 
@@ -559,10 +369,10 @@ class Engine:
     async def _open(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         state = await self._resolve(params)
         assert state is not None
-        return {"worktree": await self._wire_worktree(state)}
+        return {"worktree": await self.registry.wire_worktree(state)}
 
     async def _worktrees(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        return {"worktrees": [await self._wire_worktree(state) for state in self.worktrees.values()]}
+        return {"worktrees": [await self.registry.wire_worktree(state) for state in self.worktrees.values()]}
 
     async def _status(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         counters = dict(self.counters)
@@ -572,7 +382,7 @@ class Engine:
             for name, count in state.capture.watch_counters().items():
                 counters[name] = counters.get(name, 0) + count
         return {
-            "worktrees": [await self._wire_worktree(state) for state in self.worktrees.values()],
+            "worktrees": [await self.registry.wire_worktree(state) for state in self.worktrees.values()],
             "counters": counters,
             "spawn": {"native": spawn.NATIVE, "error": spawn.NATIVE_ERROR},
             "version": VERSION,

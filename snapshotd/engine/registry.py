@@ -1,0 +1,169 @@
+"""The open worktrees: each found by a path inside it or by its id, with its lock and its capture.
+
+The registry opens a worktree on first sight (recovering an interrupted
+restore and clearing stale temporary files first), follows it when it moves
+(same id, new place: its capture replaces the old place's watcher) and starts
+its watch in the daemon's nursery. Repair talks to it through
+:class:`~snapshotd.engine.repair.Registry`, the engine's handlers through
+:meth:`Registry.resolve`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from snapshotd.capture.state import StatCache
+from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
+from snapshotd.fsutil import remove_stale_temp_files
+from snapshotd.git.repository import read_head
+from snapshotd.restore.core import recover
+from snapshotd.server.params import optional_path, optional_str
+from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
+from snapshotd.threads import thread_limiter
+
+OnChange = Callable[[str, set[str], bool], None]
+"""Called with a worktree's id, the paths its watcher saw change, and whether events were lost."""
+
+
+@dataclass
+class WorktreeState:
+    """What the engine keeps for one open worktree: its lock and its capture (which knows where it is)."""
+
+    capture: WorktreeCapture
+    lock: trio.Lock
+
+    @classmethod
+    def open(cls, info: WorktreeInfo, counters: Counter[str], size_cap: int) -> WorktreeState:
+        """A new worktree's state; its captures count into ``counters``."""
+        lock = trio.Lock()
+        return cls(WorktreeCapture(info, lock=lock, counters=counters, size_cap=size_cap), lock)
+
+    @property
+    def info(self) -> WorktreeInfo:
+        """The worktree as last located (its capture follows it when it moves)."""
+        return self.capture.info
+
+    @property
+    def cache(self) -> StatCache:
+        """The capture's stat cache, for stages that write files and must make it forget them."""
+        return self.capture.cache
+
+
+def worktree_head(info: WorktreeInfo) -> tuple[str | None, str | None]:
+    """HEAD commit and branch of a git worktree (None, None for a plain folder)."""
+    if info.git_dir is None:
+        return None, None
+    return read_head(info.git_dir, info.path, info.common_dir)
+
+
+class Registry:
+    """The worktrees one engine has open, by id; watched in ``nursery`` when it is given and ``watch``."""
+
+    def __init__(
+        self,
+        records: Records,
+        counters: Counter[str],
+        size_cap: int,
+        *,
+        nursery: trio.Nursery | None,
+        watch: bool,
+        on_change: OnChange,
+    ) -> None:
+        self.records = records
+        self.counters = counters
+        self.size_cap = size_cap
+        self.nursery = nursery if watch else None
+        self.on_change = on_change
+        self.worktrees: dict[str, WorktreeState] = {}
+
+    def open_path(self, path: str) -> WorktreeState:
+        """The state of the worktree holding ``path``, opened on first sight.
+
+        A known worktree met at a new place (the folder or repository was
+        moved) keeps its id and state; :meth:`ensure_watch` then replaces
+        the watcher of the old place.
+        """
+        info = identify(locate(path), self.records)
+        state = self.worktrees.get(info.id)
+        if state is None:
+            remove_stale_temp_files(Path(info.state_dir, "tmp"), "index-")
+            recover(os.path.join(info.state_dir, "journal"), info.path)
+            state = WorktreeState.open(info, self.counters, self.size_cap)
+            self.worktrees[info.id] = state
+        elif state.info != info:
+            state.capture.info = info
+        return state
+
+    def by_id(self, worktree_id: str) -> WorktreeState:
+        """The open or recorded worktree with this id, where the records say it is."""
+        state = self.worktrees.get(worktree_id)
+        if state is not None and os.path.isdir(state.info.path):
+            return state
+        record = self.records.load().get(worktree_id)
+        if record is None:
+            raise NotFound(f"No worktree has the id {worktree_id}.")
+        if not os.path.isdir(record["path"]):
+            raise NotFound(
+                f"The worktree {worktree_id} is no longer at {record['path']}; run 'snapshotd repair' with its new path."
+            )
+        state = self.open_path(record["path"])
+        if state.info.id != worktree_id:
+            raise NotFound(f"The folder {record['path']} now holds a different worktree than {worktree_id}.")
+        return state
+
+    async def resolve(self, params: dict[str, Any], required: bool = True) -> WorktreeState | None:
+        """The worktree the params name by ``path`` or ``worktree`` (both must agree), watched from now on."""
+        path = optional_path(params, "path")
+        worktree_id = optional_str(params, "worktree")
+        if path is not None:
+            state = await trio.to_thread.run_sync(self.open_path, path, limiter=thread_limiter)
+            if worktree_id is not None and worktree_id != state.info.id:
+                raise WorktreeMismatch(f"The path {path} belongs to worktree {state.info.id}, not {worktree_id}.")
+            await self.ensure_watch(state)
+            return state
+        if worktree_id is not None:
+            state = await trio.to_thread.run_sync(self.by_id, worktree_id, limiter=thread_limiter)
+            await self.ensure_watch(state)
+            return state
+        if required:
+            raise InvalidParams("Give either 'path' (a folder inside the worktree) or 'worktree' (its id).")
+        return None
+
+    async def ensure_watch(self, state: WorktreeState) -> None:
+        """Watch the worktree where it is now (again, after it moved), when this engine watches at all."""
+        worktree_id = state.info.id
+        await state.capture.ensure_watch(
+            self.nursery, lambda paths, overflow: self.on_change(worktree_id, paths, overflow)
+        )
+
+    async def known_states(self) -> list[WorktreeState]:
+        """Every recorded worktree that is still where the records say."""
+        states = []
+        for worktree_id, record in self.records.load().items():
+            if os.path.isdir(record.get("path", "")):
+                try:
+                    states.append(await trio.to_thread.run_sync(self.by_id, worktree_id, limiter=thread_limiter))
+                except SnapshotdError:
+                    continue
+        return states
+
+    async def wire_worktree(self, state: WorktreeState) -> dict[str, Any]:
+        """The worktree as the contract shows it; HEAD is read on a worker thread."""
+        head, branch = await trio.to_thread.run_sync(worktree_head, state.info, limiter=thread_limiter)
+        wire = state.info.to_wire(head, branch, state.capture.watching)
+        wire["watch_error"] = state.capture.watch_error
+        return wire
+
+    def close(self) -> None:
+        """Stop every worktree's watch and forget them all."""
+        for state in self.worktrees.values():
+            state.capture.close()
+        self.worktrees.clear()

@@ -1,0 +1,101 @@
+"""Subscriptions (engine/subscriptions.py) on their own: batching, the path cap, a full connection, ending."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from snapshotd.engine.subscriptions import NOTIFY_MAX_PATHS, Subscriptions, require_connection
+from snapshotd.errors import NotFound, Unsupported
+
+
+class Connection:
+    """The receiving end: records each notification; ``room`` says how many more it takes."""
+
+    def __init__(self, room: int = 1000) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        self.room = room
+        self.closers: list[Any] = []
+
+    async def notify(self, method: str, params: dict[str, Any], *, fallback: dict[str, Any]) -> bool:
+        if self.room == 0:
+            self.sent.append((method, fallback))
+            return False
+        self.room -= 1
+        self.sent.append((method, params))
+        return True
+
+    def on_close(self, callback: Any) -> None:
+        self.closers.append(callback)
+
+
+async def settle() -> None:
+    await trio.sleep(0.2)
+
+
+async def test_changes_are_batched_per_worktree_and_sent_sorted() -> None:
+    hub = Subscriptions()
+    ours, other = Connection(), Connection()
+    async with trio.open_nursery() as nursery:
+        sub = hub.subscribe("wt_a", ours, nursery)
+        hub.subscribe("wt_b", other, nursery)
+        hub.changed("wt_a", {"b.txt"}, False)
+        hub.changed("wt_a", {"a.txt"}, False)
+        await settle()
+        assert ours.sent == [
+            ("changed", {"subscription": sub.id, "worktree": "wt_a", "paths": ["a.txt", "b.txt"], "overflow": False})
+        ]
+        assert other.sent == []
+        hub.close()
+    assert hub.by_worktree == {}
+
+
+async def test_past_the_path_cap_only_overflow_is_sent() -> None:
+    hub = Subscriptions()
+    conn = Connection()
+    async with trio.open_nursery() as nursery:
+        hub.subscribe("wt_a", conn, nursery)
+        hub.changed("wt_a", {f"f{i}" for i in range(NOTIFY_MAX_PATHS + 1)}, False)
+        await settle()
+        hub.close()
+    (_, params), = conn.sent
+    assert params["overflow"] is True and params["paths"] == []
+
+
+async def test_a_full_connection_gets_one_dropped_notice_and_the_subscription_ends() -> None:
+    hub = Subscriptions()
+    conn = Connection(room=0)
+    async with trio.open_nursery() as nursery:
+        sub = hub.subscribe("wt_a", conn, nursery)
+        hub.changed("wt_a", {"a.txt"}, False)
+        await settle()
+        hub.changed("wt_a", {"b.txt"}, False)
+        await settle()
+    assert conn.sent == [
+        ("changed", {"subscription": sub.id, "worktree": "wt_a", "paths": [], "overflow": True, "dropped": True})
+    ]
+    assert hub.by_worktree == {}
+
+
+async def test_unsubscribe_ends_it_and_an_unknown_id_is_not_found() -> None:
+    hub = Subscriptions()
+    conn = Connection()
+    async with trio.open_nursery() as nursery:
+        sub = hub.subscribe("wt_a", conn, nursery)
+        hub.unsubscribe(sub.id)
+        await settle()
+        assert hub.by_worktree == {}
+        with pytest.raises(NotFound):
+            hub.unsubscribe(sub.id)
+        hub.changed("wt_a", {"a.txt"}, False)
+        await settle()
+    assert conn.sent == []
+
+
+def test_only_a_daemon_connection_can_subscribe() -> None:
+    with pytest.raises(Unsupported):
+        require_connection(None, None)
+    with pytest.raises(Unsupported):
+        require_connection(Connection(), None)
