@@ -120,12 +120,12 @@ def test_a_file_git_never_reads_does_not_count(tmp_path: Path, home: Path) -> No
 
 _SYSTEM_CHILD = r"""
 import json, os, subprocess, sys
-import pygit2
 from snapshotd.git.attributes import may_convert
+from snapshotd.git.repository import open_repository
 
 args = json.loads(sys.argv[1])
 wt = args["wt"]
-repo = pygit2.Repository(wt)
+repo = open_repository(os.path.join(wt, ".git"))
 def hash_of(*flags):
     return subprocess.run(["git", "hash-object", "--stdin", *flags], cwd=wt, input=b"one\r\ntwo\r\n",
                           capture_output=True, check=True).stdout

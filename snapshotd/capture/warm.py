@@ -29,6 +29,7 @@ from snapshotd.capture.state import (
     config_files,
 )
 from snapshotd.capture.treeedit import RecordingIndex
+from snapshotd.git.config import config_value
 from snapshotd.git.modes import MODE_LINK
 from snapshotd.git.process import run_git_sync
 from snapshotd.paths import folders_above
@@ -127,9 +128,11 @@ def _config_value(files: list[str], name: str) -> str | None:
         if not os.path.isfile(path):
             continue
         try:
-            value = str(pygit2.Config(path)[name])
-        except (KeyError, ValueError, pygit2.GitError):
+            found = config_value(pygit2.Config(path), name)
+        except pygit2.GitError:
             continue
+        if found is not None:
+            value = found
     return value
 
 

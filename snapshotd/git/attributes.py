@@ -13,13 +13,11 @@ conservative: it says "may", and whoever gets True lets git do the work.
 from __future__ import annotations
 
 import os
-from typing import Protocol
 
-import pygit2
-
+from snapshotd.git.config import ConfigLookup, config_value
 from snapshotd.settings import git_config_home
 
-__all__ = ["ATTRIBUTES_FILE", "SYSTEM_ATTRIBUTES", "ConfigLookup", "attributes_files", "may_convert"]
+__all__ = ["ATTRIBUTES_FILE", "SYSTEM_ATTRIBUTES", "attributes_files", "may_convert"]
 
 ATTRIBUTES_FILE = ".gitattributes"
 SYSTEM_ATTRIBUTES = "/etc/gitattributes"
@@ -28,18 +26,10 @@ _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("", "false", "no", "off", "0")
 
 
-class ConfigLookup(Protocol):
-    """A repository's configuration by name (``pygit2.Config`` or the git command's listing)."""
-
-    def __getitem__(self, name: str) -> object: ...
-
-
 def _config_value(config: ConfigLookup, name: str) -> str | None:
     """The value of ``name``, stripped; None when it is not set or cannot be read."""
-    try:
-        return str(config[name]).strip()
-    except (KeyError, ValueError, pygit2.GitError):
-        return None
+    value = config_value(config, name)
+    return None if value is None else value.strip()
 
 
 def attributes_files(common_dir: str) -> list[str]:
