@@ -22,6 +22,7 @@ from snapshotd.git.attributes import ATTRIBUTES_FILE, may_convert
 from snapshotd.git.modes import MODE_FILE, is_file_mode
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import Repository
+from snapshotd.paths import folders_above
 from snapshotd.restore.fileops import read_disk_file
 from snapshotd.restore.plan import Plan
 from snapshotd.restore.trees import Entry
@@ -45,8 +46,7 @@ class GitCheckout:
 
 def _folders_of(path: str) -> list[str]:
     """Every folder from the root down to ``path``'s own ("" is the root)."""
-    parts = path.split("/")
-    return ["/".join(parts[:depth]) for depth in range(len(parts))]
+    return ["", *folders_above(path)]
 
 
 def _attributes_path(folder: str) -> str:
