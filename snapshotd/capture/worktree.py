@@ -113,12 +113,13 @@ class WorktreeCapture:
         started = time.perf_counter()
         stats = CaptureStats(scan="watch")
         if dirty:
-            fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))
+
+            def apply_dirty() -> str | None:  # on a worker thread: the fence is a file written to disk
+                fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))
+                return capture_warm(self.info, warm, dirty, self.cache, stats, self.size_cap, fence_ns)
+
             try:
-                tree = await trio.to_thread.run_sync(
-                    capture_warm, self.info, warm, dirty, self.cache, stats, self.size_cap, fence_ns,
-                    limiter=thread_limiter,
-                )
+                tree = await trio.to_thread.run_sync(apply_dirty, limiter=thread_limiter)
             except BaseException:
                 self._forget_failed_capture(dirty)
                 raise
