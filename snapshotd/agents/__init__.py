@@ -1,0 +1,1 @@
+"""What agent tools plug into: hooks, the settings splicer and the MCP server."""
