@@ -107,7 +107,7 @@ def without_similarity(patch: str) -> str:
 
 def ours(wt: Path, old: str | None, new: str | None, **kwargs: Any) -> dict[str, Any]:
     with repository(str(wt / ".git")) as repo:
-        return diff_trees(repo, old, new, **kwargs)
+        return diff_trees(repo, old, new, **kwargs).to_wire()
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ import trio
 
 from snapshotd.git.repository import repository
 from snapshotd.store import diff as diff_mod
+from snapshotd.store.diff import FileChange
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.threads import thread_limiter
 
@@ -45,15 +46,15 @@ class WatchMiss:
     cause: str
 
     @classmethod
-    def of_change(cls, change: dict[str, Any]) -> WatchMiss:
+    def of_change(cls, change: FileChange) -> WatchMiss:
         """The miss a tree diff's file change stands for (a same-content modification is a chmod)."""
-        cause = MISS_CAUSES.get(change["status"], change["status"])
-        if change["status"] == "modified" and change["old_oid"] == change["new_oid"]:
+        cause = MISS_CAUSES.get(change.status, change.status)
+        if change.status == "modified" and change.old_oid == change.new_oid:
             cause = CHMOD_CAUSE
         return cls(
-            change["path"],
-            _tree_entry(change["old_oid"], change["old_mode"]),
-            _tree_entry(change["new_oid"], change["new_mode"]),
+            change.path,
+            _tree_entry(change.old_oid, change.old_mode),
+            _tree_entry(change.new_oid, change.new_mode),
             cause,
         )
 
@@ -72,10 +73,10 @@ class VerifyResult:
         return {"differences": [miss.to_wire() for miss in self.differences], "scan_ms": round(self.scan_ms, 3)}
 
 
-def _changes(info: WorktreeInfo, warm_tree: str, disk_tree: str) -> list[dict[str, Any]]:
+def _changes(info: WorktreeInfo, warm_tree: str, disk_tree: str) -> list[FileChange]:
     """The tree diff from the warm tree to the disk's, without rename detection; on a worker thread."""
     with repository(info.store_dir) as repo:
-        return diff_mod.diff_trees(repo, warm_tree, disk_tree, find_renames=False)["files"]
+        return diff_mod.diff_trees(repo, warm_tree, disk_tree, find_renames=False).files
 
 
 async def watch_misses(

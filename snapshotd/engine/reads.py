@@ -190,11 +190,11 @@ class DiffSide:
 class DiffResult:
     """The listing (and patch page) of a diff, and whether its sides are of different worktrees."""
 
-    listing: dict[str, Any]
+    listing: diff_mod.TreeDiff
     cross_worktree: bool
 
     def to_wire(self) -> dict[str, Any]:
-        wire = dict(self.listing)
+        wire = self.listing.to_wire()
         if self.cross_worktree:
             wire["cross_worktree"] = True
         return wire

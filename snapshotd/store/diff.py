@@ -17,6 +17,7 @@ above) are read back in order.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import re
@@ -33,7 +34,7 @@ from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import Repository
 from snapshotd.paths import path_matches
 
-__all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "diff_trees", "load_tree"]
+__all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "FileChange", "TreeDiff", "diff_trees", "load_tree"]
 
 DEFAULT_MAX_PATCH_BYTES = 8 * 1024 * 1024
 """Patch text one ``diff`` reply carries unless ``max_patch_bytes`` says otherwise."""
@@ -46,8 +47,51 @@ MAX_CONTEXT = 100_000
 
 _ZERO_OID = "0" * 40
 
-Entry = Callable[[], tuple[dict[str, Any], str]]
-"""One selected file: its FileChange record and, when a patch was asked for, its patch text."""
+
+
+@dataclass(frozen=True)
+class FileChange:
+    """One changed file of a diff: the contract's FileChange record, its fields in wire order."""
+
+    path: str
+    old_path: str | None
+    status: str
+    old_mode: str | None
+    new_mode: str | None
+    old_oid: str | None
+    new_oid: str | None
+    binary: bool
+    additions: int
+    deletions: int
+
+    def to_wire(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class TreeDiff:
+    """A diff's files from the requested offset on and, when asked for, their patch.
+
+    ``next_offset`` names the first file left for the next page when the
+    patch was cut at ``max_patch_bytes`` (None when it is complete).
+    """
+
+    files: list[FileChange]
+    patch: str | None = None
+    next_offset: int | None = None
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {"files": [change.to_wire() for change in self.files]}
+        if self.patch is not None:
+            if self.next_offset is not None:
+                wire["next_offset"] = self.next_offset
+            wire["patch"] = self.patch
+            wire.setdefault("next_offset", None)
+        return wire
+
+
+Entry = Callable[[], tuple[FileChange, str]]
+"""One selected file: its change and, when a patch was asked for, its patch text."""
 
 _STATUS = {
     DeltaStatus.ADDED: "added",
@@ -162,11 +206,11 @@ def diff_trees(
     find_renames: bool = True,
     offset: int = 0,
     max_patch_bytes: int = DEFAULT_MAX_PATCH_BYTES,
-) -> dict[str, Any]:
+) -> TreeDiff:
     """The changes from ``old_tree`` to ``new_tree`` (hex ids; None is the empty tree).
 
-    Returns ``{"files": [FileChange, ...]}`` in git's order, plus ``"patch"``
-    (a unified git-style patch of the listed files) when ``patch`` is true.
+    The files come in git's order, with a unified git-style patch of the
+    listed files when ``patch`` is true.
     ``paths`` keeps only files selected by those relative paths (a rename is
     kept when either side is selected); None keeps everything. The files
     start at ``offset`` in that order; see :func:`_paged` for how a patch
@@ -179,7 +223,7 @@ def diff_trees(
     return _paged(entries, offset, patch, max_patch_bytes)
 
 
-def _paged(entries: Sequence[Entry], offset: int, patch: bool, max_patch_bytes: int) -> dict[str, Any]:
+def _paged(entries: Sequence[Entry], offset: int, patch: bool, max_patch_bytes: int) -> TreeDiff:
     """The result for the files from ``offset`` on, with a patch cut at ``max_patch_bytes``.
 
     A patch holds whole files only: when the next file's patch would pass the
@@ -187,32 +231,29 @@ def _paged(entries: Sequence[Entry], offset: int, patch: bool, max_patch_bytes: 
     when the patch is complete), so a client pages with ``offset``. A single
     file whose patch alone is over the limit is ``too_large``.
     """
-    files: list[dict[str, Any]] = []
+    files: list[FileChange] = []
     texts: list[str] = []
     used = 0
-    result: dict[str, Any] = {"files": files}
+    next_offset = None
     for number, entry in enumerate(entries[offset:], start=offset):
-        record, text = entry()
+        change, text = entry()
         size = len(text.encode("utf-8", "surrogateescape"))
         if used + size > max_patch_bytes:
             if not files:
                 raise TooLarge(
-                    f"The patch of {record['path']} has {size} bytes, over max_patch_bytes "
+                    f"The patch of {change.path} has {size} bytes, over max_patch_bytes "
                     f"({max_patch_bytes}); ask for less with 'paths', or raise max_patch_bytes "
                     f"(at most {MAX_PATCH_BYTES}).",
-                    path=record["path"],
+                    path=change.path,
                     bytes=size,
                     limit=max_patch_bytes,
                 )
-            result["next_offset"] = number
+            next_offset = number
             break
         used += size
         texts.append(text)
-        files.append(record)
-    if patch:
-        result["patch"] = "".join(texts)
-        result.setdefault("next_offset", None)
-    return result
+        files.append(change)
+    return TreeDiff(files, "".join(texts) if patch else None, next_offset)
 
 
 def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
@@ -247,7 +288,7 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
     split = _split_type_changes(old, new, type_changed, request.context) if type_changed else {}
 
     def entry(index: int, delta: pygit2.DiffDelta, path: str, old_path: str) -> Entry:
-        def make() -> tuple[dict[str, Any], str]:
+        def make() -> tuple[FileChange, str]:
             if delta.status == DeltaStatus.TYPECHANGE:
                 parts = split[path]
             else:
@@ -260,19 +301,19 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
                 additions += added
                 deletions += deleted
                 binary = binary or part.delta.is_binary
-            record = {
-                "path": path,
-                "old_path": old_path if delta.status == DeltaStatus.RENAMED else None,
-                "status": _STATUS[delta.status],
-                "old_mode": _mode(delta.old_file.mode),
-                "new_mode": _mode(delta.new_file.mode),
-                "old_oid": _oid(delta.old_file.id),
-                "new_oid": _oid(delta.new_file.id),
-                "binary": binary,
-                "additions": 0 if binary else additions,
-                "deletions": 0 if binary else deletions,
-            }
-            return record, "".join(_patch_text(part) for part in parts) if request.patch else ""
+            change = FileChange(
+                path=path,
+                old_path=old_path if delta.status == DeltaStatus.RENAMED else None,
+                status=_STATUS[delta.status],
+                old_mode=_mode(delta.old_file.mode),
+                new_mode=_mode(delta.new_file.mode),
+                old_oid=_oid(delta.old_file.id),
+                new_oid=_oid(delta.new_file.id),
+                binary=binary,
+                additions=0 if binary else additions,
+                deletions=0 if binary else deletions,
+            )
+            return change, "".join(_patch_text(part) for part in parts) if request.patch else ""
 
         return make
 
@@ -375,5 +416,5 @@ def _diff_with_git(repo: GitRepository, request: DiffRequest) -> list[Entry]:
         ):
             continue
         patch_text = b"".join(text).decode("utf-8", "replace")
-        entries.append(lambda record=record, patch_text=patch_text: (record, patch_text))
+        entries.append(lambda change=FileChange(**record), patch_text=patch_text: (change, patch_text))
     return entries
