@@ -103,10 +103,11 @@ class WorktreeCapture:
         if not await watcher.sync():
             return await self._cold("cookie wait timed out")
         dirty, reasons = watcher.take()
-        if reasons or signature_of(self.warm.sources) != self.warm.signature:
+        warm = self.warm
+        if reasons or await trio.to_thread.run_sync(signature_of, warm.sources, limiter=thread_limiter) != warm.signature:
             reason = sorted(reasons)[0] if reasons else "ignore rules or user index changed"
             return await self._cold(reason, hints=dirty)
-        return await self._warm(self.warm, dirty)
+        return await self._warm(warm, dirty)
 
     async def _warm(self, warm: WarmState, dirty: set[str]) -> CaptureResult:
         """Apply the watcher's dirty paths to the warm state (a full scan when it cannot)."""
