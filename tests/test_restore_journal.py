@@ -30,7 +30,7 @@ ADDED = {"n.txt": "added after A\n"}
 
 _CHILD = r"""
 import json, os, signal, sys, time
-import pygit2
+from snapshotd.git.repository import open_repository
 from snapshotd.restore import fileops
 from snapshotd.restore.apply import Applier
 from snapshotd.restore.plan import plan_restore
@@ -76,7 +76,7 @@ elif step == "backup-kept":
 elif step == "renamed":
     after(Applier, "write", calls=2)
 
-repo = pygit2.Repository(args["workdir"])
+repo = open_repository(os.path.join(args["workdir"], ".git"))
 plan = plan_restore(repo, args["current"], args["target"], None, args["workdir"])
 apply_plan(repo, args["workdir"], plan, args["journal"], GitCheckout(git_dir=repo.path))
 """

@@ -6,11 +6,11 @@ import json
 import shutil
 from pathlib import Path
 
-import pygit2
 from repo_helpers import init_repo, write
 from restore_helpers import capture
 
 from snapshotd.engine.core import Engine
+from snapshotd.git.repository import open_repository
 from snapshotd.restore.outcome import RestoreOutcome
 from snapshotd.restore.plan import REASON_IN_THE_WAY, REASON_SYMLINK, Plan, plan_restore
 from snapshotd.restore.prepared import apply_plan
@@ -22,7 +22,7 @@ def test_apply_returns_what_it_did_and_leaves_the_plan_as_planned(tmp_path: Path
     tree_a = capture(wt)
     write(wt / "d" / "victim.txt", "v2\n")
     write(wt / "ok.txt", "ok edited\n")
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     plan = plan_restore(repo, capture(wt), tree_a, None, str(wt))
     planned = (list(plan.writes), list(plan.deletes), list(plan.conflicts), set(plan.chmod_only))
     shutil.rmtree(wt / "d")

@@ -18,12 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pygit2
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from restore_helpers import capture, temps_left
 
 from snapshotd.errors import FilesystemError, InvalidParams, NotFound
+from snapshotd.git.repository import open_repository
 from snapshotd.restore import fileops, plan as restore
 from snapshotd.restore.fileops import TEMP_PREFIX
 from snapshotd.restore.journal import recover
@@ -105,7 +105,7 @@ def do_restore(
     paths: list[str] | None = None,
     exclude: tuple[str, ...] = (),
 ) -> tuple[Plan, RestoreOutcome]:
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     current = capture(wt, exclude)
     plan = plan_restore(repo, current, target, paths, str(wt))
     done = apply_plan(repo, str(wt), plan, str(wt.parent / "journal"))
@@ -305,7 +305,7 @@ def test_planning_touches_nothing(tmp_path: Path, outside: Path) -> None:
     tree_a = capture(wt)
     mutate_everything(wt, outside)
     before = snapshot(wt)
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     plan = plan_restore(repo, capture(wt, ("big.bin",)), tree_a, None, str(wt))
     assert plan.writes and plan.deletes
     assert snapshot(wt) == before
@@ -485,7 +485,7 @@ def test_handmade_plan_through_a_symlink_touches_nothing_outside(
     (wt / "real").mkdir()
     (wt / "real" / "inner").symlink_to(outside)
     (wt / "afile").write_text("a plain file\n")
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     blob = str(repo.create_blob(b"should never land outside\n"))
     plan = Plan(
         writes=[
@@ -519,7 +519,7 @@ def test_disk_changing_between_plan_and_apply(tmp_path: Path, outside: Path) -> 
     tree_a = capture(wt)
     (wt / "d" / "victim.txt").write_text("v2\n")
     (wt / "d" / "x.txt").write_text("new\n")
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     plan = plan_restore(repo, capture(wt), tree_a, None, str(wt))
     assert written(plan) == ["d/victim.txt"] and plan.deletes == ["d/x.txt"]
     # Someone swaps the folder for a symlink pointing out before the apply.
@@ -599,7 +599,7 @@ def test_unknown_object_touches_nothing(tmp_path: Path) -> None:
     wt = new_repo(tmp_path)
     (wt / "a.txt").write_text("a\n")
     (wt / "b.txt").write_text("b\n")
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     good = str(repo.create_blob(b"good\n"))
     before = snapshot(wt)
     plan = Plan(
@@ -619,7 +619,7 @@ def test_unknown_object_touches_nothing(tmp_path: Path) -> None:
 def test_unsafe_plan_paths_are_refused(tmp_path: Path, bad: str) -> None:
     wt = new_repo(tmp_path)
     (wt / "a.txt").write_text("a\n")
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     blob = str(repo.create_blob(b"x"))
     before = snapshot(wt)
     with pytest.raises(InvalidParams):
@@ -644,7 +644,7 @@ def test_unsafe_names_in_a_tree_are_conflicts(tmp_path: Path) -> None:
     )
     entries = f"040000 tree {hooks}\t.git\n100644 blob {blob}\t..\n100644 blob {blob}\tok.txt\n"
     evil = git(wt, "mktree", input=entries.encode()).decode().strip()
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     plan = plan_restore(repo, current, evil, None, str(wt))
     assert written(plan) == ["ok.txt"] and plan.deletes == ["a.txt"]
     assert {c["path"] for c in plan.conflicts} == {".git", ".."}
@@ -663,8 +663,8 @@ def test_flatten_tree_matches_ls_tree(tmp_path: Path, outside: Path) -> None:
         meta, path = line.split(b"\t", 1)
         mode, _, oid = meta.decode().split()
         expected[os.fsdecode(path)] = Entry(oid, int(mode, 8))
-    assert flatten_tree(pygit2.Repository(str(wt)), tree) == expected
-    assert flatten_tree(pygit2.Repository(str(wt)), None) == {}
+    assert flatten_tree(open_repository(str(wt / ".git")), tree) == expected
+    assert flatten_tree(open_repository(str(wt / ".git")), None) == {}
 
 
 # ---------------------------------------------------------------------------
@@ -689,7 +689,7 @@ def test_revert_two_agents(tmp_path: Path) -> None:
     (wt / "a.txt").write_text("a.txt by agent 2, on top of agent 1\n")
     (wt / "c.txt").write_text("c.txt v1\n")  # already back to its start
 
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     current = capture(wt)
     plan = plan_revert(repo, current, t0, t1, None, False, str(wt))
     assert plan.conflicts == [{"path": "a.txt", "reason": restore.REASON_CHANGED}]
@@ -720,7 +720,7 @@ def test_revert_with_paths_and_deleted_since(tmp_path: Path) -> None:
     (wt / "y.txt").write_text("y changed\n")
     t1 = capture(wt)
     (wt / "y.txt").unlink()  # deleted since the turn: a conflict, not a resurrection
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     plan = plan_revert(repo, capture(wt), t0, t1, ["x"], False, str(wt))
     assert written(plan) == ["x/1.txt"] and plan.conflicts == []
     plan = plan_revert(repo, capture(wt), t0, t1, None, False, str(wt))
@@ -742,7 +742,7 @@ def test_revert_never_overwrites_ignored_files_even_forced(tmp_path: Path) -> No
     t_from, t_to = t1, t0
     (wt / ".gitignore").write_text("gen.txt\n")
     (wt / "gen.txt").write_text("now ignored, user data\n")
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     plan = plan_revert(repo, capture(wt), t_from, t_to, ["gen.txt"], True, str(wt))
     assert plan.conflicts == [{"path": "gen.txt", "reason": restore.REASON_IN_THE_WAY}]
     apply_plan(repo, str(wt), plan, str(tmp_path / "journal"))
@@ -792,7 +792,7 @@ def test_recover_removes_leftovers_from_a_journal(tmp_path: Path) -> None:
 
 _CHILD = r"""
 import json, os, sys, time
-import pygit2
+from snapshotd.git.repository import open_repository
 from snapshotd.restore import fileops, plan as restore, prepared
 
 with open(sys.argv[1]) as handle:
@@ -809,7 +809,7 @@ def slow(fd, data):
     real(fd, data)
 
 fileops.write_all = slow
-repo = pygit2.Repository(args["workdir"])
+repo = open_repository(os.path.join(args["workdir"], ".git"))
 plan = restore.plan_restore(repo, args["current"], args["target"], None, args["workdir"])
 prepared.apply_plan(repo, args["workdir"], plan, args["journal"])
 """
@@ -881,7 +881,7 @@ def test_filesystem_error_midway_leaves_no_temp_files(
     tree_a = capture(wt)
     for i in range(4):
         (wt / f"f{i}.txt").write_text(f"{i} edited\n")
-    repo = pygit2.Repository(str(wt))
+    repo = open_repository(str(wt / ".git"))
     plan = plan_restore(repo, capture(wt), tree_a, None, str(wt))
     real = fileops.write_all
     calls = {"n": 0}
