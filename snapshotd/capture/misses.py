@@ -16,7 +16,7 @@ import trio
 
 from snapshotd.git.repository import repository
 from snapshotd.store import diff as diff_mod
-from snapshotd.store.diff import FileChange
+from snapshotd.store.changes import FileChange
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.threads import thread_limiter
 

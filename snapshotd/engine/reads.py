@@ -19,6 +19,7 @@ from snapshotd.git.repository import open_repository, repository
 from snapshotd.paths import to_worktree_relative
 from snapshotd.server.params import optional_bool, optional_int, optional_path_list
 from snapshotd.store import diff as diff_mod
+from snapshotd.store.changes import TreeDiff
 from snapshotd.store.checkpoints import Checkpoint, Store, validate_session
 from snapshotd.store.identity import Records, WorktreeInfo
 
@@ -190,7 +191,7 @@ class DiffSide:
 class DiffResult:
     """The listing (and patch page) of a diff, and whether its sides are of different worktrees."""
 
-    listing: diff_mod.TreeDiff
+    listing: TreeDiff
     cross_worktree: bool
 
     def to_wire(self) -> dict[str, Any]:

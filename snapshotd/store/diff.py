@@ -17,12 +17,10 @@ above) are read back in order.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import pygit2
@@ -33,8 +31,9 @@ from snapshotd.git.command import GitRepository
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import Repository
 from snapshotd.paths import path_matches
+from snapshotd.store.changes import DiffRequest, Entry, FileChange, TreeDiff
 
-__all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "FileChange", "TreeDiff", "diff_trees", "load_tree"]
+__all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "diff_trees", "load_tree"]
 
 DEFAULT_MAX_PATCH_BYTES = 8 * 1024 * 1024
 """Patch text one ``diff`` reply carries unless ``max_patch_bytes`` says otherwise."""
@@ -48,50 +47,6 @@ MAX_CONTEXT = 100_000
 _ZERO_OID = "0" * 40
 
 
-
-@dataclass(frozen=True)
-class FileChange:
-    """One changed file of a diff: the contract's FileChange record, its fields in wire order."""
-
-    path: str
-    old_path: str | None
-    status: str
-    old_mode: str | None
-    new_mode: str | None
-    old_oid: str | None
-    new_oid: str | None
-    binary: bool
-    additions: int
-    deletions: int
-
-    def to_wire(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-@dataclass(frozen=True)
-class TreeDiff:
-    """A diff's files from the requested offset on and, when asked for, their patch.
-
-    ``next_offset`` names the first file left for the next page when the
-    patch was cut at ``max_patch_bytes`` (None when it is complete).
-    """
-
-    files: list[FileChange]
-    patch: str | None = None
-    next_offset: int | None = None
-
-    def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"files": [change.to_wire() for change in self.files]}
-        if self.patch is not None:
-            if self.next_offset is not None:
-                wire["next_offset"] = self.next_offset
-            wire["patch"] = self.patch
-            wire.setdefault("next_offset", None)
-        return wire
-
-
-Entry = Callable[[], tuple[FileChange, str]]
-"""One selected file: its change and, when a patch was asked for, its patch text."""
 
 _STATUS = {
     DeltaStatus.ADDED: "added",
@@ -181,18 +136,6 @@ def _split_type_changes(
     for pair in found.values():
         pair.sort(key=lambda p: p.delta.status != DeltaStatus.DELETED)
     return found
-
-
-@dataclass(frozen=True)
-class DiffRequest:
-    """What to compare and how, as both diff algorithms take it."""
-
-    old_tree: str | None  # hex ids; None is the empty tree
-    new_tree: str | None
-    paths: Sequence[str] | None  # only files selected by these relative paths; None: every file
-    patch: bool  # make each file's patch text too
-    context: int  # lines of context in a patch
-    find_renames: bool
 
 
 def diff_trees(
@@ -415,6 +358,6 @@ def _diff_with_git(repo: GitRepository, request: DiffRequest) -> list[Entry]:
             or (record["old_path"] is not None and path_matches(record["old_path"], request.paths))
         ):
             continue
-        patch_text = b"".join(text).decode("utf-8", "replace")
-        entries.append(lambda change=FileChange(**record), patch_text=patch_text: (change, patch_text))
+        change, patch_text = FileChange(**record), b"".join(text).decode("utf-8", "replace")
+        entries.append(lambda change=change, patch_text=patch_text: (change, patch_text))
     return entries
