@@ -1,0 +1,93 @@
+"""The engine's registry of open worktrees (engine/registry.py), called directly on real folders."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from repo_helpers import git, init_repo, write
+
+from snapshotd.engine.registry import Registry, worktree_head
+from snapshotd.errors import InvalidParams, NotFound, WorktreeMismatch
+from snapshotd.settings import DEFAULT_SIZE_CAP
+from snapshotd.store.identity import Records
+
+
+def new_registry(home: Path) -> Registry:
+    """A registry over the records under ``home`` that watches nothing."""
+    return Registry(
+        Records(home), Counter(), DEFAULT_SIZE_CAP, nursery=None, watch=False, on_change=lambda *change: None
+    )
+
+
+def test_one_worktree_opened_from_anywhere_inside_is_one_state(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"), ("sub/b.txt", "b\n"))
+    registry = new_registry(tmp_path / "home")
+    top = registry.open_path(str(repo))
+    inner = registry.open_path(str(repo / "sub"))
+    assert inner is top
+    assert list(registry.worktrees) == [top.info.id]
+    assert registry.by_id(top.info.id) is top
+
+
+def test_a_fresh_registry_finds_a_recorded_worktree_by_id(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    first = new_registry(tmp_path / "home").open_path(str(repo))
+    again = new_registry(tmp_path / "home").by_id(first.info.id)
+    assert again.info.id == first.info.id and again.info.path == str(repo)
+
+
+def test_a_moved_worktree_by_its_old_id_says_to_run_repair(tmp_path: Path) -> None:
+    folder = tmp_path / "plain"
+    write(folder / "a.txt", "a\n")
+    state = new_registry(tmp_path / "home").open_path(str(folder))
+    os.rename(folder, tmp_path / "elsewhere")
+    with pytest.raises(NotFound) as caught:
+        new_registry(tmp_path / "home").by_id(state.info.id)
+    assert "snapshotd repair" in caught.value.message
+    with pytest.raises(NotFound):
+        new_registry(tmp_path / "home").by_id("wt_0000000000000000")
+
+
+async def test_resolve_takes_a_path_or_an_id_and_refuses_both_disagreeing(tmp_path: Path) -> None:
+    one = init_repo(tmp_path / "one", ("a.txt", "a\n"))
+    two = init_repo(tmp_path / "two", ("b.txt", "b\n"))
+    registry = new_registry(tmp_path / "home")
+    by_path = await registry.resolve({"path": str(one)})
+    assert by_path is not None
+    assert await registry.resolve({"worktree": by_path.info.id}) is by_path
+    other = await registry.resolve({"path": str(two)})
+    assert other is not None
+    with pytest.raises(WorktreeMismatch):
+        await registry.resolve({"path": str(one), "worktree": other.info.id})
+    with pytest.raises(InvalidParams):
+        await registry.resolve({})
+    assert await registry.resolve({}, required=False) is None
+
+
+async def test_known_states_skip_worktrees_that_are_gone(tmp_path: Path) -> None:
+    kept = init_repo(tmp_path / "kept", ("a.txt", "a\n"))
+    gone = tmp_path / "gone"
+    write(gone / "b.txt", "b\n")
+    registry = new_registry(tmp_path / "home")
+    kept_state = registry.open_path(str(kept))
+    registry.open_path(str(gone))
+    os.rename(gone, tmp_path / "moved-away")
+    states = await new_registry(tmp_path / "home").known_states()
+    assert [state.info.id for state in states] == [kept_state.info.id]
+
+
+async def test_the_wire_worktree_carries_head_and_branch(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    registry = new_registry(tmp_path / "home")
+    state = registry.open_path(str(repo))
+    wire = await registry.wire_worktree(state)
+    head = git(repo, "rev-parse", "HEAD")
+    branch = git(repo, "symbolic-ref", "--short", "HEAD")
+    assert (wire["id"], wire["path"], wire["head"], wire["branch"]) == (state.info.id, str(repo), head, branch)
+    assert wire["watching"] is False and wire["watch_error"] is None
+    assert worktree_head(state.info) == (head, branch)
+    plain = registry.open_path(str(write(tmp_path / "plain" / "x.txt", "x").parent))
+    assert worktree_head(plain.info) == (None, None)
