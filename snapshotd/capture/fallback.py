@@ -21,9 +21,10 @@ from snapshotd.capture.state import (
     StatCache,
     conversion_rules,
 )
+from snapshotd.git.format import object_format
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.paths import folders_above
-from snapshotd.store.identity import WorktreeInfo, object_format
+from snapshotd.store.identity import WorktreeInfo
 
 
 def _nul_list(paths: Iterable[str]) -> bytes:

@@ -22,8 +22,9 @@ from snapshotd.capture.misses import VerifyResult, watch_misses
 from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, make_fence
 from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
 from snapshotd.capture.watch import Watcher
+from snapshotd.git.format import object_format
 from snapshotd.git.repository import libgit2_opens
-from snapshotd.store.identity import WorktreeInfo, object_format
+from snapshotd.store.identity import WorktreeInfo
 from snapshotd.threads import thread_limiter
 
 WATCH_START_TIMEOUT_S = 5.0
