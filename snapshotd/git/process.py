@@ -79,14 +79,6 @@ def git_argv(args: Sequence[str]) -> list[str]:
     ]
 
 
-def _check(result: spawn.Completed, args: Sequence[str], ok_codes: Sequence[int]) -> bytes:
-    if result.returncode not in ok_codes:
-        detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
-        reason = detail[-1] if detail else f"exit status {result.returncode}"
-        raise GitError(f"git {args[0]} failed: {reason}", argv=list(args), status=result.returncode)
-    return result.stdout
-
-
 class GitOptions(TypedDict, total=False):
     """The options of one git command, the same for both faces (:func:`run_git`, :func:`run_git_sync`)."""
 
@@ -116,7 +108,20 @@ class _Call:
 
     def output(self, result: spawn.Completed) -> bytes:
         """The command's standard output, or GitError when its exit status is not one of ``ok_codes``."""
-        return _check(result, self.args, self.ok_codes)
+        if result.returncode not in self.ok_codes:
+            detail = result.stderr.decode("utf-8", "replace").strip().splitlines()
+            reason = detail[-1] if detail else f"exit status {result.returncode}"
+            raise GitError(f"git {self.args[0]} failed: {reason}", argv=list(self.args), status=result.returncode)
+        return result.stdout
+
+    async def run(self) -> bytes:
+        """Run it on the trio loop, at most as many at once as the pool allows; its standard output."""
+        async with _pool:
+            with self.errors():
+                result = await spawn.run(
+                    self.argv, cwd=self.cwd, env=self.env, input=self.input, timeout=GIT_TIMEOUT_S
+                )
+        return self.output(result)
 
     def run_sync(self) -> bytes:
         """Run it in the calling thread (the blocking face); its standard output."""
@@ -139,11 +144,7 @@ class _Call:
 
 async def run_git(target: GitTarget, args: Sequence[str], **options: Unpack[GitOptions]) -> bytes:
     """Run one git command and return its standard output, or raise GitError."""
-    call = _Call.make(target, args, options)
-    async with _pool:
-        with call.errors():
-            result = await spawn.run(call.argv, cwd=call.cwd, env=call.env, input=call.input, timeout=GIT_TIMEOUT_S)
-    return call.output(result)
+    return await _Call.make(target, args, options).run()
 
 
 def run_git_sync(target: GitTarget, args: Sequence[str], **options: Unpack[GitOptions]) -> bytes:
