@@ -163,7 +163,11 @@ def with_system_attributes(
         "unshare", "--mount", "sh", "-c", 'mount --bind "$0" /etc && exec "$@"', str(etc),
         sys.executable, "-c", child, args if isinstance(args, str) else json.dumps(args),
     ]
-    child_env = {**os.environ, "PYTHONPATH": str(ROOT), "SNAPSHOTD_HOME": str(tmp_path / "snapshotd-home")}
+    child_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")]),
+        "SNAPSHOTD_HOME": str(tmp_path / "snapshotd-home"),
+    }
     child_env.pop("GIT_ATTR_NOSYSTEM", None)
     child_env.update(env)
     done = subprocess.run(command, capture_output=True, env=child_env, cwd=ROOT)
@@ -200,23 +204,17 @@ def test_a_restore_writes_what_git_checkout_writes_under_the_system_attributes(t
 
 
 _CAPTURE_CHILD = r"""
-import json, os, shutil, subprocess, sys
+import json, os, sys
 import trio
+from oracle import oracle_tree
 from snapshotd.engine.core import Engine
 
 wt = sys.argv[1]
-index_copy = os.path.join(wt, ".git", "oracle-index")
-if os.path.exists(os.path.join(wt, ".git", "index")):
-    shutil.copy2(os.path.join(wt, ".git", "index"), index_copy)
-env = {**os.environ, "GIT_INDEX_FILE": index_copy}
-subprocess.run(["git", "add", "-A"], cwd=wt, env=env, check=True)
-git_tree = subprocess.run(["git", "write-tree"], cwd=wt, env=env, capture_output=True, check=True).stdout
-os.unlink(index_copy)
 
 async def checkpoint():
     return await Engine().call("checkpoint", {"path": wt})
 
-print(json.dumps({"git": git_tree.decode().strip(), "ours": trio.run(checkpoint)["checkpoint"]["tree"]}))
+print(json.dumps({"git": oracle_tree(wt), "ours": trio.run(checkpoint)["checkpoint"]["tree"]}))
 """
 
 
