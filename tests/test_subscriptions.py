@@ -7,8 +7,13 @@ from typing import Any
 import pytest
 import trio
 
-from snapshotd.engine.subscriptions import NOTIFY_MAX_PATHS, Subscriptions, require_connection
-from snapshotd.errors import NotFound, Unsupported
+from snapshotd.engine.subscriptions import (
+    MAX_PER_CONNECTION,
+    NOTIFY_MAX_PATHS,
+    Subscriptions,
+    require_connection,
+)
+from snapshotd.errors import NotFound, TooLarge, Unsupported
 
 
 class Connection:
@@ -99,3 +104,21 @@ def test_only_a_daemon_connection_can_subscribe() -> None:
         require_connection(None, None)
     with pytest.raises(Unsupported):
         require_connection(Connection(), None)
+
+
+async def test_one_connection_holds_at_most_the_cap_and_an_ended_one_frees_its_place() -> None:
+    hub = Subscriptions()
+    greedy, other = Connection(), Connection()
+    async with trio.open_nursery() as nursery:
+        held = [hub.subscribe("wt_a", greedy, nursery) for _ in range(MAX_PER_CONNECTION)]
+        with pytest.raises(TooLarge, match="unsubscribe"):
+            hub.subscribe("wt_a", greedy, nursery)
+        assert len(hub.by_worktree["wt_a"]) == MAX_PER_CONNECTION
+        hub.subscribe("wt_a", other, nursery)  # the cap is per connection
+        hub.unsubscribe(held[0].id)
+        await settle()
+        hub.subscribe("wt_b", greedy, nursery)
+        with pytest.raises(TooLarge):
+            hub.subscribe("wt_b", greedy, nursery)
+        hub.close()
+    assert hub.by_worktree == {}

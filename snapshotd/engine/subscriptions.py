@@ -3,6 +3,9 @@
 The registry hands every batch the watchers see to :meth:`Subscriptions.changed`;
 each subscription collects paths (up to a cap, then only ``overflow``) and
 its own task sends them after a short debounce, on the connection that asked.
+One connection holds at most :data:`MAX_PER_CONNECTION` subscriptions: each
+costs a task and its pending set, so a client cannot grow the daemon without
+bound by subscribing in a loop.
 """
 
 from __future__ import annotations
@@ -12,10 +15,11 @@ from typing import Any
 
 import trio
 
-from snapshotd.errors import NotFound, Unsupported
+from snapshotd.errors import NotFound, TooLarge, Unsupported
 
 NOTIFY_DEBOUNCE_S = 0.05
 NOTIFY_MAX_PATHS = 1000
+MAX_PER_CONNECTION = 1000
 
 
 @dataclass
@@ -44,6 +48,7 @@ class Subscriptions:
     def __init__(self) -> None:
         self.by_worktree: dict[str, dict[str, Subscription]] = {}
         self._ids = iter(range(1, 1 << 62))
+        self._per_session: dict[int, int] = {}  # id(session) -> its live subscriptions
 
     def changed(self, worktree_id: str, paths: set[str], overflow: bool) -> None:
         """Hand a batch of changed paths to every subscription of the worktree."""
@@ -57,6 +62,13 @@ class Subscriptions:
 
     def subscribe(self, worktree_id: str, session: Any, nursery: trio.Nursery) -> Subscription:
         """A new subscription to the worktree's changes, sent on ``session`` by a task in ``nursery``."""
+        held = self._per_session.get(id(session), 0)
+        if held >= MAX_PER_CONNECTION:
+            raise TooLarge(
+                f"This connection already holds {held} subscriptions, the most one connection may; "
+                "unsubscribe from some first."
+            )
+        self._per_session[id(session)] = held + 1
         subscription = Subscription(id=f"sub_{next(self._ids)}", worktree=worktree_id, session=session)
         self.by_worktree.setdefault(worktree_id, {})[subscription.id] = subscription
         session.on_close(subscription.cancel.cancel)
@@ -103,6 +115,9 @@ class Subscriptions:
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+        held = self._per_session.pop(id(subscription.session), 1) - 1
+        if held:
+            self._per_session[id(subscription.session)] = held
         subscriptions = self.by_worktree.get(subscription.worktree, {})
         subscriptions.pop(subscription.id, None)
         if not subscriptions:
