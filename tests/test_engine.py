@@ -294,3 +294,23 @@ async def test_gc_frees_the_objects_of_a_plain_folder(engine, tmp_path):
     assert len(listed) == 1
     restored = await engine.call("restore", {"checkpoint": listed[0]["id"], "dry_run": True})
     assert restored["written"] == [] and restored["deleted"] == []
+
+
+async def test_status_and_worktrees_answer_while_other_requests_open_worktrees(engine, tmp_path):
+    repos = [make_repo(tmp_path / f"r{index}", files=1) for index in range(12)]
+    answers: list[int] = []
+
+    async def opener() -> None:
+        for repo in repos:
+            await engine.call("open", {"path": str(repo)})
+
+    async def reader() -> None:
+        while len(answers) < 40:
+            answers.append(len((await engine.call("status"))["worktrees"]))
+            answers.append(len((await engine.call("worktrees"))["worktrees"]))
+
+    await engine.call("open", {"path": str(repos[0])})
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(opener)
+        nursery.start_soon(reader)
+    assert answers and max(answers) <= len(repos)
