@@ -22,7 +22,7 @@ import pygit2
 from snapshotd.errors import Untrusted
 from snapshotd.git.config import protected_config_values
 
-__all__ = ["check_repository_owner", "trusted_uids"]
+__all__ = ["check_repository_owner", "check_store_owner", "trusted_uids"]
 
 ROOT_UID = 0
 
@@ -96,3 +96,17 @@ def check_repository_owner(root: str, paths: Sequence[str]) -> None:
         path=root,
         owner=owner,
     )
+
+
+def check_store_owner(git_dir: str) -> None:
+    """The rule for a store opened by its path alone (from the records, or searched for an id).
+
+    A recorded repository may have been deleted and made again by another
+    user at the same path, so the git dir and its config must still be the
+    user's. ``safe.directory`` names a worktree, so for a ``.git`` folder it
+    is asked about the folder holding it. What does not exist is left for the
+    opening to report.
+    """
+    real = os.path.realpath(git_dir)
+    root = os.path.dirname(real) if os.path.basename(real) == ".git" else real
+    check_repository_owner(root, [path for path in (real, os.path.join(real, "config")) if os.path.lexists(path)])

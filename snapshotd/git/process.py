@@ -5,8 +5,12 @@ Every git the daemon starts goes through :func:`run_git` (or its blocking twin
 clean environment (no inherited ``GIT_DIR``, ``GIT_WORK_TREE`` or
 ``GIT_INDEX_FILE``), a C locale, ``GIT_OPTIONAL_LOCKS=0`` so it never takes the
 user's index lock to refresh, ``gc.auto=0`` so writing objects never starts a
-collection, no hooks, and a bounded pool so a burst of captures cannot
-fork-bomb the machine.
+collection, and a bounded pool so a burst of captures cannot fork-bomb the
+machine. Nothing a repository's configuration names is ever run: no hooks, no
+``core.fsmonitor`` program, and no fetch of any kind (a partial clone's lazy
+fetch would run ``core.sshCommand`` or ``remote.*.uploadpack``): git older
+than 2.45 ignores ``GIT_NO_LAZY_FETCH``, so ``GIT_ALLOW_PROTOCOL`` names no
+protocol at all, which stops every transport before it starts a program.
 """
 
 from __future__ import annotations
@@ -57,6 +61,9 @@ def git_env(target: GitTarget, index_file: str | None = None) -> dict[str, str]:
         LANG="C",
         GIT_OPTIONAL_LOCKS="0",
         GIT_TERMINAL_PROMPT="0",
+        GIT_NO_LAZY_FETCH="1",
+        GIT_ALLOW_PROTOCOL="",
+        GIT_PROTOCOL_FROM_USER="0",
         GIT_DIR=target.git_dir,
     )
     if target.work_tree is not None:
@@ -67,14 +74,15 @@ def git_env(target: GitTarget, index_file: str | None = None) -> dict[str, str]:
 
 
 def git_argv(args: Sequence[str]) -> list[str]:
-    # No user hook ever runs (update-index and update-ref would start post-index-change
-    # and reference-transaction).
+    # No program a repository names ever runs: no hook (update-index and update-ref
+    # would start post-index-change and reference-transaction), no fsmonitor.
     return [
         "git",
         "-c", "gc.auto=0",
         "-c", "maintenance.auto=false",
         "-c", "core.quotePath=false",
         "-c", "core.hooksPath=/dev/null",
+        "-c", "core.fsmonitor=",
         *args,
     ]
 

@@ -23,6 +23,7 @@ from snapshotd.errors import GitError
 from snapshotd.git.command import GitRepository
 from snapshotd.git.format import HEX_LENGTH, object_format
 from snapshotd.git.libgit import LibgitRepository
+from snapshotd.git.ownership import check_store_owner
 from snapshotd.git.process import GitTarget, run_git_sync
 
 __all__ = [
@@ -73,7 +74,12 @@ def libgit2_opens(git_dir: str) -> bool:
 
 
 def open_repository(path: str) -> Repository:
-    """The repository at ``path`` (a git dir) on the back-end that can open it."""
+    """The repository at ``path`` (a git dir) on the back-end that can open it.
+
+    It must be the user's (:func:`~snapshotd.git.ownership.check_store_owner`)
+    before anything of it is read: libgit2 is told not to check (see :mod:`.ownership`).
+    """
+    check_store_owner(path)
     if libgit2_opens(path):
         return LibgitRepository(path, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
     return GitRepository(path)
