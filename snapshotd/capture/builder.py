@@ -16,6 +16,7 @@ import pygit2
 from snapshotd.capture.scan import git_target
 from snapshotd.capture.state import (
     SKIP_NO_COMMIT,
+    SKIP_REFUSED_NAME,
     SKIP_SPECIAL,
     SKIP_TOO_LARGE,
     CaptureStats,
@@ -49,6 +50,44 @@ def file_mode(st: os.stat_result, previous_mode: int | None, settings: Settings)
             return previous_mode if previous_mode in (MODE_FILE, MODE_EXEC) else MODE_FILE
         return MODE_EXEC if st.st_mode & stat.S_IXUSR else MODE_FILE
     return None
+
+
+_ANY_BLOB = pygit2.Oid(hex="e69de29bb2d1d6434b8b29ae775ad8c2e48c5391")
+
+
+def git_refuses(path: str) -> bool:
+    """Whether git will not record ``path`` in an index (``.GIT/x``, ``.git.``, ``git~1/x``...).
+
+    libgit2 checks a name as git's ``verify_path`` does when an entry is added
+    (the ``.git`` folder in any case and its NTFS and HFS+ aliases); ``git add
+    -A`` stops on such a name, a capture leaves the file out and names it.
+    """
+    try:
+        pygit2.Index().add(pygit2.IndexEntry(path, _ANY_BLOB, MODE_FILE))
+    except pygit2.GitError:
+        return True
+    return False
+
+
+def stdin_path(path: str) -> bytes:
+    """``path`` as one line of ``hash-object --stdin-paths``, which C-unquotes a line that starts with a quote.
+
+    A name with a control character (a newline ends the line, a final
+    carriage return is dropped) or a leading quote is sent C-quoted, the
+    others as they are.
+    """
+    raw = os.fsencode(path)
+    if not raw.startswith(b'"') and not any(byte < 0x20 for byte in raw):
+        return raw + b"\n"
+    quoted = bytearray(b'"')
+    for byte in raw:
+        if byte in (0x22, 0x5C):
+            quoted += b"\\" + bytes([byte])
+        elif byte < 0x20 or byte == 0x7F:
+            quoted += b"\\%03o" % byte
+        else:
+            quoted.append(byte)
+    return bytes(quoted) + b'"\n'
 
 
 def gitlink_head(path: str) -> pygit2.Oid | None:
@@ -220,6 +259,9 @@ class TreeBuilder:
                 self.cache.forget(path)
             return
         previous = self._entry_mode(path)
+        if untracked and git_refuses(path):
+            self.stats.skip(path + "/" if stat.S_ISDIR(st.st_mode) else path, SKIP_REFUSED_NAME)
+            return
         if stat.S_ISDIR(st.st_mode):
             if previous == MODE_GITLINK or untracked:
                 head = gitlink_head(os.path.join(self.info.path, path))
@@ -246,9 +288,7 @@ class TreeBuilder:
         """Hash what needs git's filters, then write the tree."""
         if self._git_hash:
             target = git_target(self.info)
-            paths = b"".join(os.fsencode(path) + b"\n" for path, _, _ in self._git_hash)
-            if any("\n" in path for path, _, _ in self._git_hash):
-                raise GitError("A file name with a newline cannot be hashed through git's filters.")
+            paths = b"".join(stdin_path(path) for path, _, _ in self._git_hash)
             out = run_git_sync(target, ["hash-object", "-w", "--stdin-paths"], input=paths)
             self.stats.processes += 1
             for (path, st, mode), line in zip(self._git_hash, out.split(), strict=True):

@@ -11,10 +11,11 @@ import os
 import stat
 from collections.abc import Iterable
 
-from snapshotd.capture.builder import Walker, gitlink_commit
+from snapshotd.capture.builder import Walker, git_refuses, gitlink_commit
 from snapshotd.capture.scan import flag_kinds, git_target, parse_listing
 from snapshotd.capture.state import (
     SKIP_NO_COMMIT,
+    SKIP_REFUSED_NAME,
     SKIP_TOO_LARGE,
     CaptureResult,
     CaptureStats,
@@ -83,6 +84,9 @@ def build_with_git(
         path = raw.rstrip("/")
         st = walker.lstat(path)
         if st is None:
+            continue
+        if git_refuses(path):  # update-index would pass over it in silence
+            stats.skip(raw, SKIP_REFUSED_NAME)
             continue
         if raw.endswith("/") and gitlink_commit(os.path.join(info.path, path)) is None:
             stats.skip(raw, SKIP_NO_COMMIT)

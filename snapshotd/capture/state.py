@@ -91,6 +91,7 @@ class StatCache:
 SKIP_TOO_LARGE = "larger than the size cap for untracked files"
 SKIP_SPECIAL = "not a file, link or folder (a FIFO, socket or device), which git cannot add"
 SKIP_NO_COMMIT = "a nested repository with no commit yet"
+SKIP_REFUSED_NAME = "a name git refuses to record in an index (git add -A fails on it)"
 
 
 @dataclass(frozen=True)
