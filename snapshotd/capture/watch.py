@@ -5,7 +5,7 @@ Before a capture trusts the dirty set it syncs with the watcher: it writes a
 cookie file and waits until the cookie's own event comes back, so every write
 that finished before the request has been read off the kernel's queue.
 
-The watcher talks to inotify itself (:mod:`snapshotd.capture.inotify` says
+:mod:`snapshotd.capture.cookies` holds that sync point. The watcher talks to inotify itself (:mod:`snapshotd.capture.inotify` says
 why). Here:
 
 - every folder is opened by name under its parent's descriptor with
@@ -23,32 +23,32 @@ why). Here:
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import logging
 import os
-import secrets
 from collections.abc import Callable
 
 import trio
 
+from snapshotd.capture.cookies import Cookies
 from snapshotd.capture.inotify import (
     IN_CREATE,
+    IN_DELETE_SELF,
     IN_IGNORED,
     IN_ISDIR,
+    IN_MOVE_SELF,
     IN_MOVED_FROM,
     IN_MOVED_TO,
     IN_Q_OVERFLOW,
+    IN_UNMOUNT,
     OPEN_FOLDER,
     Inotify,
     open_in_tree,
 )
-from snapshotd.fsutil import open_private_folder
+from snapshotd.capture.presence import GONE, MOVED
 from snapshotd.store.identity import WorktreeInfo
 
 log = logging.getLogger(__name__)
 
-COOKIE_PREFIX = "cookie-"
 SYNC_TIMEOUT_S = 2.0
 WATCH_STEP_S = 0.005
 IGNORE_FILES = (".gitignore",)
@@ -67,19 +67,17 @@ class Watcher:
     def __init__(self, info: WorktreeInfo, on_change: Callable[[set[str], bool], None] | None = None) -> None:
         self.info = info
         self.root = info.path
-        self.cookie_dir = os.path.join(os.path.realpath(info.state_dir), "cookies")
+        self.cookies = Cookies(info.state_dir)
+        self.cookie_dir = self.cookies.dir
         self.dirty: set[str] = set()
         self.full_scan_reasons: set[str] = {"watch not started"}
         self.live = False
         self.events = 0
-        self.cookie_waits = 0
         self.rearms = 0
         self.error: str | None = None
         self.suspect: str | None = None  # why the watch may have gaps; cleared by a re-arm that proves whole
+        self.vanished: str | None = None  # the root itself was moved or deleted (presence.MOVED, GONE): the watch ends
         self._on_change = on_change
-        self._counter = itertools.count()
-        self._cookie_events: dict[str, trio.Event] = {}
-        self._cookie_fd: int | None = None
         self._started = trio.Event()
         self._git_dir = os.path.realpath(info.git_dir) if info.git_dir else None
         self._inotify: Inotify | None = None
@@ -88,15 +86,16 @@ class Watcher:
         self._unchecked = True  # events other than cookies came since the kernel's watches were counted
         self._arming: trio.Event | None = None  # set while a re-arming walk runs on a worker thread
 
+    @property
+    def cookie_waits(self) -> int:
+        """How many syncs this watch has made (for ``status``)."""
+        return self.cookies.waits
+
     # --- classification ----------------------------------------------------------
 
     def _classify(self, path: str, changed: set[str]) -> None:
         """Turn one absolute path from the watcher into dirty paths or scan reasons."""
-        if path.startswith(self.cookie_dir + os.sep):
-            name = os.path.basename(path)
-            event = self._cookie_events.pop(name, None)
-            if event is not None:
-                event.set()
+        if self.cookies.seen(path):
             return
         if self._git_dir is not None and (path == self._git_dir or path.startswith(self._git_dir + os.sep)):
             rel_git = os.path.relpath(path, self._git_dir)
@@ -286,12 +285,12 @@ class Watcher:
     async def run(self) -> None:
         """Watch until cancelled; :meth:`wait_started` returns once the watches are in place."""
         try:
-            self._open_cookie_dir()
+            self.cookies.open()
             self._inotify = Inotify()
             await trio.to_thread.run_sync(self.arm)
             self.live = True
             self._started.set()
-            while True:
+            while self.vanished is None:
                 await trio.lowlevel.wait_readable(self._inotify.fd)
                 await trio.sleep(WATCH_STEP_S)  # let a burst gather into one batch
                 while self._arming is not None:  # the walk owns the watch tables until it ends
@@ -303,26 +302,10 @@ class Watcher:
         finally:
             self.live = False
             self._started.set()
-            for event in self._cookie_events.values():
-                event.set()
+            self.cookies.close()
             if self._inotify is not None:
                 self._inotify.close()
                 self._inotify = None
-            if self._cookie_fd is not None:
-                os.close(self._cookie_fd)
-                self._cookie_fd = None
-
-    def _open_cookie_dir(self) -> None:
-        """Open the cookie folder (never through a symlink, see :func:`open_private_folder`) and empty it.
-
-        Cookies are made and removed relative to this descriptor only, so the
-        clean-up can never delete anything outside snapshotd's own folder.
-        """
-        self._cookie_fd = open_private_folder(os.path.join(self.info.state_dir, "cookies"))
-        for stale in os.listdir(self._cookie_fd):
-            if stale.startswith(COOKIE_PREFIX):
-                with contextlib.suppress(OSError):
-                    os.unlink(stale, dir_fd=self._cookie_fd)
 
     async def wait_started(self, timeout: float) -> bool:
         """Wait until the watch is confirmed live (or failed); True when live."""
@@ -347,6 +330,10 @@ class Watcher:
             self._unchecked = self._unchecked or folder != self.cookie_dir
             if mask & IN_IGNORED:
                 self._dropped(wd, folder, changed)
+                continue
+            if folder == self.root and not name and mask & (IN_MOVE_SELF | IN_DELETE_SELF | IN_UNMOUNT):
+                self.vanished = MOVED if mask & IN_MOVE_SELF else GONE
+                self.full_scan_reasons.add("worktree root changed")
                 continue
             path = f"{folder}/{name}" if name else folder
             if mask & IN_ISDIR:
@@ -397,24 +384,7 @@ class Watcher:
 
         A watch found with gaps is re-armed here, and the next capture told to scan everything.
         """
-        folder = self._cookie_fd
-        if folder is None:  # the watch has not opened its cookie folder, or has ended
-            return False
-        name = f"{COOKIE_PREFIX}{os.getpid()}-{next(self._counter)}-{secrets.token_hex(3)}"
-        event = trio.Event()
-        self._cookie_events[name] = event
-        self.cookie_waits += 1
-        try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            os.close(os.open(name, flags, 0o600, dir_fd=folder))
-            with trio.move_on_after(timeout):
-                await event.wait()
-            synced = event.is_set() and name not in self._cookie_events and self.live
-        finally:
-            self._cookie_events.pop(name, None)
-            if self._cookie_fd == folder:  # else the watch ended and closed it; the next start clears it
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=folder)
+        synced = await self.cookies.wait(timeout) and self.live
         if synced:
             await self.ensure_whole()
         return synced

@@ -5,30 +5,45 @@ for a tree with :meth:`WorktreeCapture.take`. A warm capture applies the live
 watcher's dirty set to the last tree; a cold one is a full scan. While the
 worktree is quiet after warm captures, the idle reconciliation checks the warm
 tree against a full scan and reports every change the watcher missed.
+
+The worktree's own tasks (its watcher, the idle reconciliation, the presence
+check) run under :meth:`WorktreeCapture._run`, a supervisor: a task that fails
+is logged with its traceback and the worktree drops to cold captures (the
+watch is tried again later, backing off), and a worktree found deleted or
+moved away stops its tasks and says so (:mod:`snapshotd.capture.presence`).
+Nothing a worktree does ends the daemon or holds another worktree's request.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import trio
 
+from snapshotd.capture import presence
 from snapshotd.capture.core import capture_cold
 from snapshotd.capture.misses import VerifyResult, watch_misses
 from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, make_fence
 from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
 from snapshotd.capture.watch import Watcher
+from snapshotd.errors import NotFound
 from snapshotd.git.format import object_format
 from snapshotd.git.repository import libgit2_opens
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.threads import thread_limiter
 
+log = logging.getLogger(__name__)
+
 WATCH_START_TIMEOUT_S = 5.0
 RECONCILE_IDLE_S = 5.0
+PRESENCE_CHECK_S = RECONCILE_IDLE_S / 2
+RETRY_FIRST_S = 5.0  # a failed watch is tried again after this, doubling up to RETRY_MAX_S
+RETRY_MAX_S = 300.0
 
 OnChange = Callable[[set[str], bool], None]
 
@@ -74,6 +89,11 @@ class WorktreeCapture:
         self.warm: WarmState | None = None
         self.needs_reconcile = False
         self.last_activity = time.monotonic()
+        self.vanished: presence.Vanished | None = None  # the worktree is no longer where it was opened
+        self.failure: str | None = None  # why the worktree's own tasks last failed (it is cold since)
+        self._root: presence.RootId | None = None  # the root folder's device and inode when the watch started
+        self._retry_at = 0.0
+        self._backoff = 0.0
         self._cancel: trio.CancelScope | None = None
 
     @property
@@ -83,8 +103,16 @@ class WorktreeCapture:
 
     @property
     def watch_error(self) -> str | None:
-        """Why the watcher could not watch (None when there is no watcher or nothing went wrong)."""
-        return self.watcher.error if self.watcher is not None else None
+        """Why the watcher could not watch or the worktree's tasks failed (None when nothing went wrong)."""
+        if self.watcher is not None and self.watcher.error is not None:
+            return self.watcher.error
+        return self.failure
+
+    def to_wire(self) -> dict[str, str | None]:
+        """Where the worktree stands, for the wire: ``presence`` and the sentence that explains a problem."""
+        if self.vanished is not None:
+            return self.vanished.to_wire()
+        return {"presence": presence.HERE, "problem": None}
 
     # --- taking a tree -----------------------------------------------------------
 
@@ -92,7 +120,19 @@ class WorktreeCapture:
         """The worktree's tree now; callers hold ``lock``.
 
         Warm when a live watcher's dirty set can be trusted, cold otherwise.
+        A capture that fails because the worktree vanished meanwhile says so
+        (``not_found``, naming the worktree and ``repair``).
         """
+        try:
+            return await self._take(exact)
+        except Exception as exc:
+            vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, limiter=thread_limiter)
+            if vanished is None:
+                raise
+            self._vanish(vanished, self.watcher)
+            raise NotFound(vanished.message) from exc
+
+    async def _take(self, exact: bool) -> CaptureResult:
         self.last_activity = time.monotonic()
         watcher = self.watcher
         if watcher is None or not watcher.live or self.warm is None or exact:
@@ -196,8 +236,12 @@ class WorktreeCapture:
         """
         if self.watcher is not None and self.watched != self.info:
             self.forget_watch()
-        if nursery is None or self.watcher is not None:
+        if self.watched != self.info:  # opened at a new place: whatever happened at the old one is past
+            self.vanished, self.failure, self._backoff, self._retry_at = None, None, 0.0, 0.0
+        if nursery is None or self.watcher is not None or time.monotonic() < self._retry_at:
             return
+        self._root = await trio.to_thread.run_sync(presence.root_id, self.info.path, limiter=thread_limiter)
+        self.vanished = None
 
         def changed(paths: set[str], overflow: bool) -> None:
             self.last_activity = time.monotonic()
@@ -222,31 +266,95 @@ class WorktreeCapture:
             self._cancel.cancel()
 
     async def _run(self, watcher: Watcher) -> None:
-        """The worktree's own tasks: its watcher and the idle reconciliation."""
+        """The worktree's supervisor: its watcher, the idle reconciliation and the presence check.
+
+        None of them ends the daemon: a failure is logged with its traceback
+        and ends the worktree's tasks; the worktree is cold from then on and
+        its watch is tried again (backing off) at a later request.
+        """
         with trio.CancelScope() as scope:
             self._cancel = scope
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(watcher.run)
-                nursery.start_soon(self._reconcile_when_idle)
+                nursery.start_soon(self._supervised, "watch", watcher, self._watch_until_it_ends)
+                nursery.start_soon(self._supervised, "idle reconciliation", watcher, self._reconcile_when_idle)
         if self.watcher is watcher:
             self.watcher = None
             self.warm = None
 
-    async def _reconcile_when_idle(self) -> None:
+    async def _supervised(self, name: str, watcher: Watcher, task: Callable[[Watcher], Awaitable[None]]) -> None:
+        """Run one of the worktree's tasks; its failure is logged, and ends the worktree's tasks only."""
+        try:
+            await task(watcher)
+        except Exception as exc:
+            vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, watcher.vanished)
+            if vanished is not None:
+                log.warning("%s", vanished.message)
+                self._vanish(vanished, watcher)
+                return
+            log.exception("The %s of %s failed; its captures are full scans until it is watched again", name, self.info.path)
+            self._failed(f"the {name} failed ({type(exc).__name__}: {exc})", watcher)
+
+    async def _watch_until_it_ends(self, watcher: Watcher) -> None:
+        """The watcher itself; its end (the worktree moved or deleted, a kernel limit) ends the worktree's tasks."""
+        await watcher.run()
+        vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, watcher.vanished)
+        if vanished is not None:
+            log.warning("%s", vanished.message)
+            self._vanish(vanished, watcher)
+        elif watcher.vanished is None:
+            log.warning("The watch of %s ended (%s); captures there are full scans", self.info.path, watcher.error)
+            self._failed(watcher.error or "the watch ended", watcher)
+        else:
+            self._failed(None, watcher)  # moved away and back: watched again at the next request
+
+    def _failed(self, why: str | None, watcher: Watcher) -> None:
+        """The worktree's tasks failed: cold from now on, the watch tried again after a back-off.
+
+        Only the tasks of the current watcher count: those of a watch already
+        replaced (the worktree reopened at a new place) change nothing.
+        """
+        if watcher is not self.watcher:
+            return
+        self.counters["worktree_task_failures"] += why is not None
+        self.failure = why
+        self._backoff = min(RETRY_MAX_S, self._backoff * 2 or RETRY_FIRST_S) if why is not None else 0.0
+        self._retry_at = time.monotonic() + self._backoff
+        self.warm = None
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    def _vanish(self, vanished: presence.Vanished, watcher: Watcher | None) -> None:
+        """The worktree is no longer where it was opened: stop its tasks and keep nothing read from the old place."""
+        if watcher is not self.watcher:
+            return
+        if self.vanished is None:
+            self.counters[f"worktrees_{vanished.how}"] += 1
+        self.vanished = vanished
+        self.warm = None
+        self.needs_reconcile = False
+        self.cache = StatCache()
+        if self._cancel is not None:
+            self._cancel.cancel()
+
+    async def _reconcile_when_idle(self, watcher: Watcher) -> None:
         """After warm captures, once the worktree is quiet, check the warm tree against a full scan.
 
         Every difference is a change the watcher missed; it is counted as
         ``watch_miss`` (which must stay 0) and the full scan's result is kept.
+        Each round also checks that the worktree is still where it was opened.
         """
         while True:
-            await trio.sleep(RECONCILE_IDLE_S / 2)
+            await trio.sleep(PRESENCE_CHECK_S)
+            vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, watcher.vanished)
+            if vanished is not None:
+                raise FileNotFoundError(vanished.message)  # the supervisor records it
             quiet = time.monotonic() - self.last_activity >= RECONCILE_IDLE_S
             if not (self.needs_reconcile and quiet and self.watching):
                 continue
             if self.lock.locked():
                 continue
             async with self.lock:
-                warm = await self.take()
+                warm = await self._take(False)
                 if warm.stats.scan != "watch":
                     self.needs_reconcile = False
                     continue

@@ -61,6 +61,14 @@ def repair(ctx: click.Context, path: str | None, json_output: bool) -> None:
     invoke(ctx, "repair", {"path": os.path.abspath(path) if path else None}, human)
 
 
+def _problem(wt: dict[str, Any]) -> None:
+    """Under a worktree's line: that it is gone or moved (with the remedy), or why it is not watched."""
+    if wt.get("presence") not in (None, "here"):
+        click.echo(f"    {click.style(wt['presence'], fg='red')}: {wt.get('problem')}")
+    elif wt.get("watch_error"):
+        click.echo(f"    cold: {wt['watch_error']}")
+
+
 @click.command(context_settings=CONTEXT)
 @json_option
 @click.pass_context
@@ -74,6 +82,7 @@ def status(ctx: click.Context, json_output: bool) -> None:
         for wt in result["worktrees"]:
             watching = click.style("watching", fg="green") if wt["watching"] else "not watching"
             click.echo(f"{wt['id']}  {wt['kind']:<5} {watching:<12} {wt['path']}")
+            _problem(wt)
         counters = result["counters"]
         if counters:
             width = max(len(key) for key in counters)
@@ -126,6 +135,7 @@ def worktrees(ctx: click.Context, json_output: bool) -> None:
             click.echo("no worktrees open")
         for wt in result["worktrees"]:
             click.echo(f"{wt['id']}  {wt['kind']:<5} {wt['path']}")
+            _problem(wt)
 
     invoke(ctx, "worktrees", {}, human)
 

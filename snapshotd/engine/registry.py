@@ -29,6 +29,8 @@ from snapshotd.server.params import optional_path, optional_str
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
 from snapshotd.threads import thread_limiter
 
+MAX_VANISHED_KEPT = 64  # worktrees found gone or moved that are still shown; older ones are forgotten
+
 OnChange = Callable[[str, set[str], bool], None]
 """Called with a worktree's id, the paths its watcher saw change, and whether events were lost."""
 
@@ -98,9 +100,16 @@ class Registry:
             recover(os.path.join(info.state_dir, "journal"), info.path)
             state = WorktreeState.open(info, self.counters, self.size_cap)
             self.worktrees[info.id] = state
+            self._forget_vanished()
         elif state.info != info:
             state.capture.info = info
         return state
+
+    def _forget_vanished(self) -> None:
+        """Keep only the newest :data:`MAX_VANISHED_KEPT` vanished worktrees (agents delete worktrees all day)."""
+        vanished = [key for key, state in self.worktrees.items() if state.capture.vanished is not None]
+        for key in vanished[:-MAX_VANISHED_KEPT]:
+            self.worktrees.pop(key).capture.close()
 
     def by_id(self, worktree_id: str) -> WorktreeState:
         """The open or recorded worktree with this id, where the records say it is."""
@@ -160,6 +169,7 @@ class Registry:
         head, branch = await trio.to_thread.run_sync(worktree_head, state.info, limiter=thread_limiter)
         wire = state.info.to_wire(head, branch, state.capture.watching)
         wire["watch_error"] = state.capture.watch_error
+        wire.update(state.capture.to_wire())
         return wire
 
     def close(self) -> None:

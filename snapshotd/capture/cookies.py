@@ -1,0 +1,83 @@
+"""The watcher's sync point: a cookie file written, and its own event awaited.
+
+Before a capture trusts the watcher's dirty set it writes a cookie in
+snapshotd's own folder (watched with the worktree) and waits until the
+cookie's event comes back: every write that finished before the request has
+then been read off the kernel's queue. The folder is opened once, never
+through a symlink, and cookies are made and removed relative to that
+descriptor only, so the clean-up can never delete anything outside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import secrets
+
+import trio
+
+from snapshotd.fsutil import open_private_folder
+
+COOKIE_PREFIX = "cookie-"
+
+
+class Cookies:
+    """The cookie folder of one watch: written to by :meth:`wait`, its events filed by :meth:`seen`."""
+
+    def __init__(self, state_dir: str) -> None:
+        self.state_dir = state_dir
+        self.dir = os.path.join(os.path.realpath(state_dir), "cookies")
+        self.waits = 0
+        self._events: dict[str, trio.Event] = {}
+        self._counter = itertools.count()
+        self._fd: int | None = None
+
+    def open(self) -> None:
+        """Open the folder (see :func:`open_private_folder`) and empty it of stale cookies."""
+        self._fd = open_private_folder(os.path.join(self.state_dir, "cookies"))
+        for stale in os.listdir(self._fd):
+            if stale.startswith(COOKIE_PREFIX):
+                with contextlib.suppress(OSError):
+                    os.unlink(stale, dir_fd=self._fd)
+
+    def close(self) -> None:
+        """Release every waiter (they then report no sync) and close the folder."""
+        for event in self._events.values():
+            event.set()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def seen(self, path: str) -> bool:
+        """Whether ``path`` (from an event) is in the cookie folder; a cookie's event wakes its waiter."""
+        if not path.startswith(self.dir + os.sep):
+            return False
+        event = self._events.pop(os.path.basename(path), None)
+        if event is not None:
+            event.set()
+        return True
+
+    async def wait(self, timeout: float) -> bool:
+        """Write a cookie and wait for its event: True when it came back within ``timeout``."""
+        folder = self._fd
+        if folder is None:  # the watch has not opened its cookie folder, or has ended
+            return False
+        name = f"{COOKIE_PREFIX}{os.getpid()}-{next(self._counter)}-{secrets.token_hex(3)}"
+        event = trio.Event()
+        self._events[name] = event
+        self.waits += 1
+        try:
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            try:
+                os.close(os.open(name, flags, 0o600, dir_fd=folder))
+            except OSError:  # the folder went (the worktree was deleted): no sync, the capture goes cold
+                return False
+            with trio.move_on_after(timeout):
+                await event.wait()
+            return event.is_set() and name not in self._events
+        finally:
+            self._events.pop(name, None)
+            if self._fd == folder:  # else the watch ended and closed it; the next start clears it
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=folder)

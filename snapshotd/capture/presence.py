@@ -1,0 +1,68 @@
+"""Whether an open worktree is still where it was opened: deleted, moved and unmounted worktrees.
+
+An agent server creates and deletes worktrees all day; one that vanishes
+must cost its own captures only. The worktree's root folder is known by its
+device and inode when its watch starts: a check (on a worker thread, from the
+worktree's supervisor and after a failed capture) finds it gone when the path
+no longer holds that folder, or a git worktree no longer holds its git dir.
+The watcher tells moved from deleted (its root's own ``IN_MOVE_SELF`` or
+``IN_DELETE_SELF``); without it the worktree is only known to be gone.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from snapshotd.store.identity import WorktreeInfo
+
+MOVED = "moved"
+GONE = "gone"
+HERE = "here"
+
+RootId = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class Vanished:
+    """A worktree no longer at its path: ``how`` is ``moved`` or ``gone``, ``message`` the sentence shown."""
+
+    how: str
+    message: str
+
+    def to_wire(self) -> dict[str, str]:
+        return {"presence": self.how, "problem": self.message}
+
+
+def root_id(path: str) -> RootId | None:
+    """The device and inode of the folder at ``path`` (None when there is none)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) -> Vanished | None:
+    """Why the worktree is no longer at ``info.path`` (None while it is); blocking: on a worker thread.
+
+    ``opened`` is the root's device and inode when it was opened; ``hint``
+    what the watcher saw happen to the root (``moved`` or ``gone``).
+    """
+    now = root_id(info.path)
+    missing_git = info.git_dir is not None and not os.path.isdir(info.git_dir)
+    if now is not None and (opened is None or now == opened) and not missing_git:
+        return None  # here (perhaps moved away and back)
+    how = MOVED if hint == MOVED else GONE
+    if how == MOVED:
+        return Vanished(
+            MOVED,
+            f"The worktree {info.id} was moved away from {info.path}; "
+            "run 'snapshotd repair NEW_PATH' (or use it at its new path) to keep its checkpoints.",
+        )
+    what = "its git folder is gone" if now is not None and missing_git else "it was deleted, moved or unmounted"
+    return Vanished(
+        GONE,
+        f"The worktree {info.id} is no longer at {info.path} ({what}); "
+        "if it moved, run 'snapshotd repair NEW_PATH' to keep its checkpoints.",
+    )

@@ -1,0 +1,144 @@
+"""The everyday life of worktrees under a running daemon: moved, deleted, failing, none of it fatal.
+
+A worktree moved or deleted after a warm checkpoint is noticed and shown as
+``moved`` or ``gone`` with ``repair`` as the remedy; its idle reconciliation
+or watcher failing is logged and makes that worktree cold; the daemon and
+every other worktree go on answering.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import trio
+from daemon_helpers import Daemon, call, child_env, cli, ping
+from oracle import oracle_tree
+from repo_helpers import init_repo, write
+
+from snapshotd.capture import worktree as worktree_mod
+from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.errors import NotFound, SnapshotdError
+from snapshotd.server.client import Client
+from snapshotd.settings import size_cap
+from snapshotd.store.identity import Records, identify, locate
+
+
+def warm_checkpoints(folder: Path, env: dict[str, str], *, force: bool = False) -> str:
+    """Two checkpoints of ``folder`` (the second warm); its worktree id."""
+    extra = ["--force"] if force else []
+    first = cli("checkpoint", "--json", *extra, cwd=folder, env=env).json()["checkpoint"]
+    write(folder / "a.txt", "edited\n")
+    second = cli("checkpoint", "--json", cwd=folder, env=env).json()
+    assert second["stats"]["scan"] == "watch"
+    return first["worktree"]
+
+
+def presence_of(socket: Path) -> dict[str, dict]:
+    with Client(str(socket), timeout=10) as client:
+        return {wt["id"]: wt for wt in client.call("worktrees")["worktrees"]}
+
+
+def test_moved_deleted_and_renamed_worktrees_are_shown_as_such_and_the_daemon_stays(
+    daemon: Daemon, tmp_path: Path
+) -> None:
+    env = child_env(daemon.socket)
+    moved = init_repo(tmp_path / "moved", ("a.txt", "a\n"))
+    deleted = init_repo(tmp_path / "deleted", ("a.txt", "a\n"))
+    plain = tmp_path / "plain"
+    write(plain / "a.txt", "a\n")
+    bystander = init_repo(tmp_path / "bystander", ("a.txt", "a\n"))
+    ids = {
+        "moved": warm_checkpoints(moved, env),
+        "deleted": warm_checkpoints(deleted, env),
+        "plain": warm_checkpoints(plain, env, force=True),
+    }
+    warm_checkpoints(bystander, env)
+    pid = ping(daemon.socket)["pid"]
+    moved.rename(tmp_path / "moved2")
+    shutil.rmtree(deleted)
+    plain.rename(tmp_path / "plain2")
+
+    def all_noticed() -> bool:
+        shown = presence_of(daemon.socket)
+        return all(shown[ids[name]].get("presence", "here") != "here" for name in ids)
+
+    deadline = time.monotonic() + 20
+    while not all_noticed():  # meanwhile the rest of the daemon answers
+        assert time.monotonic() < deadline, presence_of(daemon.socket)
+        assert ping(daemon.socket)["pid"] == pid, daemon.log_text()
+        write(bystander / "a.txt", f"at {time.monotonic()}\n")
+        done = call(daemon.socket, "checkpoint", {"path": str(bystander)})
+        assert done["checkpoint"]["tree"] == oracle_tree(bystander)
+        time.sleep(0.3)
+    time.sleep(2 * worktree_mod.RECONCILE_IDLE_S)  # past the idle reconciliation that used to end the daemon
+    assert ping(daemon.socket)["pid"] == pid
+    shown = presence_of(daemon.socket)
+    assert shown[ids["moved"]]["presence"] == "moved"
+    assert shown[ids["deleted"]]["presence"] == "gone"
+    assert shown[ids["plain"]]["presence"] in ("moved", "gone")
+    for name in ids:
+        assert "snapshotd repair" in shown[ids[name]]["problem"]
+        assert not shown[ids[name]]["watching"]
+    with pytest.raises(SnapshotdError, match="repair"):
+        call(daemon.socket, "checkpoint", {"worktree": ids["deleted"]})
+    human = cli("worktrees", cwd=bystander, env=env).stdout
+    assert "gone: The worktree" in human and "moved: The worktree" in human
+    # Used at its new place, the moved worktree is itself again.
+    again = call(daemon.socket, "checkpoint", {"path": str(tmp_path / "moved2")})["checkpoint"]
+    assert again["worktree"] == ids["moved"] and again["tree"] == oracle_tree(tmp_path / "moved2")
+    assert presence_of(daemon.socket)[ids["moved"]]["presence"] == "here"
+    assert ping(daemon.socket)["pid"] == pid
+
+
+async def test_a_failing_reconciliation_is_logged_and_makes_only_its_worktree_cold(
+    tmp_path, nursery, monkeypatch, caplog
+):
+    monkeypatch.setattr(worktree_mod, "RECONCILE_IDLE_S", 0.2)
+    monkeypatch.setattr(worktree_mod, "PRESENCE_CHECK_S", 0.1, raising=False)
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    counters: Counter[str] = Counter()
+    capture = WorktreeCapture(
+        identify(locate(str(repo)), Records(tmp_path / "home")), lock=trio.Lock(), counters=counters,
+        size_cap=size_cap(None),
+    )
+    await capture.ensure_watch(nursery, lambda paths, overflow: None)
+    assert (await capture.take()).stats.scan == "full"
+    write(repo / "a.txt", "b\n")
+    assert (await capture.take()).stats.scan == "watch"
+    real_cold = worktree_mod.capture_cold
+
+    async def broken(*args, **kwargs):  # the fault: the reconciliation's full scan fails unexpectedly
+        raise RuntimeError("injected failure")
+
+    monkeypatch.setattr(worktree_mod, "capture_cold", broken)
+    with caplog.at_level(logging.ERROR, logger=worktree_mod.__name__):
+        with trio.fail_after(10):
+            while capture.watching:
+                await trio.sleep(0.05)
+    monkeypatch.setattr(worktree_mod, "capture_cold", real_cold)
+    assert "injected failure" in caplog.text and "Traceback" in caplog.text
+    assert counters["worktree_task_failures"] == 1
+    assert "injected failure" in (capture.watch_error or "")
+    cold = await capture.take()
+    assert cold.stats.scan == "full" and cold.tree == oracle_tree(repo)
+    capture.close()
+
+
+async def test_a_capture_of_a_worktree_deleted_meanwhile_names_it_and_repair(tmp_path, nursery):
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    capture = WorktreeCapture(
+        identify(locate(str(repo)), Records(tmp_path / "home")), lock=trio.Lock(), counters=Counter(),
+        size_cap=size_cap(None),
+    )
+    await capture.ensure_watch(nursery, lambda paths, overflow: None)
+    await capture.take()
+    shutil.rmtree(repo)
+    with pytest.raises(NotFound, match=r"no longer at .*snapshotd repair"):
+        await capture.take()
+    assert capture.to_wire()["presence"] == "gone"
+    capture.close()
