@@ -28,6 +28,7 @@ import trio
 
 from snapshotd.capture.builder import TreeBuilder, open_repo
 from snapshotd.capture.fallback import build_git_only, build_with_git
+from snapshotd.capture.gitlinks import note_changes
 from snapshotd.capture.scan import (
     LS_FILES,
     LoadedIndex,
@@ -96,8 +97,10 @@ def _build(
         nested = path.endswith("/")
         builder.apply(path.rstrip("/") if nested else path, untracked=True)
     tree = builder.finish()
+    note_changes(loaded.gitlinks, recording.changes)
     return CaptureResult(
-        tree=tree, stats=stats, index=index, flagged=flagged, pristine=loaded.pristine, settings=settings
+        tree=tree, stats=stats, index=index, flagged=flagged, pristine=loaded.pristine, settings=settings,
+        gitlinks=loaded.gitlinks,
     )
 
 

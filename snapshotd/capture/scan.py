@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pygit2
 from pygit2.errors import check_error
 
+from snapshotd.git.modes import MODE_GITLINK
 from snapshotd.git.process import GitTarget
 from snapshotd.store.identity import WorktreeInfo
 
@@ -55,13 +56,14 @@ def parse_listing(listing: bytes) -> tuple[set[str], set[str], set[str], set[str
     return modified, removed, untracked, flagged
 
 
-def index_facts(index: pygit2.Index, raw: bytes) -> tuple[set[str], bool]:
-    """Entries flagged assume-unchanged or skip-worktree, and whether a .gitattributes is tracked.
+def index_facts(index: pygit2.Index, raw: bytes) -> tuple[set[str], bool, set[str]]:
+    """Entries flagged assume-unchanged or skip-worktree, whether a .gitattributes is tracked, the gitlinks.
 
     Walks libgit2's entries through cffi (about 0.5 us an entry), which is far
     cheaper than having ``ls-files -c`` print every entry.
     """
     flagged: set[str] = set()
+    gitlinks: set[str] = set()
     get = pygit2.C.git_index_get_byindex
     pointer = index._index
     version = int.from_bytes(raw[4:8], "big") if len(raw) >= 8 else 2
@@ -71,10 +73,12 @@ def index_facts(index: pygit2.Index, raw: bytes) -> tuple[set[str], bool]:
         entry = get(pointer, position)
         if entry.flags & FLAG_ASSUME_VALID or entry.flags_extended & FLAG_EXTENDED_SKIP_WORKTREE:
             flagged.add(os.fsdecode(pygit2.ffi.string(entry.path)))
+        if entry.mode == MODE_GITLINK:
+            gitlinks.add(os.fsdecode(pygit2.ffi.string(entry.path)))
         if walk_paths and not attributes:
             path = pygit2.ffi.string(entry.path)
             attributes = path == b".gitattributes" or path.endswith(b"/.gitattributes")
-    return flagged, attributes
+    return flagged, attributes, gitlinks
 
 
 def seed_index(user_index: str, index_path: str) -> bool:
@@ -111,6 +115,7 @@ class LoadedIndex:
     pristine: pygit2.Index | None
     flagged: set[str]
     tracked_attributes: bool
+    gitlinks: set[str]  # the user's index's gitlink paths
 
 
 def load_index(index_path: str | None, keep_pristine: bool) -> LoadedIndex | str:
@@ -124,8 +129,8 @@ def load_index(index_path: str | None, keep_pristine: bool) -> LoadedIndex | str
     if index_path is not None:
         with open(index_path, "rb") as handle:
             raw = handle.read()
-    flagged, tracked_attributes = index_facts(index, raw)
-    return LoadedIndex(index, pristine, flagged, tracked_attributes)
+    flagged, tracked_attributes, gitlinks = index_facts(index, raw)
+    return LoadedIndex(index, pristine, flagged, tracked_attributes, gitlinks)
 
 def flag_kinds(listing: bytes) -> tuple[set[str], set[str]]:
     """Skip-worktree and assume-unchanged paths of a tagged ``ls-files -v`` listing."""

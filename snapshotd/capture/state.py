@@ -143,6 +143,7 @@ class CaptureResult:
     flagged: set[str]  # assume-unchanged / skip-worktree paths of the user's index
     pristine: pygit2.Index | None = None  # the user's index as it was read
     settings: Settings | None = None
+    gitlinks: set[str] | None = None  # the gitlink paths of the index the tree was written from
 
 
 @dataclass(frozen=True)

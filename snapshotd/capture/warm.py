@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from snapshotd.capture.builder import TreeBuilder, open_repo
+from snapshotd.capture.gitlinks import note_changes
 from snapshotd.capture.scan import git_target, own_data_excludes
 from snapshotd.capture.state import (
     CaptureResult,
@@ -101,6 +102,7 @@ class WarmState:
     signature: tuple
     not_ignored: set[str] = field(default_factory=set)
     skipped: dict[str, Skip] = field(default_factory=dict)  # left out of the last tree, still on disk
+    gitlinks: set[str] = field(default_factory=set)  # the index's gitlinks, whose HEADs each capture reads
 
     @classmethod
     def from_cold(
@@ -118,6 +120,7 @@ class WarmState:
             sources=sources,
             signature=signature,
             skipped=dict(result.stats.skipped),
+            gitlinks=set(result.gitlinks or ()),
         )
 
 
@@ -286,6 +289,7 @@ def capture_warm(
             builder.apply(path, untracked=untracked and path not in warm.pristine, keep_if_missing=path in warm.flagged)
     tree = builder.finish()
     warm.tree = tree
+    note_changes(warm.gitlinks, recording.changes)
     warm.skipped = {**_untouched(warm.skipped, dirty), **stats.skipped}
     return tree
 

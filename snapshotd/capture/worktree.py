@@ -27,6 +27,7 @@ import trio
 
 from snapshotd.capture import presence
 from snapshotd.capture.core import capture_cold
+from snapshotd.capture.gitlinks import moved as moved_gitlinks
 from snapshotd.capture.misses import VerifyResult, watch_misses
 from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, make_fence
 from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
@@ -145,10 +146,15 @@ class WorktreeCapture:
             return await self._cold("cookie wait timed out")
         dirty, reasons = watcher.take()
         warm = self.warm
-        if reasons or await trio.to_thread.run_sync(signature_of, warm.sources, limiter=thread_limiter) != warm.signature:
+
+        def look() -> tuple[tuple, set[str]]:  # on a worker thread: stat calls and small reads
+            return signature_of(warm.sources), moved_gitlinks(self.info.path, warm.index, warm.gitlinks)
+
+        signature, moved = await trio.to_thread.run_sync(look, limiter=thread_limiter)
+        if reasons or signature != warm.signature:
             reason = sorted(reasons)[0] if reasons else "ignore rules or user index changed"
             return await self._cold(reason, hints=dirty)
-        return await self._warm(warm, dirty)
+        return await self._warm(warm, dirty | moved)
 
     async def _warm(self, warm: WarmState, dirty: set[str]) -> CaptureResult:
         """Apply the watcher's dirty paths to the warm state (a full scan when it cannot)."""
