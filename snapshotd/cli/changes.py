@@ -16,6 +16,7 @@ import click
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import (
     CONTEXT,
+    Finishes,
     PathsAfterDashDash,
     fail,
     invoke,
@@ -88,7 +89,8 @@ def restore(ctx: click.Context, checkpoint_id: str, paths: tuple[str, ...], dry_
     }
     if _confirm_preview(ctx, "restore", params, yes) is not None:
         return
-    invoke(ctx, "restore", params, lambda r: print_changes(r, dry_run), progress="restoring")
+    finishes = None if dry_run else Finishes("restore", params["path"])
+    invoke(ctx, "restore", params, lambda r: print_changes(r, dry_run), progress="restoring", finishes=finishes)
 
 
 @click.command(context_settings=CONTEXT)
@@ -113,7 +115,7 @@ def undo(ctx: click.Context, path: str, yes: bool, json_output: bool) -> None:
     params = {"checkpoint": found[0]["id"], "path": folder}
     if _confirm_preview(ctx, "restore", params, yes) is not None:
         return
-    invoke(ctx, "restore", params, lambda r: print_changes(r, False), progress="undoing")
+    invoke(ctx, "restore", params, lambda r: print_changes(r, False), progress="undoing", finishes=Finishes("restore", folder))
 
 
 @click.command(cls=PathsAfterDashDash, context_settings=CONTEXT)
@@ -144,7 +146,8 @@ def revert(ctx: click.Context, source: str, rest: tuple[str, ...], dry_run: bool
     }
     preview = _confirm_preview(ctx, "revert", params, yes)
     if preview is None:
-        preview = invoke(ctx, "revert", params, lambda r: print_changes(r, dry_run), progress="reverting")
+        finishes = None if dry_run else Finishes("revert")
+        preview = invoke(ctx, "revert", params, lambda r: print_changes(r, dry_run), progress="reverting", finishes=finishes)
     elif preview.get("written") or preview.get("deleted"):
         return  # the answer was no
     _fail_on_conflicts(ctx.obj, preview)

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import click
 
+from snapshotd.cli.interrupt import INTERRUPTED_STATUS, finish_on_interrupt
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.output import to_json
 from snapshotd.errors import NeedsForce, SnapshotdError
@@ -54,24 +57,43 @@ def invoke(
     human: Callable[[dict[str, Any]], Any],
     progress: str | None = None,
     ask_force: bool = False,
+    finishes: Finishes | None = None,
 ) -> dict[str, Any]:
-    """Call ``method`` and print its result; with ``ask_force``, a refusal that needs ``force`` is asked at a terminal."""
+    """Call ``method`` and print its result.
+
+    With ``ask_force``, a refusal that needs ``force`` is asked at a
+    terminal. With ``finishes`` (work that cannot stop half-way: a restore),
+    Ctrl-C is answered by :mod:`.interrupt` and ends the command with 130
+    once the result is printed.
+    """
     runner = use_json(ctx)
     params = {key: value for key, value in params.items() if value is not None}
-    try:
+    guard = finish_on_interrupt(finishes.what, runner.embedded, finishes.folder) if finishes else nullcontext(None)
+    with guard as interrupts:
         try:
-            result = runner.call(method, params, progress=progress)
-        except NeedsForce as error:
-            if not (ask_force and sys.stdin.isatty()):
-                raise
-            click.echo(error.message, err=True)
-            if not click.confirm("Go ahead anyway?", default=False, err=True):
-                sys.exit(1)
-            result = runner.call(method, {**params, "force": True}, progress=progress)
-    except SnapshotdError as error:
-        fail(runner, error)
+            try:
+                result = runner.call(method, params, progress=progress)
+            except NeedsForce as error:
+                if not (ask_force and sys.stdin.isatty()):
+                    raise
+                click.echo(error.message, err=True)
+                if not click.confirm("Go ahead anyway?", default=False, err=True):
+                    sys.exit(1)
+                result = runner.call(method, {**params, "force": True}, progress=progress)
+        except SnapshotdError as error:
+            fail(runner, error)
     emit(runner, result, human)
+    if interrupts is not None and interrupts.count:
+        sys.exit(INTERRUPTED_STATUS)
     return result
+
+
+@dataclass(frozen=True)
+class Finishes:
+    """Work that goes on to its end whatever Ctrl-C says: its name and, where known, its worktree."""
+
+    what: str
+    folder: str | None = None
 
 
 class PathsAfterDashDash(click.Command):
