@@ -7,7 +7,9 @@ import ctypes
 import ctypes.util
 import errno
 import fcntl
+import grp
 import os
+import pwd
 import secrets
 import stat
 from collections.abc import Iterator
@@ -78,7 +80,12 @@ def open_private_folder(path: str | os.PathLike[str], own_levels: int = 2, *, cr
 
 
 def _open_own_child(parent_fd: int, name: str, path: Path, create: bool) -> int:
-    """Open (creating 0700) the folder ``name`` under ``parent_fd``; refuse a link or another user's."""
+    """Open (creating 0700) the folder ``name`` under ``parent_fd``; refuse a link or another user's.
+
+    The folder is left mode 0700 whatever the umask, or the mode it was
+    first made with (0755 or, under umask 000, 0777), so no other user can
+    read what is kept there or replace it.
+    """
     if create:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, 0o700, dir_fd=parent_fd)
@@ -100,7 +107,34 @@ def _open_own_child(parent_fd: int, name: str, path: Path, create: bool) -> int:
             "remove it and try again.",
             path=str(path),
         )
+    if stat.S_IMODE(os.fstat(fd).st_mode) != 0o700:
+        os.fchmod(fd, 0o700)
     return fd
+
+
+def read_private_file(folder_fd: int, name: str, limit: int) -> bytes:
+    """The content of the regular file ``name`` in one of snapshotd's own folders, at most ``limit`` bytes.
+
+    Opened without blocking and without following a link: a FIFO, a device or
+    a link in its place raises OSError (ELOOP, or EINVAL "not a regular file")
+    instead of holding the thread; FileNotFoundError when there is nothing.
+    """
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "it is a symlink, not a regular file", name) from exc
+        raise
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise OSError(errno.EINVAL, f"it is a {_KINDS.get(stat.S_IFMT(mode), 'special file')}, not a regular file", name)
+        return os.read(fd, limit)
+    finally:
+        os.close(fd)
+
+
+_KINDS = {stat.S_IFDIR: "directory", stat.S_IFIFO: "FIFO", stat.S_IFSOCK: "socket", stat.S_IFCHR: "device", stat.S_IFBLK: "device"}
 
 
 def checked_private_folder(path: str | os.PathLike[str], own_levels: int = 2) -> str:
@@ -142,6 +176,95 @@ def check_socket_folder(folder: str, *, create: bool = False) -> None:
             f"Refusing the socket folder {folder}: other users may write to it "
             f"(mode {stat.S_IMODE(info.st_mode):04o})."
         )
+
+
+def _private_group(gid: int) -> bool:
+    """Whether ``gid`` is this user's own group (named as the user, no other members): a user-private group."""
+    try:
+        group = grp.getgrgid(gid)
+        user = pwd.getpwuid(os.geteuid())
+    except KeyError:
+        return False
+    return group.gr_name == user.pw_name and not group.gr_mem and gid == user.pw_gid
+
+
+def _unsafe_parent(folder: str, info: os.stat_result) -> str | None:
+    """Why another user could replace what is inside ``folder`` (None: no one but root and this user can)."""
+    if info.st_uid not in (0, os.geteuid()):
+        return f"{folder} belongs to uid {info.st_uid}"
+    if info.st_mode & stat.S_ISVTX:
+        return None  # like /tmp: others may add names, never rename or remove this user's
+    if info.st_mode & 0o002:
+        return f"everyone may write to {folder}"
+    if info.st_mode & 0o020 and not _private_group(info.st_gid):
+        return f"group {info.st_gid} may write to {folder}"
+    return None
+
+
+def _make_home(path: Path) -> None:
+    """Make ``path`` mode 0700 if missing, its missing parents 0755 (so the umask cannot open them to others)."""
+    missing = [folder for folder in (path, *path.parents) if not os.path.lexists(folder)]
+    for folder in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder, 0o700 if folder == path else 0o755)
+            if folder == path:
+                os.chmod(folder, 0o700)
+
+
+def _unsafe_chain(folder: str) -> str | None:
+    """Why another user could replace something inside ``folder`` or a folder above it (None: no one can)."""
+    while True:
+        reason = _unsafe_parent(folder, os.stat(folder))
+        if reason is not None or folder == os.path.dirname(folder):
+            return reason
+        folder = os.path.dirname(folder)
+
+
+def check_private_home(path: str | os.PathLike[str], *, create: bool) -> None:
+    """The rule for snapshotd's home: this user's folder, mode 0700, under folders only root or the user may change.
+
+    Every store, record and state folder of the user's plain folders is
+    there, so a home another user can read leaks the files captured, and one
+    another user can write, or swap through a folder above, makes snapshotd
+    open that user's repositories. With ``create`` a missing home is made mode
+    0700 (missing parents 0755), only once the folders above it pass; without
+    it a missing home raises FileNotFoundError. Raises
+    :class:`~snapshotd.errors.Untrusted` with the reason and the remedy.
+    """
+    remedy = "move it under a folder only you can change, or point SNAPSHOTD_HOME there"
+    reason = None
+    if create and not os.path.lexists(path):
+        existing = Path(path).parent
+        while not os.path.lexists(existing):
+            existing = existing.parent
+        reason = _unsafe_chain(os.path.realpath(existing))
+        if reason is None:
+            _make_home(Path(path))
+    if reason is None:
+        real = os.path.realpath(path)
+        info = os.stat(real)
+        if not stat.S_ISDIR(info.st_mode):
+            reason, remedy = f"{real} is not a folder", "point SNAPSHOTD_HOME at a folder of yours"
+        elif info.st_uid != os.geteuid():
+            reason, remedy = f"it belongs to uid {info.st_uid}", "point SNAPSHOTD_HOME at a folder of yours"
+        elif info.st_mode & 0o077:
+            reason, remedy = f"other users may use it (mode {stat.S_IMODE(info.st_mode):04o})", f"run: chmod 700 {real}"
+        else:
+            reason = _unsafe_chain(os.path.dirname(real))
+    if reason is not None:
+        raise Untrusted(f"snapshotd will not use its home {os.fspath(path)}: {reason}; {remedy}.", path=os.fspath(path))
+
+
+def no_world_writes() -> None:
+    """Take "others may write" out of this process's umask, once, before anything is created.
+
+    snapshotd's private files get explicit modes; this covers what libgit2 and
+    git make in a repository (object folders, refs), which follow the umask:
+    under umask 000 they came out world-writable. Group bits are left as the
+    user set them, so a group-shared repository stays writable by its group.
+    """
+    current = os.umask(0o022)
+    os.umask(current | 0o002)
 
 
 def pid_alive(pid: int) -> bool:

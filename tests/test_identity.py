@@ -144,9 +144,9 @@ def test_two_first_sights_at_once_agree_on_one_id(tmp_path: Path, monkeypatch: p
     repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
     records = worktree.Records(Path(os.environ["SNAPSHOTD_HOME"]))
     first = worktree.identify(worktree.locate(str(repo)), records)
-    real_read = worktree._read_id
+    real_read = worktree.read_id
     stale = [None]  # the other process had not yet written the id when this one looked
-    monkeypatch.setattr(worktree, "_read_id", lambda id_file: stale.pop() if stale else real_read(id_file))
+    monkeypatch.setattr(worktree, "read_id", lambda fd, folder: stale.pop() if stale else real_read(fd, folder))
     second = worktree.identify(worktree.locate(str(repo)), records)
     assert second.id == first.id
     assert (repo / ".git" / "snapshotd" / "id").read_text().strip() == first.id

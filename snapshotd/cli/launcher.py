@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import snapshotd
 from snapshotd.cli.output import show_progress
-from snapshotd.errors import InternalError, SnapshotdError
-from snapshotd.fsutil import check_socket_folder, pid_alive
+from snapshotd.errors import InternalError, SnapshotdError, Untrusted
+from snapshotd.fsutil import check_private_home, check_socket_folder, pid_alive
 from snapshotd.server.peers import peer_credentials
 from snapshotd.settings import data_home, resolve_socket_path
 
@@ -178,12 +178,12 @@ def _log_embedded_failure(method: str, exc: BaseException) -> str:
     home = data_home()
     log_path = str(home / "embedded.log")
     try:
-        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_private_home(home, create=True)
         with _open_log(log_path) as log:
             stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
             log.write(f"{stamp} snapshotd --embedded {method}: {type(exc).__name__}\n".encode())
             log.write("".join(traceback.format_exception(exc)).encode("utf-8", "replace"))
-    except OSError:
+    except (OSError, Untrusted):
         return "nowhere: snapshotd's home could not take it"
     return log_path
 

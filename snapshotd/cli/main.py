@@ -17,6 +17,7 @@ from snapshotd.cli import admin, agents, changes, checkpoints
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, json_option
 from snapshotd.cli.output import let_output_carry_raw_names
+from snapshotd.fsutil import no_world_writes
 from snapshotd.settings import VERSION
 
 
@@ -34,6 +35,7 @@ def main(ctx: click.Context, socket_path: str | None, embedded: bool, json_outpu
     ignored files are never touched.
     """
     let_output_carry_raw_names()
+    no_world_writes()
     ctx.obj = Runner(socket_path, embedded, json_output)
 
 

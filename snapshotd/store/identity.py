@@ -21,12 +21,21 @@ from snapshotd.errors import (
     NotADirectory,
     NotFound,
     PathOutsideWorktree,
-    StateUnreadable,
     Unsupported,
 )
-from snapshotd.fsutil import atomic_write, file_lock
+from snapshotd.fsutil import atomic_write, check_private_home, checked_private_folder, file_lock
 from snapshotd.git.format import object_format
 from snapshotd.git.ownership import check_repository_owner
+from snapshotd.store.statedir import (
+    claim_id,
+    open_state_folder,
+    read_id,
+    read_id_of,
+    state_folder,
+    unreadable,
+)
+
+__all__ = ["Located", "Records", "WorktreeInfo", "identify", "locate", "read_gitfile", "unreadable"]
 
 
 @dataclass(frozen=True)
@@ -136,7 +145,7 @@ class Records:
         self._lock_path = home / "worktrees.lock"
 
     def _ensure(self) -> None:
-        self.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+        check_private_home(self.home, create=True)
 
     def load(self) -> dict[str, dict]:
         """Every record; none when the file does not exist yet.
@@ -145,6 +154,7 @@ class Records:
         it would orphan the stores of every worktree it lists.
         """
         try:
+            check_private_home(self.home, create=False)
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return {}
@@ -222,53 +232,8 @@ def _is_copy(other: dict, st: os.stat_result) -> bool:
     (a move across file systems looks like a copy: a fresh id, never a shared one).
     """
     if os.path.isdir(other.get("path", "")):
-        return _read_id(Path(other.get("git_dir") or "/nonexistent", "snapshotd", "id")) == other.get("id")
+        return read_id_of(other.get("git_dir") or "/nonexistent") == other.get("id")
     return "ino" in other and (other.get("dev"), other.get("ino")) != (st.st_dev, st.st_ino)
-
-
-def unreadable(path: Path, cause: OSError | str) -> StateUnreadable:
-    """The error for a state file that exists but cannot be used; it names the file and the cause."""
-    reason = cause if isinstance(cause, str) else (cause.strerror or type(cause).__name__).lower()
-    return StateUnreadable(
-        f"snapshotd cannot read {path} ({reason}); fix or move it away, nothing was changed.", path=str(path)
-    )
-
-
-def _read_id(id_file: Path) -> str | None:
-    """The worktree id in ``id_file``; None only when the file does not exist.
-
-    Any other failure (permissions, a folder in its place, no descriptors
-    left) is an error: minting a new id would orphan the worktree's checkpoints.
-    """
-    try:
-        value = id_file.read_text(errors="surrogateescape").strip()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise unreadable(id_file, exc) from exc
-    if not value.startswith("wt_"):
-        raise unreadable(id_file, "it does not hold a snapshotd worktree id")
-    return value
-
-
-def _claim_id(id_file: Path, *, replace: bool) -> str:
-    """Give a worktree a new id; two processes meeting it at once agree on one."""
-    worktree_id = new_worktree_id()
-    if replace:
-        atomic_write(id_file, (worktree_id + "\n").encode())
-        return worktree_id
-    tmp = id_file.with_name(f".id-{os.getpid()}-{secrets.token_hex(4)}")
-    tmp.write_text(worktree_id + "\n")
-    try:
-        os.link(tmp, id_file)  # atomic create-if-absent
-    except FileExistsError:
-        existing = _read_id(id_file)
-        if existing is None:
-            raise
-        return existing
-    finally:
-        tmp.unlink()
-    return worktree_id
 
 
 def _same_folder(record: dict, path: str) -> bool:
@@ -277,6 +242,23 @@ def _same_folder(record: dict, path: str) -> bool:
     except OSError:
         return False
     return record.get("dev") == st.st_dev and record.get("ino") == st.st_ino
+
+
+def _own_id(git_dir: str, known: dict[str, dict], root: str, st: os.stat_result) -> str:
+    """The id a git worktree keeps in its git dir, given one on first sight (or when a copy shares it)."""
+    folder = state_folder(git_dir)
+    fd = open_state_folder(git_dir)  # checked before anything is written through it
+    try:
+        worktree_id = read_id(fd, folder)
+        other = known.get(worktree_id) if worktree_id else None
+        if worktree_id and other is not None and other.get("path") != root and _is_copy(other, st):
+            # a copy (cp -a) holds the id too: never share it
+            return claim_id(fd, folder, new_worktree_id(), replace=True)
+        if worktree_id is None:
+            return claim_id(fd, folder, new_worktree_id(), replace=False)
+        return worktree_id
+    finally:
+        os.close(fd)
 
 
 def identify(located: Located, records: Records) -> WorktreeInfo:
@@ -289,9 +271,7 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
         fmt = object_format(located.common_dir or located.git_dir)
         if fmt not in ("sha1", "sha256"):
             raise Unsupported(f"The repository at {root} uses the object format {fmt!r}, which snapshotd does not know.")
-        state_dir = Path(located.git_dir, "snapshotd")
-        state_dir.mkdir(exist_ok=True)
-        id_file = state_dir / "id"
+        state_dir = state_folder(located.git_dir)
         if _copy_of_linked_worktree(located):
             # Its .git file names another folder's admin dir: the id there is not ours.
             claim = "git-copy"
@@ -299,12 +279,7 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             state_dir = home / "state" / worktree_id
         else:
             claim = None
-            worktree_id = _read_id(id_file)
-            other = known.get(worktree_id) if worktree_id else None
-            if worktree_id and other is not None and other.get("path") != root and _is_copy(other, st):
-                worktree_id = _claim_id(id_file, replace=True)  # a copy (cp -a) holds the id too: never share it
-            elif worktree_id is None:
-                worktree_id = _claim_id(id_file, replace=False)
+            worktree_id = _own_id(located.git_dir, known, root, st)
         info = WorktreeInfo(
             id=worktree_id,
             path=root,
@@ -320,7 +295,7 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
         worktree_id = records.claim_folder(root, st, claim)
         store_dir = home / "repos" / f"{worktree_id}.git"
         if not (store_dir / "HEAD").exists():
-            store_dir.parent.mkdir(parents=True, exist_ok=True)
+            checked_private_folder(store_dir.parent, 1)
             pygit2.init_repository(str(store_dir), bare=True)
         state_dir = home / "state" / worktree_id
         info = WorktreeInfo(
@@ -333,7 +308,8 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             state_dir=str(state_dir),
             home=str(home),
         )
-    Path(info.state_dir, "tmp").mkdir(parents=True, exist_ok=True)
+    # Made 0700 through descriptors of folders already checked to be ours, never through a link.
+    checked_private_folder(Path(info.state_dir, "tmp"), 2 if claim is None else 3)
     record = {**asdict(info), "dev": st.st_dev, "ino": st.st_ino, "claim": claim}
     if known.get(info.id) != record:
         records.update(info.id, record)
