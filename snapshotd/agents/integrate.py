@@ -14,12 +14,14 @@ nothing, and removing after adding gives back the file as it was before.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
 import re
 import shlex
 import shutil
+import stat
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -28,7 +30,7 @@ from typing import Any
 
 from snapshotd.agents import jsonedit
 from snapshotd.agents.hooks import TOOLS
-from snapshotd.errors import InvalidParams
+from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.fsutil import atomic_write
 
 HOOK_TIMEOUT_S = 10
@@ -48,6 +50,7 @@ class Change:
     new: str | None  # None: it is not to exist
     events: list[str]
     warnings: list[str] = field(default_factory=list)
+    project: Path | None = None  # the project's root for a project's settings: the file must stay inside it
 
     @property
     def changed(self) -> bool:
@@ -91,6 +94,66 @@ def _project_root(cwd: str) -> str:
     )
 
     return locate(cwd).root
+
+
+MAX_SETTINGS_BYTES = 1 << 20
+"""A settings file larger than this (1 MiB) is refused, not read: settings are a few KiB."""
+
+
+def _inside_project(path: Path, project: Path) -> None:
+    """Refuse a project settings path that goes through a link (to ``~/.ssh``, a credentials file) or leaves ``project``.
+
+    The project may be another person's tree: following its links would copy
+    this user's files into it, or write this user's files outside it.
+    """
+    try:
+        relative = path.relative_to(project)
+    except ValueError:
+        relative = None
+    current = project
+    for name in relative.parts if relative is not None else ():
+        current = current / name
+        if os.path.islink(current):
+            raise Untrusted(
+                f"{current} is a symlink; snapshotd edits a project's settings only inside the project, "
+                "so replace the link with the file itself, or use --user.",
+                path=str(current),
+            )
+    if relative is None or os.path.realpath(path) != str(project / relative):
+        raise Untrusted(f"{path} is not inside the project {project}; use --user.", path=str(path))
+
+
+def _read_settings(path: Path, project: Path | None) -> str | None:
+    """The text of a settings file (None when there is none), at most :data:`MAX_SETTINGS_BYTES`.
+
+    In a project it is opened without following a link and without blocking
+    (a FIFO there must not hang the command).
+    """
+    if project is not None:
+        _inside_project(path, project)
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if project is not None else 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise InvalidParams(f"Cannot read {path} ({exc.strerror}).") from exc
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise InvalidParams(f"{path} is not a regular file; move it away, then try again.")
+        data = os.read(fd, MAX_SETTINGS_BYTES + 1) if info.st_size <= MAX_SETTINGS_BYTES else b""
+        if info.st_size > MAX_SETTINGS_BYTES or len(data) > MAX_SETTINGS_BYTES:
+            raise InvalidParams(
+                f"{path} is larger than {MAX_SETTINGS_BYTES >> 20} MiB, too large for a settings file; "
+                "fix or move it, then try again."
+            )
+    finally:
+        os.close(fd)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidParams(f"Cannot read {path} ({exc}).") from exc
 
 
 def settings_path(tool: str, scope: str, cwd: str) -> Path:
@@ -186,14 +249,14 @@ def _with_ours(text: str, name: str, tool: str, wanted: dict[str, dict[str, Any]
 
 def codex_hooks_disabled(project_root: str | None) -> list[str]:
     """Where Codex's ``[features]`` turn hooks off (``hooks = false``, or the older ``codex_hooks``)."""
-    files = [Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "config.toml"]
+    files: list[tuple[Path, Path | None]] = [(Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "config.toml", None)]
     if project_root:
-        files.append(Path(project_root) / ".codex" / "config.toml")
+        files.append((Path(project_root) / ".codex" / "config.toml", Path(project_root)))
     found = []
-    for config in files:
+    for config, project in files:
         try:
-            features = tomllib.loads(config.read_text(encoding="utf-8")).get("features", {})
-        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+            features = tomllib.loads(_read_settings(config, project) or "").get("features", {})
+        except (SnapshotdError, tomllib.TOMLDecodeError):
             continue
         for key in ("hooks", "codex_hooks"):
             if isinstance(features, dict) and features.get(key) is False:
@@ -209,27 +272,28 @@ def plan(tool: str, scope: str, *, remove: bool, events: str, cwd: str) -> Chang
     if tool not in TOOLS:
         raise InvalidParams(f"Unknown agent tool {tool!r}; use one of: {', '.join(TOOLS)}.")
     path = settings_path(tool, scope, cwd)
-    try:
-        old: str | None = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        old = None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidParams(f"Cannot read {path} ({exc}).") from exc
+    project = Path(_project_root(cwd)) if scope == "project" else None
+    old = _read_settings(path, project)
     wanted = {} if remove else wanted_entries(tool, events)
     if old is None:
         new = json.dumps({"hooks": {event: [group] for event, group in wanted.items()}}, indent=2) + "\n" if wanted else None
     else:
         new = _with_ours(_without_ours(old, str(path), tool, wanted), str(path), tool, wanted)
-    change = Change(path, old, new, sorted(wanted))
+    change = Change(path, old, new, sorted(wanted), project=project)
     if tool == "codex" and not remove:
-        change.warnings = codex_hooks_disabled(_project_root(cwd) if scope == "project" else None)
+        change.warnings = codex_hooks_disabled(str(project) if project is not None else None)
     return change
 
 
 def apply(change: Change) -> None:
-    """Write the planned text, atomically, keeping the file's mode."""
+    """Write the planned text, atomically, keeping the file's mode (in a project: only inside it, never through a link)."""
     if not change.changed or change.new is None:
         return
+    if change.project is not None:
+        _inside_project(change.path, change.project)
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(change.path.parent, 0o755)
+        _inside_project(change.path, change.project)
     change.path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = change.path.stat().st_mode & 0o7777

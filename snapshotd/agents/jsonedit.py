@@ -18,6 +18,7 @@ from snapshotd.errors import InvalidParams
 
 _WHITESPACE = " \t\n\r"
 _DECODER = json.JSONDecoder()
+MAX_DEPTH = 64  # settings nest a few levels; a deeper file is not one, and would exhaust the stack
 
 
 @dataclass
@@ -62,13 +63,15 @@ def _expect(text: str, pos: int, char: str) -> None:
         raise ValueError(f"expected {char!r} at offset {pos}")
 
 
-def _parse_value(text: str, pos: int) -> Node:
+def _parse_value(text: str, pos: int, depth: int = 0) -> Node:
     pos = _skip(text, pos)
     if pos >= len(text):
         raise ValueError("unexpected end of text")
     if text[pos] not in "{[":
         value, end = _DECODER.raw_decode(text, pos)
         return Node("scalar", pos, end, value)
+    if depth >= MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels at offset {pos}")
     node = Node("object" if text[pos] == "{" else "array", pos, pos)
     close = "}" if node.kind == "object" else "]"
     pos = _skip(text, pos + 1)
@@ -84,7 +87,7 @@ def _parse_value(text: str, pos: int) -> Node:
             pos = _skip(text, after_key)
             _expect(text, pos, ":")
             pos += 1
-        child = _parse_value(text, pos)
+        child = _parse_value(text, pos, depth + 1)
         node.children.append(child)
         pos = _skip(text, child.end)
         if pos < len(text) and text[pos] == ",":
