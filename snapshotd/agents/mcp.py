@@ -12,6 +12,11 @@ current folder (agents start MCP servers in the project) unless ``path`` is
 given; the session is ``$SNAPSHOTD_SESSION``, else the session of the
 worktree's newest checkpoint, which the agent's hooks took for the prompt
 being handled.
+
+The agent is confined to its project: the worktree holding the folder the
+server was started in. A ``path`` outside it, or a checkpoint of another
+worktree, is refused, since the agent may be steered by what it reads;
+``snapshotd mcp --any-worktree`` lets it reach every repository of the user.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from snapshotd.agents.hooks import BEFORE_PROMPT
 from snapshotd.cli.launcher import Runner
-from snapshotd.errors import InvalidParams, SnapshotdError
+from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.settings import SAFETY_SESSION, VERSION
 
 PATCH_LIMIT_CHARS = 20_000
@@ -82,14 +87,52 @@ def _changes_text(result: dict[str, Any], applied: bool) -> str:
     return "\n".join(lines)
 
 
-class Tools:
-    """The tools' work, done through one :class:`~snapshotd.cli.launcher.Runner` (the daemon, started if needed)."""
+def project_root(folder: str) -> str:
+    """The root of the worktree holding ``folder`` (the folder itself when it is in none that can be used)."""
+    from snapshotd.store.identity import locate  # pygit2 comes with it
 
-    def __init__(self, runner: Runner) -> None:
+    try:
+        return locate(folder).root
+    except SnapshotdError:
+        return os.path.realpath(folder)
+
+
+_WIDER = "start it with 'snapshotd mcp --any-worktree' to let it reach your other repositories"
+
+
+class Tools:
+    """The tools' work, done through one :class:`~snapshotd.cli.launcher.Runner` (the daemon, started if needed).
+
+    ``root`` is the project the tools are confined to; None: every worktree of the user.
+    """
+
+    def __init__(self, runner: Runner, root: str | None = None) -> None:
         self.runner = runner
+        self.root = root
+        self._ids: dict[str, str] = {}
 
     def _worktree(self, path: str | None) -> str:
-        return os.path.abspath(path or os.getcwd())
+        folder = os.path.abspath(path or os.getcwd())
+        if self.root is not None:
+            real = os.path.realpath(folder)
+            if real != self.root and not real.startswith(self.root.rstrip("/") + "/"):
+                raise Untrusted(f"The path {path} is outside this MCP server's project {self.root}; {_WIDER}.", path=folder)
+        return folder
+
+    def _own(self, checkpoint: dict[str, Any], folder: str) -> dict[str, Any]:
+        """``checkpoint``, once it is known to be of the worktree at ``folder`` (when confined)."""
+        if self.root is not None:
+            if folder not in self._ids:
+                self._ids[folder] = self.runner.call("open", {"path": folder})["worktree"]["id"]
+            if checkpoint["worktree"] != self._ids[folder]:
+                raise Untrusted(
+                    f"Checkpoint {checkpoint['id'][:12]} is of another worktree than {folder}; "
+                    f"this MCP server works only in its project; {_WIDER}."
+                )
+        return checkpoint
+
+    def _show(self, checkpoint: str, folder: str) -> dict[str, Any]:
+        return self._own(self.runner.call("show", {"checkpoint": checkpoint, "path": folder})["checkpoint"], folder)
 
     def _session(self, path: str, session: str | None) -> str | None:
         """The session asked for, else ``$SNAPSHOTD_SESSION``, else that of the newest checkpoint."""
@@ -111,9 +154,10 @@ class Tools:
 
     def _turn(self, checkpoint: str, to: str | None, path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
         """(start, end) of the turn ``checkpoint`` opens, or up to ``to`` when given."""
-        start = self.runner.call("show", {"checkpoint": checkpoint, "path": self._worktree(path)})["checkpoint"]
+        folder = self._worktree(path)
+        start = self._show(checkpoint, folder)
         if to is not None:
-            return start, self.runner.call("show", {"checkpoint": to, "path": self._worktree(path)})["checkpoint"]
+            return start, self._show(to, folder)
         params = {"worktree": start["worktree"], **({"session": start["session"]} if start["session"] else {})}
         return start, turn_end(self.runner.call("list", params)["checkpoints"], start)
 
@@ -146,7 +190,10 @@ class Tools:
         return [os.path.join(self._worktree(path), p) for p in paths] if paths else None
 
     def restore(self, checkpoint: str, paths: list[str] | None, confirm: bool, path: str | None) -> CallToolResult:
-        params = {"checkpoint": checkpoint, "path": self._worktree(path), "dry_run": not confirm}
+        folder = self._worktree(path)
+        if self.root is not None:
+            self._show(checkpoint, folder)
+        params = {"checkpoint": checkpoint, "path": folder, "dry_run": not confirm}
         if paths:
             params["paths"] = self._paths(paths, path)
         result = self.runner.call("restore", params)
@@ -174,9 +221,9 @@ async def _answer(work: Callable[..., CallToolResult], *args: Any) -> CallToolRe
         return _error(error)
 
 
-def build_server(runner: Runner) -> MCPServer:
-    """The MCP server with snapshotd's tools."""
-    tools = Tools(runner)
+def build_server(runner: Runner, *, any_worktree: bool = False) -> MCPServer:
+    """The MCP server with snapshotd's tools, confined to the project of its folder unless ``any_worktree``."""
+    tools = Tools(runner, None if any_worktree else project_root(os.getcwd()))
     server = MCPServer(name="snapshotd", version=VERSION, instructions=__doc__.split("\n\n")[1])
     reading = ToolAnnotations(read_only_hint=True)
 
@@ -219,6 +266,6 @@ def build_server(runner: Runner) -> MCPServer:
     return server
 
 
-def serve_stdio(runner: Runner) -> None:
+def serve_stdio(runner: Runner, *, any_worktree: bool = False) -> None:
     """Serve the tools on stdin/stdout until the client closes them."""
-    build_server(runner).run("stdio")
+    build_server(runner, any_worktree=any_worktree).run("stdio")

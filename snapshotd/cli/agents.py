@@ -96,13 +96,21 @@ def integrate(ctx: click.Context, tool: str, scope: str, events: str, remove: bo
 
 
 @click.command(context_settings=CONTEXT)
+@click.option(
+    "--any-worktree", is_flag=True,
+    help="Let the agent reach every repository of yours, not only the project the server starts in.",
+)
 @click.pass_context
-def mcp(ctx: click.Context) -> None:
-    """Serve snapshotd's tools to an agent over MCP on stdio (needs the `mcp` extra)."""
+def mcp(ctx: click.Context, any_worktree: bool) -> None:
+    """Serve snapshotd's tools to an agent over MCP on stdio (needs the `mcp` extra).
+
+    The tools work only in the project (the worktree of the folder the server
+    starts in) unless --any-worktree is given.
+    """
     runner: Runner = ctx.obj
     try:
         from snapshotd.agents.mcp import serve_stdio
     except ImportError as exc:
         click.echo(f"error: the MCP server needs the mcp package ({exc}); install snapshotd[mcp].", err=True)
         sys.exit(1)
-    serve_stdio(Runner(runner.socket_path, runner.embedded, json_output=True))
+    serve_stdio(Runner(runner.socket_path, runner.embedded, json_output=True), any_worktree=any_worktree)
