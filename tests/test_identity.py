@@ -23,7 +23,7 @@ from daemon_helpers import child_env
 from repo_helpers import git, init_repo, write
 
 from snapshotd.engine.core import Engine
-from snapshotd.errors import NotADirectory, PathOutsideWorktree, StateUnreadable
+from snapshotd.errors import NotADirectory, NotFound, PathOutsideWorktree, StateUnreadable
 from snapshotd.store.identity import Records, identify, locate
 
 NOBODY = 65534
@@ -190,3 +190,37 @@ def test_identify_keeps_one_id_per_worktree_and_stores_linked_ones_in_the_common
     folder = identify(locate(str(plain)), records)
     assert folder.kind == "plain" and identify(locate(str(plain)), records).id == folder.id
     assert git(folder.store_dir, "rev-parse", "--is-bare-repository") == "true"
+
+
+async def test_a_bare_repository_is_refused_as_git_refuses_it(engine: Engine, tmp_path: Path) -> None:
+    """A bare repository has no worktree: git says so, and nothing of it is captured as a plain folder."""
+    source = init_repo(tmp_path / "src", ("a.txt", "a\n"))
+    bare = tmp_path / "b.git"
+    git(tmp_path, "clone", "-q", "--bare", str(source), str(bare))
+    assert git(bare, "rev-parse", "--is-bare-repository") == "true"
+    listing_before = sorted(p.relative_to(bare) for p in bare.rglob("*"))
+    for inside in (bare, bare / "refs" / "heads"):
+        with pytest.raises(PathOutsideWorktree) as caught:
+            await engine.call("checkpoint", {"path": str(inside)})
+        assert "bare repository" in caught.value.message and str(bare) in caught.value.message
+    assert sorted(p.relative_to(bare) for p in bare.rglob("*")) == listing_before
+    assert not records_file().exists() or str(bare) not in records_file().read_text()
+
+
+async def test_a_linked_worktree_whose_repository_moved_says_so_and_points_to_repair(
+    engine: Engine, tmp_path: Path
+) -> None:
+    repo = init_repo(tmp_path / "main", ("a.txt", "a\n"))
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "--detach", str(linked))
+    first = await engine.call("checkpoint", {"path": str(linked)})
+    os.rename(repo, tmp_path / "main-moved")
+    records_before = records_file().read_text()
+    with pytest.raises(NotFound) as caught:
+        await Engine().call("checkpoint", {"path": str(linked)})
+    message = caught.value.message
+    assert str(linked) in message and "is gone" in message and "snapshotd repair" in message
+    assert records_file().read_text() == records_before  # not taken for a new plain folder
+    git(tmp_path / "main-moved", "worktree", "repair", str(linked))  # as the error says
+    again = await Engine().call("checkpoint", {"path": str(linked)})
+    assert again["checkpoint"]["worktree"] == first["checkpoint"]["worktree"]

@@ -99,6 +99,23 @@ def _common_dir(git_dir: str) -> str:
     return os.path.normpath(os.path.join(git_dir, rel))
 
 
+def is_git_directory(folder: Path) -> bool:
+    """Whether ``folder`` is itself a git folder (a bare repository), by the test git's discovery makes.
+
+    It holds ``objects`` and ``refs`` folders and a ``HEAD`` that is a
+    symbolic ref to ``refs/`` or a commit id.
+    """
+    if not (folder / "objects").is_dir() or not (folder / "refs").is_dir():
+        return False
+    try:
+        head = (folder / "HEAD").read_bytes()[:256].strip()
+    except OSError:
+        return False
+    if head.startswith(b"ref:"):
+        return head[4:].strip().startswith(b"refs/")
+    return len(head) in (40, 64) and all(chr(byte) in "0123456789abcdef" for byte in head)
+
+
 def locate(path: str) -> Located:
     """Find the worktree holding ``path`` the way git discovers it (a ``.git`` above it)."""
     real = os.path.realpath(path)
@@ -118,6 +135,19 @@ def locate(path: str) -> Located:
             git_dir = read_gitfile(dotgit)
             if git_dir and os.path.isdir(git_dir):
                 return _trusted(str(current), git_dir, (str(dotgit),))
+            if git_dir and not os.path.lexists(git_dir):
+                raise NotFound(
+                    f"The worktree at {current} is linked to the git folder {git_dir}, which is gone: its "
+                    f"repository moved or was deleted. Run 'snapshotd repair {current}' if they moved together, "
+                    f"or 'git worktree repair {current}' from the repository's new place.",
+                    path=str(current),
+                )
+        if is_git_directory(current):
+            raise PathOutsideWorktree(
+                f"The path {path} is in the bare repository {current}, which has no worktree to capture; "
+                "give a worktree of it instead ('git worktree add' makes one).",
+                path=str(current),
+            )
         if current.parent == current:
             return Located(real, None, None)
         current = current.parent
