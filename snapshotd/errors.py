@@ -209,6 +209,12 @@ def filesystem_error(exc: BaseException, path: str, doing: str, where: str = "")
 
 
 
+def raise_disk_error(exc: BaseException, path: str, doing: str) -> None:
+    """Raise :func:`filesystem_error`'s sentence when the disk refused (full, read-only...); else return."""
+    error = filesystem_error(exc, path, doing)
+    if isinstance(error, FilesystemError):
+        raise error from exc
+
 # --- internal: restore -------------------------------------------------------
 # Raised and caught inside the restore stage; never sent to a client.
 

@@ -261,6 +261,25 @@ def test_a_full_disk_never_loses_the_newest_edit(small_disk: Path, tmp_path: Pat
         assert (wt / "a.txt").read_text() == "first\n"
 
 
+def test_on_a_full_disk_a_dry_run_asks_for_no_safety_checkpoint_and_diff_says_the_disk_is_full(
+    small_disk: Path, tmp_path: Path
+) -> None:
+    """Embedded (every capture cold): the capture's own error, worded as every disk error is."""
+    env = child_env(tmp_path / "run" / "s.sock")
+    wt = make_repo(small_disk / "wt", {"a.txt": "first\n"})
+    first = cli("--embedded", "--json", "checkpoint", wt, env=env).json()["checkpoint"]
+    (wt / "a.txt").write_text("second " + os.urandom(8).hex() + "\n")
+    subprocess.run(["dd", "if=/dev/zero", f"of={small_disk / 'filler'}", "bs=64k"], capture_output=True)
+    before = files_as_they_are(wt)
+    dry = cli("--embedded", "--json", "restore", first["id"], "--dry-run", cwd=wt, env=env, code=1).json()["error"]
+    assert dry["data"]["kind"] == "filesystem" and "disk is full" in dry["message"], dry
+    assert "safety" not in dry["message"], dry
+    diff = cli("--embedded", "--json", "diff", first["id"], cwd=wt, env=env, code=1).json()["error"]
+    assert diff["data"]["kind"] == "filesystem", diff
+    assert "disk is full" in diff["message"] and str(wt) in diff["message"], diff
+    assert files_as_they_are(wt) == before
+
+
 NOBODY = 65534
 
 

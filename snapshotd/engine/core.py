@@ -26,12 +26,11 @@ from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
 from snapshotd.engine.repair import repair
 from snapshotd.engine.subscriptions import Subscriptions, require_connection
 from snapshotd.errors import (
-    FilesystemError,
     InvalidParams,
     MethodNotFound,
     Unsupported,
     WorktreeMismatch,
-    filesystem_error,
+    raise_disk_error,
 )
 from snapshotd.git import spawn
 from snapshotd.git.repository import Repository, repository
@@ -117,8 +116,12 @@ class Engine:
 
 
     async def capture(self, state: WorktreeState, *, exact: bool = False) -> CaptureResult:
-        """The worktree's tree now, warm or cold as its capture decides; callers hold ``state.lock``."""
-        return await state.capture.take(exact=exact)
+        """The worktree's tree now, warm or cold; callers hold ``state.lock``. A disk's refusal is one sentence."""
+        try:
+            return await state.capture.take(exact=exact)
+        except (OSError, pygit2.GitError) as exc:
+            raise_disk_error(exc, state.info.store_dir, "capture the worktree into")
+            raise
 
     # --- watching ----------------------------------------------------------------
 
@@ -172,9 +175,7 @@ class Engine:
                     self._record, state, options.session, options.label, result.tree, limiter=thread_limiter
                 )
             except (OSError, pygit2.GitError) as exc:
-                error = filesystem_error(exc, state.info.store_dir, "save the checkpoint in")
-                if isinstance(error, FilesystemError):
-                    raise error from exc
+                raise_disk_error(exc, state.info.store_dir, "save the checkpoint in")
                 raise
         result.stats.ms = (time.perf_counter() - started) * 1000
         return CheckpointResult(checkpoint, result.stats)

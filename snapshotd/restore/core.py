@@ -148,6 +148,8 @@ async def _with_safety(info: WorktreeInfo, job: _Job, hooks: SafetyHooks) -> Res
         try:
             current = await hooks.capture(exact)
         except (SnapshotdError, OSError, pygit2.GitError) as exc:
+            if job.dry_run:  # it needs no safety checkpoint: the capture's own error says it all
+                raise (exc if isinstance(exc, SnapshotdError) else filesystem_error(exc, info.store_dir, "capture the worktree into")) from exc
             raise no_safety(exc, info.store_dir) from exc
         outcome = await trio.to_thread.run_sync(
             _plan_and_apply, info, current, job, exact, hooks, limiter=thread_limiter
