@@ -105,6 +105,17 @@ def test_a_fifo_as_the_id_is_refused_and_blocks_no_one(daemon: Daemon, tmp_path:
     assert stat.S_ISFIFO(os.lstat(state / "id").st_mode)
 
 
+def test_a_fifo_in_the_journal_folder_does_not_hold_the_worktrees_opening(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    journal = repo / ".git" / "snapshotd" / "journal"
+    journal.mkdir(parents=True, mode=0o700)
+    for name in ("apply-0123abcd.journal", ".journal-tmp-1-2"):
+        os.mkfifo(journal / name)
+    saved = cli_process("--embedded", "--json", "checkpoint", repo).json()
+    assert saved["checkpoint"]["tree"] == git(repo, "write-tree")
+    assert stat.S_ISFIFO(os.lstat(journal / "apply-0123abcd.journal").st_mode)
+
+
 # --- row 9: .git/snapshotd a symlink ---------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterator
 from typing import Any
 
@@ -91,13 +92,19 @@ def _same_folder(a: str, b: str) -> bool:
 
 @contextlib.contextmanager
 def _unless_locked(path: str) -> Iterator[int | None]:
-    """Open ``path`` and take its lock; yield None when it is gone or a live writer holds it."""
+    """Open ``path`` and take its lock; yield None when it is gone, not a regular file, or a live writer holds it.
+
+    Opened without blocking: a FIFO planted in the journal folder must not hold the thread.
+    """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         yield None
         return
     try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            yield None
+            return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
