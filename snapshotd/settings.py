@@ -30,6 +30,10 @@ def size_cap(explicit: int | None = None) -> int:
 
 DEFAULT_HOOK_BUDGET_S = 0.5
 DEFAULT_HOOK_START_BUDGET_S = 5.0
+HOOK_TIMEOUT_S = 60
+"""The time limit ``integrate`` writes into the agent's settings for one run of the hook (seconds)."""
+DEFAULT_HOOK_BEFORE_BUDGET_S = HOOK_TIMEOUT_S - 5.0
+"""A "before" hook waits this long for its checkpoint: inside the agent's limit, with time to exit."""
 
 
 def _seconds(variable: str, default: float) -> float:
@@ -40,14 +44,19 @@ def _seconds(variable: str, default: float) -> float:
         return default  # a hook never fails the agent over its own setting
 
 
-def hook_budget(explicit: float | None = None, *, daemon_running: bool = True) -> float:
+def hook_budget(explicit: float | None = None, *, daemon_running: bool = True, before: bool = False) -> float:
     """Seconds an agent hook waits for its checkpoint before it lets the agent go on.
 
-    ``$SNAPSHOTD_HOOK_BUDGET`` (default 0.5) when a daemon answers;
-    ``$SNAPSHOTD_HOOK_START_BUDGET`` (default 5) when the hook must start one.
+    A hook before the agent acts (``before``) waits for its checkpoint:
+    ``$SNAPSHOTD_HOOK_BEFORE_BUDGET`` (default 55, inside :data:`HOOK_TIMEOUT_S`).
+    Other hooks let it finish in the background after ``$SNAPSHOTD_HOOK_BUDGET``
+    (default 0.5) when a daemon answers, ``$SNAPSHOTD_HOOK_START_BUDGET``
+    (default 5) when the hook must start one.
     """
     if explicit is not None:
         return explicit
+    if before:
+        return _seconds("SNAPSHOTD_HOOK_BEFORE_BUDGET", DEFAULT_HOOK_BEFORE_BUDGET_S)
     if daemon_running:
         return _seconds("SNAPSHOTD_HOOK_BUDGET", DEFAULT_HOOK_BUDGET_S)
     return _seconds("SNAPSHOTD_HOOK_START_BUDGET", DEFAULT_HOOK_START_BUDGET_S)

@@ -8,6 +8,7 @@ line on stderr.
 
 from __future__ import annotations
 
+import json
 import shlex
 import socket
 import subprocess
@@ -17,7 +18,7 @@ from typing import Any
 
 import pytest
 from daemon_helpers import Daemon, answers, child_env, cli, wait_until
-from hook_helpers import placed, recorded, run_hook
+from hook_helpers import HookRun, placed, recorded, run_hook
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, write
 
@@ -35,6 +36,12 @@ def env(sock: Path) -> dict[str, str]:
 @pytest.fixture
 def repo(tmp_path: Path) -> Path:
     return init_repo(tmp_path / "project", ("a.txt", "alpha\n"), ("src/b.py", "print('b')\n"))
+
+
+def user_line(run: HookRun) -> str:
+    """The one line the hook asked the agent to show the user (its ``systemMessage``)."""
+    [line] = run.stdout.splitlines()
+    return json.loads(line)["systemMessage"]
 
 
 def session_checkpoints(repo: Path, env: dict[str, str], session: str) -> list[dict[str, Any]]:
@@ -125,8 +132,6 @@ def test_labels_quote_the_first_line_briefly() -> None:
 
 
 def _json(payload: dict[str, Any]) -> bytes:
-    import json
-
     return json.dumps(payload).encode()
 
 
@@ -143,9 +148,10 @@ def _json(payload: dict[str, Any]) -> bytes:
 )
 def test_bad_input_exits_0_with_one_line(daemon: Daemon, env: dict[str, str], data: bytes, tool: str, fragment: str) -> None:
     run = run_hook(tool, data, env)
-    assert run.code == 0 and run.stdout == "", run
+    assert run.code == 0, run
     [line] = run.stderr.splitlines()
     assert line.startswith("snapshotd hook: ") and fragment in line, run
+    assert fragment in user_line(run), run
 
 
 def test_a_stuck_daemon_costs_the_agent_only_the_budget(tmp_path: Path, repo: Path) -> None:
@@ -171,9 +177,9 @@ def test_a_daemon_that_cannot_start_exits_0(tmp_path: Path, repo: Path) -> None:
     env = child_env(folder / "s.sock", SNAPSHOTD_HOOK_BUDGET=LONG_WAIT, SNAPSHOTD_HOOK_START_BUDGET=LONG_WAIT)
     [(_, prompt)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
     run = run_hook("claude-code", placed(prompt, repo), env)
-    assert run.code == 0 and run.stdout == "", run
+    assert run.code == 0, run
     [line] = run.stderr.splitlines()
-    assert "could not start" in line, run
+    assert "could not start" in line and "could not start" in user_line(run), run
 
 
 def test_a_hook_starts_the_daemon_when_none_runs(tmp_path: Path, repo: Path) -> None:
@@ -192,15 +198,15 @@ def test_a_hook_starts_the_daemon_when_none_runs(tmp_path: Path, repo: Path) -> 
 def test_a_checkpoint_past_the_budget_finishes_in_the_background(tmp_path: Path, repo: Path) -> None:
     sock = tmp_path / "late" / "s.sock"
     env = child_env(sock, SNAPSHOTD_HOOK_START_BUDGET="0.01")  # far less than starting a daemon takes
-    [(_, prompt)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
+    [(_, stop)] = [item for item in recorded("claude-code") if "stop" in item[0]]
     try:
-        run = run_hook("claude-code", placed(prompt, repo), env)
-        assert run.code == 0 and run.stdout == "", run
+        run = run_hook("claude-code", placed(stop, repo), env)
+        assert run.code == 0 and run.stdout == "", run  # going on in the background is no failure
         [line] = run.stderr.splitlines()
         assert "still running" in line and "finishes in the background" in line, run
-        wait_until(lambda: answers(sock) and session_checkpoints(repo, env, prompt["session_id"]), 60, "the checkpoint")
-        [cp] = session_checkpoints(repo, env, prompt["session_id"])
-        assert (cp["label"], cp["tree"]) == ("before: Add a CHANGES file and fix the greeting in a.txt", oracle_tree(repo))
+        wait_until(lambda: answers(sock) and session_checkpoints(repo, env, stop["session_id"]), 60, "the checkpoint")
+        [cp] = session_checkpoints(repo, env, stop["session_id"])
+        assert (cp["label"], cp["tree"]) == ("after turn", oracle_tree(repo))
     finally:
         cli("stop", env=env)
 
@@ -258,3 +264,28 @@ def test_the_hook_path_loads_no_heavy_module(env: dict[str, str]) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     assert proc.stdout.strip() == "[]", proc
+
+
+def test_a_failure_is_shown_to_the_user_once_in_a_while(tmp_path: Path, repo: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    (folder / "s.sock").write_text("not a socket")  # no daemon can start here
+    env = child_env(folder / "s.sock", SNAPSHOTD_HOOK_BUDGET=LONG_WAIT, SNAPSHOTD_HOOK_START_BUDGET=LONG_WAIT)
+    [(_, prompt)] = [item for item in recorded("codex") if "user-prompt" in item[0]]
+    first = run_hook("codex", placed(prompt, repo), env)
+    assert first.code == 0 and "could not start" in first.stderr, first
+    line = user_line(first)
+    assert line.startswith("snapshotd: the checkpoint 'before: Add a CHANGES file") and "snapshotd doctor" in line, first
+    second = run_hook("codex", placed(prompt, repo), env)
+    assert second.code == 0 and "could not start" in second.stderr and second.stdout == "", second  # told already
+
+
+def test_a_failure_in_the_background_is_shown_at_the_next_hook(tmp_path: Path, repo: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    (folder / "s.sock").write_text("not a socket")
+    env = child_env(folder / "s.sock", SNAPSHOTD_HOOK_START_BUDGET="0.01")
+    [(_, stop)] = [item for item in recorded("claude-code") if "stop" in item[0]]
+    first = run_hook("claude-code", placed(stop, repo), env)
+    assert first.code == 0 and first.stdout == "" and "finishes in the background" in first.stderr, first
+    wait_until(lambda: "could not start" in (run_hook("claude-code", placed(stop, repo), env).stdout), 60, "the earlier failure told")

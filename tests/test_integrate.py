@@ -81,7 +81,8 @@ def test_add_is_idempotent_and_remove_gives_back_every_byte(tool: str, original:
     cli("integrate", tool, "--events", "tools")
     added = path.read_bytes()
     settings = json.loads(added)
-    assert ours(settings, tool) == {"UserPromptSubmit": [None], "Stop": [None], "PostToolUse": [EDIT_MATCHERS[tool]]}
+    assert ours(settings, tool) == {"SessionStart": [None], "UserPromptSubmit": [None], "Stop": [None], "PostToolUse": [EDIT_MATCHERS[tool]]}
+    assert {h["timeout"] for groups in settings["hooks"].values() for g in groups for h in g["hooks"] if h.get("command") == hook_command(tool)} == {60}
     before = json.loads(original)
     for event, groups in before["hooks"].items():
         assert settings["hooks"][event][: len(groups)] == groups  # theirs first, as they were
@@ -95,7 +96,7 @@ def test_add_is_idempotent_and_remove_gives_back_every_byte(tool: str, original:
 
     # Fewer events: the tool hooks go, the turn hooks stay.
     cli("integrate", tool)
-    assert ours(json.loads(path.read_bytes()), tool) == {"UserPromptSubmit": [None], "Stop": [None]}
+    assert ours(json.loads(path.read_bytes()), tool) == {"SessionStart": [None], "UserPromptSubmit": [None], "Stop": [None]}
 
     removed = cli("integrate", tool, "--remove")
     assert "removed" in removed.stdout
@@ -107,11 +108,11 @@ def test_project_scope_writes_at_the_worktree_root(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "repo", ("src/a.py", "x = 1\n"))
     cli("integrate", "claude-code", "--project", cwd=repo / "src")
     settings = json.loads((repo / ".claude" / "settings.json").read_text())
-    assert set(ours(settings, "claude-code")) == {"UserPromptSubmit", "Stop"}
+    assert set(ours(settings, "claude-code")) == {"SessionStart", "UserPromptSubmit", "Stop"}
     assert not user_file("claude-code").exists()
 
     cli("integrate", "codex", "--project", cwd=repo)
-    assert set(ours(json.loads((repo / ".codex" / "hooks.json").read_text()), "codex")) == {"UserPromptSubmit", "Stop"}
+    assert set(ours(json.loads((repo / ".codex" / "hooks.json").read_text()), "codex")) == {"SessionStart", "UserPromptSubmit", "Stop"}
 
     # A file snapshotd created holds nothing of anyone else's; removing leaves an empty object.
     cli("integrate", "claude-code", "--project", "--remove", cwd=repo)

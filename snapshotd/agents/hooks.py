@@ -7,10 +7,16 @@ stdin (``session_id``, ``cwd``, ``hook_event_name``; ``prompt`` on
 (the worktree, the agent's session, a label such as ``before: fix the
 parser``), and :func:`run_hook` checkpoints it within a time budget.
 
-A hook must never break or slow the agent, so :func:`run_hook` never raises
-and prints nothing on stdout: it returns a one-line note for stderr instead.
-The checkpoint runs in a child process; when the budget runs out the hook
-returns and the child, detached from the agent's pipes, lets the daemon finish.
+A hook must never break the agent, so :func:`run_hook` never raises: it
+returns an :class:`Outcome`, a one-line note for stderr and, when something
+failed, one line for the user (the agent shows a hook's ``systemMessage`` to
+the user, never to the model). The checkpoint runs in a child process. A hook
+before the agent acts (:data:`BEFORE_EVENTS`) waits for it, so that "before"
+holds nothing of what the agent then does; any other hook returns after a
+short budget and the child, detached from the agent's pipes, lets the daemon
+finish. Either way the child first waits for the session's earlier
+checkpoints (:class:`~snapshotd.agents.hookstate.Turn`): a session's
+checkpoints are recorded in the order of its events.
 """
 
 from __future__ import annotations
@@ -26,14 +32,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from snapshotd.agents.hookstate import Turn, last_result, record_result
 from snapshotd.errors import InvalidParams, SnapshotdError
 
 TOOLS = ("claude-code", "codex")
 """The agent tools whose hook payloads :func:`describe` reads."""
 
 EVENT_SETS = ("turns", "tools")
-"""Which events ``integrate`` hooks: ``turns``, before each prompt and after each turn;
-``tools``, also after each edit or shell tool."""
+"""Which events ``integrate`` hooks: ``turns``, at the session's start, before each prompt and after
+each turn; ``tools``, also after each edit or shell tool."""
 
 BEFORE_PROMPT = "before: "
 """Label prefix of the checkpoint taken as a prompt is submitted: a turn starts there."""
@@ -46,6 +53,14 @@ LABEL_DETAIL_CHARS = 72
 
 CHILD_LIMIT_S = 600
 """A checkpoint left to finish in the background gives up after this long."""
+
+STDIN_WAIT_S = 5
+"""The payload must arrive on stdin within this long."""
+
+BEFORE_EVENTS = ("UserPromptSubmit", "PreToolUse")
+"""Events after which the agent acts: their hook returns only once the checkpoint is recorded."""
+
+STILL_RUNNING = "the checkpoint is still running after"
 
 _EDIT_TOOLS_PATH_KEYS = ("file_path", "notebook_path", "path")
 _PATCH_FILE_MARKERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
@@ -185,36 +200,74 @@ def _note_for(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def within_budget(work: Callable[[], None], budget_s: float) -> str | None:
-    """Run ``work`` in a child process and wait at most ``budget_s`` for it.
+@dataclass(frozen=True)
+class Outcome:
+    """How one hook run ended: a note for stderr (None: recorded in time), whether that is a failure,
+    and the note of the previous run's failure, if it failed (perhaps in the background)."""
+
+    note: str | None = None
+    failed: bool = False
+    label: str = ""
+    previous: str | None = None
+
+    def user_line(self) -> str | None:
+        """The one line to show the user through the agent's own channel, if anything failed."""
+        if self.failed and self.note:
+            what = f"the checkpoint {self.label!r}" if self.label else "a checkpoint"
+            return f"snapshotd: {what} was not recorded: {self.note} (run `snapshotd doctor`)"
+        if self.previous:
+            return f"snapshotd: an earlier checkpoint was not recorded: {self.previous} (run `snapshotd doctor`)"
+        return None
+
+
+def _child(work: Callable[[], None], turn: Turn | None, done: Callable[[str | None], None], write_fd: int) -> None:
+    """In the child: wait for the session's earlier checkpoints, do the work, report on the pipe; never return."""
+    status = 0
+    try:
+        _detach()
+        signal.alarm(CHILD_LIMIT_S)
+        note = ""
+        try:
+            if turn is not None and not turn.wait(time.monotonic() + CHILD_LIMIT_S):
+                raise TimeoutError("an earlier checkpoint of this session never finished")
+            work()
+        except BaseException as exc:
+            note = _note_for(exc) or type(exc).__name__
+        with contextlib.suppress(BaseException):
+            done(note or None)
+        if turn is not None:
+            turn.release()
+        with contextlib.suppress(OSError):  # the hook may have left already
+            os.write(write_fd, ("error " + note if note else "ok").encode("utf-8", "replace"))
+    except BaseException:
+        status = 1
+    finally:
+        os._exit(status)
+
+
+def within_budget(
+    work: Callable[[], None],
+    budget_s: float,
+    turn: Turn | None = None,
+    done: Callable[[str | None], None] = lambda note: None,
+) -> str | None:
+    """Run ``work`` in a child process, after ``turn``'s earlier checkpoints, and wait at most ``budget_s`` for it.
 
     Returns None when it succeeded in time, else a one-line note: its error,
     or that it goes on in the background (detached, for at most
-    :data:`CHILD_LIMIT_S`).
+    :data:`CHILD_LIMIT_S`). The child calls ``done`` with its own note.
     """
     read_fd, write_fd = os.pipe()
     pid = os.fork()
-    if pid == 0:  # the child: do the work, report on the pipe, never return
-        status = 0
-        try:
-            os.close(read_fd)
-            _detach()
-            signal.alarm(CHILD_LIMIT_S)
-            note = ""
-            try:
-                work()
-            except BaseException as exc:
-                note = _note_for(exc) or type(exc).__name__
-            with contextlib.suppress(OSError):  # the hook may have left already
-                os.write(write_fd, ("error " + note if note else "ok").encode("utf-8", "replace"))
-        except BaseException:
-            status = 1
-        finally:
-            os._exit(status)
+    if pid == 0:
+        os.close(read_fd)
+        _child(work, turn, done, write_fd)
     os.close(write_fd)
+    if turn is not None:
+        turn.close()  # the child holds the turn now
     try:
         if not select.select([read_fd], [], [], max(budget_s, 0))[0]:
-            return f"the checkpoint is still running after {round(budget_s, 1):g} s; it finishes in the background."
+            return f"{STILL_RUNNING} {round(budget_s, 1):g} s; it finishes in the background."
         report = b""
         while chunk := os.read(read_fd, 65536):
             report += chunk
@@ -227,15 +280,31 @@ def within_budget(work: Callable[[], None], budget_s: float) -> str | None:
     return text.removeprefix("error ") or "the checkpoint process ended without a report."
 
 
-def run_hook(tool: str, checkpoint: Callable[[dict[str, Any]], Any], budget_s: float) -> str | None:
+def run_hook(tool: str, checkpoint: Callable[[dict[str, Any]], Any], budget_for: Callable[[bool], float]) -> Outcome:
     """Read a payload of ``tool`` on stdin and checkpoint it through ``checkpoint(params)``.
 
-    Never raises; returns None on success or a one-line note for stderr.
+    ``budget_for(before)`` is the wait for an event before the agent acts
+    (:data:`BEFORE_EVENTS`) or for any other. Never raises.
     """
     try:
-        started = time.monotonic()
-        event = describe(tool, read_stdin(started + budget_s))
-        remaining = budget_s - (time.monotonic() - started)
-        return within_budget(lambda: checkpoint(event.params()), remaining)
+        event = describe(tool, read_stdin(time.monotonic() + STDIN_WAIT_S))
     except BaseException as exc:  # a hook must never fail the agent, whatever happened
-        return _note_for(exc)
+        note = _note_for(exc)
+        with contextlib.suppress(BaseException):
+            record_result(tool, "", os.getcwd(), note)
+        return Outcome(note, failed=True)
+    try:
+        earlier = last_result(tool)
+        previous = earlier.get("note") if earlier and earlier.get("ok") is False else None
+        before = event.event in BEFORE_EVENTS
+        turn = Turn(event.session or event.cwd)
+        note = within_budget(
+            lambda: checkpoint(event.params()),
+            budget_for(before),
+            turn,
+            lambda child_note: record_result(tool, event.event, event.cwd, child_note),
+        )
+    except BaseException as exc:
+        return Outcome(_note_for(exc), failed=True, label=event.label)
+    failed = note is not None and (before or not note.startswith(STILL_RUNNING))
+    return Outcome(note, failed, event.label, previous if isinstance(previous, str) and not failed else None)

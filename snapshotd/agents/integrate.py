@@ -4,7 +4,7 @@ Claude Code reads hooks from ``.claude/settings.json`` (project) and
 ``~/.claude/settings.json`` (user); Codex from ``.codex/hooks.json`` and
 ``~/.codex/hooks.json``. Both use the same shape::
 
-    {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "...", "timeout": 10}]}],
+    {"hooks": {"Stop": [{"hooks": [{"type": "command", "command": "...", "timeout": 60}]}],
                "PostToolUse": [{"matcher": "Bash", "hooks": [...]}]}}
 
 :func:`plan` computes the new text of the file with :mod:`.jsonedit`, so that
@@ -32,11 +32,11 @@ from snapshotd.agents import jsonedit
 from snapshotd.agents.hooks import TOOLS
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.fsutil import atomic_write
+from snapshotd.settings import HOOK_TIMEOUT_S
 
-HOOK_TIMEOUT_S = 10
-"""The agent's own time limit for one run of the hook (seconds); the hook keeps well inside it."""
-
-TURN_EVENTS = ("UserPromptSubmit", "Stop")
+TURN_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop")
+"""The events of ``--events turns``: the session's start checkpoints and warms the worktree, so that
+the first "before" (which waits for its checkpoint) is quick."""
 
 EDIT_MATCHERS = {"claude-code": "Bash|Edit|Write|MultiEdit|NotebookEdit", "codex": "Bash|apply_patch"}
 """The tools after which ``--events tools`` also checkpoints, as each agent's matcher regex."""

@@ -7,6 +7,7 @@ They only parse and call into :mod:`snapshotd.agents.hooks`,
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 
@@ -19,38 +20,57 @@ from snapshotd.cli.output import to_json
 from snapshotd.errors import SnapshotdError
 from snapshotd.settings import hook_budget
 
+PING_TIMEOUT_S = 1.0
+"""A daemon that accepts but does not answer a ping within this long is taken as stuck."""
 
-def _daemon_answers(socket_path: str | None) -> bool:
-    """Whether a daemon accepts connections now (else the hook will start one, which takes longer)."""
+
+def _daemon_state(socket_path: str | None) -> str:
+    """``up`` (answers), ``down`` (nothing listens: the hook will start one) or ``stuck`` (accepts, never answers)."""
     from snapshotd.server.client import connect_or_none
 
     try:
-        client = connect_or_none(socket_path, timeout=0.2)
+        client = connect_or_none(socket_path, timeout=PING_TIMEOUT_S)
     except OSError:
-        return False
+        return "down"
     if client is None:
-        return False
-    client.close()
-    return True
+        return "down"
+    try:
+        client.call("ping")
+    except (OSError, SnapshotdError):
+        return "stuck"
+    finally:
+        client.close()
+    return "up"
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("tool", metavar="claude-code|codex", required=False, default="")
-@click.option("--budget", type=float, metavar="SECONDS", help="Wait at most this long for the checkpoint (default: 0.5 with a running daemon, 5 when starting one).")
+@click.option("--budget", type=float, metavar="SECONDS", help="Wait at most this long for the checkpoint (default: 55 before a prompt or a tool, else 0.5 with a running daemon, 5 when starting one).")
 @click.pass_context
 def hook(ctx: click.Context, tool: str, budget: float | None) -> None:
     """Checkpoint the worktree for one hook payload of the agent on stdin; always exits 0.
 
     The label says what happened (`before: <prompt>`, `after turn`, `after Bash:
-    <command>`) and the session is the agent's session id. Nothing is printed on
-    stdout; a failure is one line on stderr.
+    <command>`) and the session is the agent's session id. A hook before a
+    prompt or a tool returns once its checkpoint is recorded; the others let it
+    finish in the background. A failure is one line on stderr and, at most once
+    in ten minutes, one line for the user as the agent's `systemMessage` on stdout.
     """
+    from snapshotd.agents.hookstate import may_tell
+
     runner: Runner = ctx.obj
     daemon = Runner(runner.socket_path, embedded=False, json_output=True)
-    running = _daemon_answers(runner.socket_path)
-    note = run_hook(tool, lambda params: daemon.call("checkpoint", params), hook_budget(budget, daemon_running=running))
-    if note:
-        click.echo(f"snapshotd hook: {note}", err=True)
+    state = _daemon_state(runner.socket_path)
+
+    def budget_for(before: bool) -> float:
+        return hook_budget(budget, daemon_running=state != "down", before=before and state != "stuck")
+
+    outcome = run_hook(tool, lambda params: daemon.call("checkpoint", params), budget_for)
+    if outcome.note:
+        click.echo(f"snapshotd hook: {outcome.note}", err=True)
+    line = outcome.user_line()
+    if line and may_tell(tool):
+        click.echo(json.dumps({"systemMessage": line}))
     sys.exit(0)
 
 
