@@ -101,3 +101,28 @@ def test_git_runs_no_fsmonitor_program(tmp_path: Path) -> None:
     run_git_sync(GitTarget(git_dir=str(repo / ".git"), work_tree=str(repo)), ["status", "--porcelain"])
     assert not marker.exists(), "git ran the repository's core.fsmonitor program"
 
+
+
+@pytest.mark.parametrize("object_format", ["sha1", "sha256"])
+async def test_an_open_worktree_remade_by_another_user_is_refused_by_id(
+    engine: Engine, shared: Path, tmp_path: Path, object_format: str
+) -> None:
+    """The engine keeps the worktree open; a request by its id must not go on in the other user's repository."""
+    victim = shared / "v"
+    victim.mkdir()
+    git(victim, "init", "-q", f"--object-format={object_format}", ".")
+    write(victim / "a.txt", "mine\n")
+    first = (await engine.call("checkpoint", {"path": str(victim)}))["checkpoint"]
+    shutil.rmtree(victim)
+    marker = tmp_path / "filter-ran"
+    victim.mkdir()
+    git(victim, "init", "-q", f"--object-format={object_format}", ".")
+    script = write(shared / "clean.sh", f"#!/bin/sh\necho ran >> {marker}\ncat\n", mode=0o755)
+    git(victim, "config", "filter.evil.clean", str(script))
+    write(victim / ".gitattributes", "* filter=evil\n")
+    write(victim / "b.txt", "theirs\n")
+    chown_tree(victim)
+    with pytest.raises(SnapshotdError) as refused:
+        await engine.call("checkpoint", {"worktree": first["worktree"]})
+    assert refused.value.kind in ("untrusted", "not_found"), refused.value
+    assert not marker.exists(), "the other user's clean filter ran as this user"

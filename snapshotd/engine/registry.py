@@ -26,7 +26,7 @@ from snapshotd.fsutil import remove_stale_temp_files
 from snapshotd.git.repository import read_head
 from snapshotd.restore.core import recover
 from snapshotd.server.params import optional_path, optional_str
-from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
+from snapshotd.store.identity import Records, WorktreeInfo, check_still_trusted, identify, locate
 from snapshotd.threads import thread_limiter
 
 MAX_VANISHED_KEPT = 64  # worktrees found gone or moved that are still shown; older ones are forgotten
@@ -115,6 +115,7 @@ class Registry:
         """The open or recorded worktree with this id, where the records say it is."""
         state = self.worktrees.get(worktree_id)
         if state is not None and os.path.isdir(state.info.path):
+            check_still_trusted(state.info)
             return state
         record = self.records.load().get(worktree_id)
         if record is None:

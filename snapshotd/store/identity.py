@@ -35,7 +35,7 @@ from snapshotd.store.statedir import (
     unreadable,
 )
 
-__all__ = ["Located", "Records", "WorktreeInfo", "identify", "locate", "read_gitfile", "unreadable"]
+__all__ = ["Located", "Records", "WorktreeInfo", "check_still_trusted", "identify", "locate", "read_gitfile", "unreadable"]
 
 
 @dataclass(frozen=True)
@@ -164,6 +164,20 @@ def _trusted(root: str, git_dir: str, gitfiles: tuple[str, ...]) -> Located:
     if common_dir != git_dir:
         check_repository_owner(root, [common_dir])
     return Located(root, git_dir, common_dir)
+
+
+def check_still_trusted(info: WorktreeInfo) -> None:
+    """The ownership rule again, for a worktree already open and now asked for by id alone.
+
+    Its folder may have been deleted and made again by another user since it
+    was opened: a capture there would run that user's filters as this user.
+    """
+    if info.git_dir is None:
+        return
+    dotgit = os.path.join(info.path, ".git")
+    paths = [dotgit] if os.path.isfile(dotgit) else []
+    paths += [info.path, info.git_dir, *([info.common_dir] if info.common_dir not in (None, info.git_dir) else [])]
+    check_repository_owner(info.path, paths)
 
 
 class Records:
