@@ -14,23 +14,21 @@ nothing, and removing after adding gives back the file as it was before.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
 import json
 import os
 import re
 import shlex
 import shutil
-import stat
 import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snapshotd.agents import jsonedit
+from snapshotd.agents import jsonedit, projectfiles
 from snapshotd.agents.hooks import TOOLS
-from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
+from snapshotd.errors import InvalidParams, SnapshotdError
 from snapshotd.fsutil import atomic_write
 from snapshotd.settings import HOOK_TIMEOUT_S
 
@@ -100,60 +98,24 @@ MAX_SETTINGS_BYTES = 1 << 20
 """A settings file larger than this (1 MiB) is refused, not read: settings are a few KiB."""
 
 
-def _inside_project(path: Path, project: Path) -> None:
-    """Refuse a project settings path that goes through a link (to ``~/.ssh``, a credentials file) or leaves ``project``.
-
-    The project may be another person's tree: following its links would copy
-    this user's files into it, or write this user's files outside it.
-    """
-    try:
-        relative = path.relative_to(project)
-    except ValueError:
-        relative = None
-    current = project
-    for name in relative.parts if relative is not None else ():
-        current = current / name
-        if os.path.islink(current):
-            raise Untrusted(
-                f"{current} is a symlink; snapshotd edits a project's settings only inside the project, "
-                "so replace the link with the file itself, or use --user.",
-                path=str(current),
-            )
-    if relative is None or os.path.realpath(path) != str(project / relative):
-        raise Untrusted(f"{path} is not inside the project {project}; use --user.", path=str(path))
-
-
 def _read_settings(path: Path, project: Path | None) -> str | None:
     """The text of a settings file (None when there is none), at most :data:`MAX_SETTINGS_BYTES`.
 
-    In a project it is opened without following a link and without blocking
-    (a FIFO there must not hang the command).
+    In a project it is reached only inside the project (:mod:`.projectfiles`);
+    either way it is opened without blocking (a FIFO must not hang the command).
     """
     if project is not None:
-        _inside_project(path, project)
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if project is not None else 0)
+        return projectfiles.read_file(project, path.parent.name, path.name, MAX_SETTINGS_BYTES)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
         raise InvalidParams(f"Cannot read {path} ({exc.strerror}).") from exc
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise InvalidParams(f"{path} is not a regular file; move it away, then try again.")
-        data = os.read(fd, MAX_SETTINGS_BYTES + 1) if info.st_size <= MAX_SETTINGS_BYTES else b""
-        if info.st_size > MAX_SETTINGS_BYTES or len(data) > MAX_SETTINGS_BYTES:
-            raise InvalidParams(
-                f"{path} is larger than {MAX_SETTINGS_BYTES >> 20} MiB, too large for a settings file; "
-                "fix or move it, then try again."
-            )
+        return projectfiles.read_limited(fd, path, MAX_SETTINGS_BYTES)
     finally:
         os.close(fd)
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidParams(f"Cannot read {path} ({exc}).") from exc
 
 
 def settings_path(tool: str, scope: str, cwd: str) -> Path:
@@ -290,10 +252,8 @@ def apply(change: Change) -> None:
     if not change.changed or change.new is None:
         return
     if change.project is not None:
-        _inside_project(change.path, change.project)
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(change.path.parent, 0o755)
-        _inside_project(change.path, change.project)
+        projectfiles.write_file(change.project, change.path.parent.name, change.path.name, change.new.encode("utf-8"))
+        return
     change.path.parent.mkdir(parents=True, exist_ok=True)
     try:
         mode = change.path.stat().st_mode & 0o7777

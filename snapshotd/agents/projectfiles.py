@@ -1,0 +1,130 @@
+"""A project's agent settings (``.claude/settings.json``, ``.codex/hooks.json``), reached only inside the project.
+
+The project may be someone else's tree, or one another user can write to. Its
+settings folder is opened from a descriptor of the project's root with
+``O_NOFOLLOW``, and the file read and replaced relative to that folder's
+descriptor, so a link planted as either (to ``~/.ssh``, to a credentials
+file), even one swapped in between a check and a write, is never followed:
+nothing of the user's is copied into the project, and nothing is written
+outside it. A file that is not a regular one, or is larger than the limit, is
+refused before it is read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+
+from snapshotd.errors import InvalidParams, Untrusted
+
+__all__ = ["read_file", "read_limited", "write_file"]
+
+_OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _refused_link(path: Path) -> Untrusted:
+    return Untrusted(
+        f"{path} is a symlink; snapshotd edits a project's settings only inside the project, "
+        "so replace the link with the file itself, or use --user.",
+        path=str(path),
+    )
+
+
+def _open_folder(project: Path, folder: str, *, create: bool) -> int | None:
+    """A descriptor on ``project/folder`` (made 0755 with ``create``); None when it does not exist."""
+    root = os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if create:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder, 0o755, dir_fd=root)
+        try:
+            return os.open(folder, _OPEN_FOLDER, dir_fd=root)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP or (
+                exc.errno == errno.ENOTDIR and stat.S_ISLNK(os.stat(folder, dir_fd=root, follow_symlinks=False).st_mode)
+            ):
+                raise _refused_link(project / folder) from exc
+            if exc.errno == errno.ENOTDIR:
+                raise InvalidParams(f"{project / folder} is not a folder; move it away, then try again.") from exc
+            raise
+    finally:
+        os.close(root)
+
+
+def read_limited(fd: int, path: Path, limit: int) -> str:
+    """The UTF-8 text of the open regular file ``fd``, refused when larger than ``limit`` bytes."""
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise InvalidParams(f"{path} is not a regular file; move it away, then try again.")
+    data = os.read(fd, limit + 1) if info.st_size <= limit else b""
+    if info.st_size > limit or len(data) > limit:
+        raise InvalidParams(
+            f"{path} is larger than {limit >> 20} MiB, too large for a settings file; fix or move it, then try again."
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InvalidParams(f"Cannot read {path} ({exc}).") from exc
+
+
+def read_file(project: Path, folder: str, name: str, limit: int) -> str | None:
+    """The text of ``project/folder/name``, or None when there is none; links refused, never followed."""
+    path = project / folder / name
+    folder_fd = _open_folder(project, folder, create=False)
+    if folder_fd is None:
+        return None
+    try:
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder_fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise _refused_link(path) from exc
+            raise InvalidParams(f"Cannot read {path} ({exc.strerror}).") from exc
+        try:
+            return read_limited(fd, path, limit)
+        finally:
+            os.close(fd)
+    finally:
+        os.close(folder_fd)
+
+
+def write_file(project: Path, folder: str, name: str, data: bytes) -> None:
+    """Replace ``project/folder/name`` with ``data`` atomically, keeping its mode (0644 for a new file)."""
+    folder_fd = _open_folder(project, folder, create=True)
+    assert folder_fd is not None
+    try:
+        try:
+            info = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            mode = 0o644
+        else:
+            if stat.S_ISLNK(info.st_mode):
+                raise _refused_link(project / folder / name)
+            mode = stat.S_IMODE(info.st_mode)
+        tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fchmod(fd, mode)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp, dir_fd=folder_fd)
+            raise
+        os.fsync(folder_fd)
+    finally:
+        os.close(folder_fd)
