@@ -26,7 +26,7 @@ import trio
 from snapshotd.engine.core import Engine
 from snapshotd.server.binding import systemd_listen_fd
 from snapshotd.server.listener import serve
-from snapshotd.settings import resolve_socket_path
+from snapshotd.settings import max_connections as connection_setting, resolve_socket_path
 
 __all__ = ["run_daemon", "serve_daemon"]
 
@@ -76,6 +76,7 @@ async def serve_daemon(
     allow_root: bool = False,
     size_cap: int | None = None,
     watch: bool = True,
+    max_connections: int | None = None,
     stop_deadline_s: float | None = None,
     task_status: trio.TaskStatus[Engine] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -115,6 +116,7 @@ async def serve_daemon(
                             path,
                             allow_root=allow_root,
                             listen_fd=systemd_listen_fd(),
+                            max_connections=connection_setting(max_connections),
                             task_status=task_status,
                         )
                     )
@@ -143,6 +145,7 @@ def run_daemon(
     allow_root: bool = False,
     size_cap: int | None = None,
     watch: bool = True,
+    max_connections: int | None = None,
 ) -> None:
     """Blocking entry point of ``snapshotd serve``; returns once the daemon has stopped cleanly."""
     logging.basicConfig(
@@ -150,6 +153,11 @@ def run_daemon(
     )
     trio.run(
         lambda: serve_daemon(
-            socket_path, allow_root=allow_root, size_cap=size_cap, watch=watch, stop_deadline_s=STOP_DEADLINE_S
+            socket_path,
+            allow_root=allow_root,
+            size_cap=size_cap,
+            watch=watch,
+            max_connections=max_connections,
+            stop_deadline_s=STOP_DEADLINE_S,
         )
     )

@@ -62,6 +62,38 @@ def hook_budget(explicit: float | None = None, *, daemon_running: bool = True, b
     return _seconds("SNAPSHOTD_HOOK_START_BUDGET", DEFAULT_HOOK_START_BUDGET_S)
 
 
+DEFAULT_CONNECT_TIMEOUT_S = 30.0
+DEFAULT_MAX_CONNECTIONS = 4096
+
+
+def connect_timeout(explicit: float | None = None) -> float:
+    """Seconds a client waits for room at a busy daemon before it says so: ``$SNAPSHOTD_CONNECT_TIMEOUT`` (30)."""
+    if explicit is not None:
+        return explicit
+    return _seconds("SNAPSHOTD_CONNECT_TIMEOUT", DEFAULT_CONNECT_TIMEOUT_S)
+
+
+def max_connections(explicit: int | None = None) -> int:
+    """Connections the daemon serves at once: ``$SNAPSHOTD_MAX_CONNECTIONS``, else 4096 (a fleet's sessions and hooks).
+
+    The daemon lowers it to fit its descriptor limit (see
+    :func:`snapshotd.server.budget.connection_cap`); a connection past it gets
+    a ``busy`` answer that says when to retry.
+    """
+    if explicit is not None:
+        return explicit
+    value = os.environ.get("SNAPSHOTD_MAX_CONNECTIONS")
+    if not value:
+        return DEFAULT_MAX_CONNECTIONS
+    try:
+        number = int(value)
+    except ValueError:
+        number = 0
+    if number < 1:
+        raise ValueError(f"SNAPSHOTD_MAX_CONNECTIONS must be a whole number of at least 1, not {value!r}.")
+    return number
+
+
 def git_config_home() -> Path:
     """Where git looks for the user's config, ignore and attributes files: $XDG_CONFIG_HOME/git."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")

@@ -21,6 +21,7 @@ from daemon_helpers import answers, process_gone, wait_until
 import snapshotd
 from snapshotd.cli import launcher
 from snapshotd.cli.launcher import Runner
+from snapshotd.server.dialing import daemon_starting
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ def test_shutdown_returns_once_the_daemon_is_gone_and_finds_none_the_second_time
 
 def test_a_lock_held_by_another_process_means_a_daemon_is_starting(sock: Path) -> None:
     sock.parent.mkdir(mode=0o700)
-    assert not launcher._another_daemon_starting(str(sock))  # no lock file at all
+    assert not daemon_starting(str(sock))  # no lock file at all
     holder = subprocess.Popen(
         [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT);"
          " fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()", f"{sock}.lock"],
@@ -72,10 +73,10 @@ def test_a_lock_held_by_another_process_means_a_daemon_is_starting(sock: Path) -
     )
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "held\n"
-        assert launcher._another_daemon_starting(str(sock))
+        assert daemon_starting(str(sock))
     finally:
         holder.communicate("")
-    wait_until(lambda: not launcher._another_daemon_starting(str(sock)), 10, "the lock to be released")
+    wait_until(lambda: not daemon_starting(str(sock)), 10, "the lock to be released")
 
 
 def test_a_daemon_started_from_a_checkout_is_pointed_back_at_the_package() -> None:

@@ -612,7 +612,7 @@ async def test_too_many_requests_in_flight_are_busy(nursery: trio.Nursery, tmp_p
     busy = await raw.json()
     assert busy["id"] == 2
     assert busy["error"]["code"] == -32000
-    assert busy["error"]["data"] == {"kind": "busy"}
+    assert busy["error"]["data"] == {"kind": "busy", "retry_after_ms": 50}
     assert {(await raw.json())["id"], (await raw.json())["id"]} == {0, 1}
     await raw.send(req("echo", id=3))
     assert (await raw.json())["id"] == 3

@@ -23,19 +23,36 @@ from snapshotd.errors import Busy
 @click.option("--allow-root", is_flag=True, help="Also serve connections from root.")
 @click.option("--size-cap", type=click.IntRange(min=0), metavar="BYTES", help="Leave out untracked files larger than this (0: no cap).")
 @click.option("--no-watch", is_flag=True, help="Do not watch worktrees; every capture scans.")
+@click.option(
+    "--max-connections", type=click.IntRange(min=1), metavar="N",
+    help="Serve at most N connections at once (default: $SNAPSHOTD_MAX_CONNECTIONS, else 4096).",
+)
 @click.pass_context
-def serve(ctx: click.Context, socket_path: str | None, allow_root: bool, size_cap: int | None, no_watch: bool) -> None:
+def serve(
+    ctx: click.Context,
+    socket_path: str | None,
+    allow_root: bool,
+    size_cap: int | None,
+    no_watch: bool,
+    max_connections: int | None,
+) -> None:
     """Run the daemon in the foreground until stopped (SIGTERM, Ctrl-C or `snapshotd stop`)."""
     from snapshotd.daemon import run_daemon
 
     runner: Runner = ctx.obj
     try:
-        run_daemon(socket_path or runner.socket_path, allow_root=allow_root, size_cap=size_cap, watch=not no_watch)
+        run_daemon(
+            socket_path or runner.socket_path,
+            allow_root=allow_root,
+            size_cap=size_cap,
+            watch=not no_watch,
+            max_connections=max_connections,
+        )
     except Busy as error:
         _serve_failed(error.message)
     except OSError as error:  # PermissionError, FileExistsError, NotADirectoryError, a path too long
         _serve_failed(os_message(error))
-    except ValueError as error:  # an inherited socket that is not a Unix stream socket
+    except ValueError as error:  # an inherited socket that is not a Unix stream socket, a bad setting
         _serve_failed(str(error))
 
 

@@ -17,7 +17,7 @@ from snapshotd.agents.hooks import EVENT_SETS, TOOLS, run_hook
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, fail, json_option, use_json
 from snapshotd.cli.output import to_json
-from snapshotd.errors import SnapshotdError
+from snapshotd.errors import Busy, SnapshotdError
 from snapshotd.settings import hook_budget
 
 PING_TIMEOUT_S = 1.0
@@ -30,12 +30,16 @@ def _daemon_state(socket_path: str | None) -> str:
 
     try:
         client = connect_or_none(socket_path, timeout=PING_TIMEOUT_S)
+    except Busy:
+        return "up"  # it runs; the hook's checkpoint waits for room (see server/dialing.py)
     except OSError:
         return "down"
     if client is None:
         return "down"
     try:
         client.call("ping")
+    except Busy:
+        return "up"
     except (OSError, SnapshotdError):
         return "stuck"
     finally:

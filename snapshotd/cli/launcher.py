@@ -10,7 +10,6 @@ keeps the traceback of an unexpected failure in ``embedded.log``.
 from __future__ import annotations
 
 import errno
-import fcntl
 import os
 import socket
 import stat
@@ -25,6 +24,7 @@ import snapshotd
 from snapshotd.cli.output import show_progress
 from snapshotd.errors import InternalError, SnapshotdError, Untrusted
 from snapshotd.fsutil import check_private_home, check_socket_folder, pid_alive
+from snapshotd.server.dialing import daemon_starting
 from snapshotd.server.peers import peer_credentials
 from snapshotd.settings import data_home, resolve_socket_path
 
@@ -73,23 +73,6 @@ class Runner:
             raise
         except (OSError, ConnectionError) as exc:
             raise _transport_error(exc, path) from exc
-
-
-def _another_daemon_starting(path: str) -> bool:
-    """Whether some daemon holds the lock file beside the socket (it is starting or running)."""
-    try:
-        fd = os.open(path + ".lock", os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing also drops a lock taken here
-    return False
 
 
 def _listener_pid(path: str) -> int:
@@ -212,16 +195,18 @@ def _call_embedded(method: str, params: dict[str, Any]) -> dict[str, Any]:
         ) from exc
 
 
-def _connect(path: str) -> Client | None:
+def _connect(path: str, connect_timeout: float | None = None) -> Client | None:
     """A connected blocking client, or None when no daemon listens at ``path``.
 
     Calls have no time limit: a capture of a large worktree or a restore may
-    take long, and Ctrl-C stops the wait.
+    take long, and Ctrl-C stops the wait. A busy daemon is waited for up to
+    ``connect_timeout`` (default ``$SNAPSHOTD_CONNECT_TIMEOUT``), then
+    :class:`~snapshotd.errors.Busy` says so.
     """
     from snapshotd.server.client import Client
 
     try:
-        return Client(path, timeout=None)
+        return Client(path, timeout=None, connect_timeout=connect_timeout)
     except (FileNotFoundError, ConnectionRefusedError):
         return None
 
@@ -231,10 +216,10 @@ def _start_and_connect(path: str) -> Client:
     proc, log_path = _start_daemon(path)
     deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
     while True:
-        client = _connect(path)
+        client = _connect(path, max(deadline - time.monotonic(), 0.0))
         if client is not None:
             return client
-        if proc.poll() is not None and not _another_daemon_starting(path):
+        if proc.poll() is not None and not daemon_starting(path):
             # It stopped, and no other daemon holds the path (one that won a
             # race with it would hold the lock beside the socket).
             client = _connect(path)

@@ -26,7 +26,21 @@ from snapshotd.fsutil import check_socket_folder
 log = logging.getLogger(__name__)
 
 SD_LISTEN_FDS_START = 3
-_BACKLOG = 128
+_SOMAXCONN = "/proc/sys/net/core/somaxconn"
+
+
+def listen_backlog() -> int:
+    """The longest listen queue the system allows (``net.core.somaxconn``), so a burst of clients waits in it.
+
+    Past it a client's connect fails at once with EAGAIN (and the clients
+    retry, see :mod:`.dialing`); the kernel would cut a larger value down anyway.
+    """
+    try:
+        with open(_SOMAXCONN) as handle:
+            value = int(handle.read().strip())
+    except (OSError, ValueError):
+        value = socket.SOMAXCONN
+    return value
 
 
 def systemd_listen_fd(environ: MutableMapping[str, str] | None = None) -> int | None:
@@ -159,7 +173,7 @@ async def bind(socket_path: str) -> Bound:
             raise
         os.chmod(path, 0o600)
         info = os.stat(path)
-        sock.listen(_BACKLOG)
+        sock.listen(listen_backlog())
     except BaseException:
         sock.close()
         os.close(lock_fd)
@@ -173,7 +187,7 @@ def adopt(listen_fd: int) -> Bound:
         stdlib_sock.detach()
         raise ValueError(f"The inherited fd {listen_fd} is not a Unix stream socket.")
     if not stdlib_sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN):
-        stdlib_sock.listen(_BACKLOG)  # keep the backlog systemd chose if it listens already
+        stdlib_sock.listen(listen_backlog())  # keep the backlog systemd chose if it listens already
     return Bound(trio.socket.from_stdlib_socket(stdlib_sock))
 
 

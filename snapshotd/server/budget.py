@@ -8,10 +8,15 @@ keeps descriptors for the work.
 
 from __future__ import annotations
 
+import logging
 import resource
 from dataclasses import dataclass
 
 import trio
+
+from snapshotd.settings import DEFAULT_MAX_CONNECTIONS
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MAX_IN_FLIGHT = 256
 """Requests one connection may have running at once; more get a ``busy`` error."""
@@ -29,8 +34,11 @@ DEFAULT_TOTAL_QUEUE_BYTES = 128 * 1024 * 1024
 DEFAULT_NOTIFICATION_BYTES = 1024 * 1024
 """Notification bytes queued for one client; past it a subscriber gets its overflow notice."""
 
-DEFAULT_MAX_CONNECTIONS = 1000
-"""Connections served at once (lowered to fit the descriptor limit); more are refused."""
+CONNECTION_RETRY_MS = 100
+"""What a connection past the cap is told: retry after this many milliseconds."""
+
+REQUEST_RETRY_MS = 50
+"""What a request past a connection's limits is told: send it again after this many milliseconds."""
 
 DEFAULT_WRITE_TIMEOUT = 30.0
 """Seconds a write may make no progress before the client is dropped."""
@@ -44,10 +52,20 @@ def connection_cap(wanted: int = DEFAULT_MAX_CONNECTIONS) -> int:
 
     A quarter of the soft RLIMIT_NOFILE (at least 64) is kept for what
     requests open: git processes and their pipes, repositories, watchers.
+    The soft limit is first raised toward the hard one as far as ``wanted``
+    needs (the daemon uses no ``select``, so descriptors past 1024 are fine).
     """
-    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         return wanted
+    needed = wanted + max(64, wanted // 3 + 1)
+    if soft < needed and (hard == resource.RLIM_INFINITY or soft < hard):
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the descriptor limit to %d: %s", raised, exc)
     reserve = max(64, soft // 4)
     return max(1, min(wanted, soft - reserve))
 

@@ -8,9 +8,15 @@ the matching :class:`~snapshotd.errors.SnapshotdError` subclass. A lost
 connection raises :class:`ConnectionError`; a failed connect raises the
 :class:`OSError` from the socket (see :func:`connect_or_none`).
 
-Nothing is sent before the socket is known to be this user's daemon: its
-folder passes the daemon's own rule (:func:`~snapshotd.fsutil.check_socket_folder`)
-and the listener's credentials (SO_PEERCRED) name this user, else
+A busy daemon is waited for, not failed on: both clients retry a full listen
+queue, a daemon that is starting and a connection the daemon turned away at
+its cap, for their connect timeout, then raise :class:`~snapshotd.errors.Busy`
+(see :mod:`.dialing`). :class:`AsyncClient` confirms each connection with a
+``ping`` before handing it out; :class:`Client` sends its first call at once
+and sends it again on a new connection if the daemon turned that one away.
+
+Nothing is sent before the socket is known to be this user's daemon (its
+folder and its listener are checked, see :mod:`.dialing`), else
 :class:`UntrustedDaemon`. Another user could otherwise prepare the folder,
 listen there and collect every request (paths, labels) while answering "saved".
 """
@@ -20,16 +26,21 @@ from __future__ import annotations
 import copy
 import itertools
 import logging
-import os
-import pwd
 import socket
+import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from snapshotd.errors import SnapshotdError, UntrustedDaemon
-from snapshotd.fsutil import check_socket_folder
+from snapshotd.server.dialing import (
+    RoomWait,
+    closed_error,
+    connect_blocking,
+    dial_async,
+    is_refusal,
+)
 from snapshotd.server.framing import (
     LineBuffer,
     Notification,
@@ -38,8 +49,7 @@ from snapshotd.server.framing import (
     parse_incoming,
     request_message,
 )
-from snapshotd.server.peers import peer_credentials
-from snapshotd.settings import resolve_socket_path
+from snapshotd.settings import connect_timeout as default_connect_timeout, resolve_socket_path
 
 if TYPE_CHECKING:
     import trio
@@ -61,37 +71,13 @@ def _merge(params: Mapping[str, Any] | None, kwparams: dict[str, Any]) -> dict[s
     return merged
 
 
-def _check_folder(socket_path: str) -> None:
-    """Refuse a socket whose folder another user owns or may write to (before connecting)."""
-    check_socket_folder(os.path.dirname(os.path.abspath(socket_path)))
-
-
-def _check_listener(sock: socket.socket | trio.socket.SocketType, socket_path: str) -> None:
-    """Refuse a connected socket whose listener is not this user (SO_PEERCRED)."""
-    _, uid, _ = peer_credentials(sock)
-    own = os.geteuid()
-    if uid != own:
-        try:
-            name = f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
-        except KeyError:
-            name = f"uid {uid}"
-        raise UntrustedDaemon(
-            f"Refusing the daemon at {socket_path}: it runs as another user ({name}, not uid {own}), "
-            "so nothing was sent to it; set SNAPSHOTD_SOCKET or XDG_RUNTIME_DIR to a folder of your own."
-        )
-
-
-def _closed_error(socket_path: str) -> ConnectionError:
-    return ConnectionError(
-        f"The connection to snapshotd at {socket_path} closed before it replied."
-    )
-
-
 class Client:
     """A blocking connection to the daemon; one call at a time, not thread-safe.
 
     ``timeout`` bounds each socket operation (None waits forever); a timeout
-    raises :class:`TimeoutError`. Notifications that arrive are discarded: use
+    raises :class:`TimeoutError`. ``connect_timeout`` bounds the wait for room
+    at a busy daemon (default: ``timeout``, or ``$SNAPSHOTD_CONNECT_TIMEOUT``
+    when that is None). Notifications that arrive are discarded: use
     :class:`AsyncClient` to subscribe.
     """
 
@@ -101,21 +87,22 @@ class Client:
         timeout: float | None = 30,
         *,
         line_limit: int = DEFAULT_RESPONSE_LIMIT,
+        connect_timeout: float | None = None,
     ) -> None:
         self.socket_path = resolve_socket_path(socket_path)
+        self._timeout = timeout
         self._ids = itertools.count(1)
+        self._line_limit = line_limit
         self._buffer = LineBuffer(line_limit)
         self._lines: list[bytes] = []
-        _check_folder(self.socket_path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.settimeout(timeout)
-            sock.connect(self.socket_path)
-            _check_listener(sock, self.socket_path)
-        except BaseException:
-            sock.close()
-            raise
-        self._sock: socket.socket | None = sock
+        if connect_timeout is None:
+            connect_timeout = timeout if timeout is not None else default_connect_timeout()
+        # Kept until the first reply: until then the daemon may still turn the connection away.
+        self._wait: RoomWait | None = RoomWait(self.socket_path, connect_timeout)
+        self._sock: socket.socket | None = self._dial(self._wait)
+
+    def _dial(self, wait: RoomWait) -> socket.socket:
+        return connect_blocking(self.socket_path, wait, self._timeout)
 
     def __enter__(self) -> Client:
         return self
@@ -142,17 +129,37 @@ class Client:
         Params come from ``params`` and keyword arguments (use the mapping for
         names that are Python keywords, such as ``from``).
         """
-        sock = self._sock
-        if sock is None:
-            raise ConnectionError("This client is closed.")
         request_id = next(self._ids)
-        sock.sendall(encode_message(request_message(method, _merge(params, kwparams), request_id)))
+        data = encode_message(request_message(method, _merge(params, kwparams), request_id))
+        while True:
+            sock = self._sock
+            if sock is None:
+                raise ConnectionError("This client is closed.")
+            try:
+                sock.sendall(data)
+            except (BrokenPipeError, ConnectionResetError):
+                if self._wait is None:
+                    raise
+                # Turned away before it read anything? The line waiting says.
+            response = self._reply(sock, request_id)
+            wait = self._wait
+            if wait is not None and is_refusal(response.error):
+                assert response.error is not None
+                self.close()
+                time.sleep(wait.refused(response.error))
+                self._buffer, self._lines = LineBuffer(self._line_limit), []
+                self._sock = self._dial(wait)
+                continue
+            self._wait = None
+            return _unwrap(response)
+
+    def _reply(self, sock: socket.socket, request_id: int) -> Response:
         while True:
             message = parse_incoming(self._next_line(sock))
             if isinstance(message, Notification):
                 continue
             if message.id == request_id or (message.id is None and message.error is not None):
-                return _unwrap(message)
+                return message
             # A late reply to a call that timed out earlier: skip it.
 
     def _next_line(self, sock: socket.socket) -> bytes:
@@ -160,10 +167,13 @@ class Client:
             if self._buffer.overflow is not None:
                 self.close()
                 raise self._buffer.overflow
-            data = sock.recv(_READ_CHUNK)
+            try:
+                data = sock.recv(_READ_CHUNK)
+            except TimeoutError:
+                raise TimeoutError(f"snapshotd at {self.socket_path} did not answer within {self._timeout:g} s.") from None
             if not data:
                 self.close()
-                raise _closed_error(self.socket_path)
+                raise closed_error(self.socket_path)
             self._lines.extend(self._buffer.feed(data))
         return self._lines.pop(0)
 
@@ -178,8 +188,9 @@ def _unwrap(response: Response) -> dict[str, Any]:
 def connect_or_none(socket_path: str | None = None, timeout: float | None = 30) -> Client | None:
     """A :class:`Client` if a daemon answers at the socket, else None.
 
-    None means no socket file (ENOENT) or nobody listening (ECONNREFUSED);
-    other errors, such as a permission problem, are raised.
+    None means no socket file (ENOENT) or nobody listening (ECONNREFUSED)
+    while no daemon is starting; other errors, such as a permission problem
+    or :class:`~snapshotd.errors.Busy`, are raised.
     """
     try:
         return Client(socket_path, timeout)
@@ -203,7 +214,10 @@ class AsyncClient:
 
     Open it with ``async with AsyncClient.connect(path) as client:``; a reader
     task matches responses to calls by id, so many tasks may ``await
-    client.call(...)`` at once on one connection.
+    client.call(...)`` at once on one connection. One connection serves any
+    number of sessions (``session`` is a param of each call), up to 256
+    requests running at once; more sessions in flight share a small pool of
+    connections (``bench/scale.py --pool``) rather than one each.
     """
 
     def __init__(self, stream: trio.SocketStream, socket_path: str) -> None:
@@ -211,6 +225,7 @@ class AsyncClient:
         import trio
 
         self.socket_path = socket_path
+        self.daemon: dict[str, Any] = {}  # the ping result of the connection's handshake
         self.dropped_notifications = 0
         self._stream = stream
         self._ids = itertools.count(1)
@@ -224,22 +239,25 @@ class AsyncClient:
     @classmethod
     @asynccontextmanager
     async def connect(
-        cls, socket_path: str | None = None, *, line_limit: int = DEFAULT_RESPONSE_LIMIT
+        cls,
+        socket_path: str | None = None,
+        *,
+        line_limit: int = DEFAULT_RESPONSE_LIMIT,
+        connect_timeout: float | None = None,
     ) -> AsyncIterator[AsyncClient]:
-        """Connect, run the reader task for the block, then close."""
+        """Connect, run the reader task for the block, then close.
+
+        ``connect_timeout`` (default ``$SNAPSHOTD_CONNECT_TIMEOUT``, 30 s) bounds
+        the wait for room at a busy daemon; then :class:`~snapshotd.errors.Busy`.
+        The connection is confirmed with a ``ping``, whose result is :attr:`daemon`.
+        """
         import trio
 
         path = resolve_socket_path(socket_path)
-        _check_folder(path)
-        sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            await sock.connect(path)
-            _check_listener(sock, path)
-        except BaseException:
-            sock.close()
-            raise
-        stream = trio.SocketStream(sock)
+        wait = RoomWait(path, default_connect_timeout() if connect_timeout is None else connect_timeout)
+        stream, daemon = await dial_async(path, wait)
         client = cls(stream, path)
+        client.daemon = daemon
         body_error: BaseException | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(client._read, line_limit)
@@ -272,7 +290,7 @@ class AsyncClient:
                 await self._stream.send_all(data)
             await pending.done.wait()
         except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            raise _closed_error(self.socket_path) from exc
+            raise closed_error(self.socket_path) from exc
         finally:
             self._pending.pop(request_id, None)
         if pending.error is not None:
@@ -292,7 +310,7 @@ class AsyncClient:
         import trio
 
         buffer = LineBuffer(line_limit)
-        error: BaseException = _closed_error(self.socket_path)
+        error: BaseException = closed_error(self.socket_path)
         try:
             while True:
                 data = await self._stream.receive_some(_READ_CHUNK)
@@ -335,3 +353,4 @@ class AsyncClient:
         # An error with no id is about the connection itself (for example a
         # refused peer); the daemon closes the connection after it.
         return message.error
+

@@ -19,7 +19,7 @@ from typing import Any
 import trio
 
 from snapshotd.errors import Busy, SnapshotdError
-from snapshotd.server.budget import READ_CHUNK, Budget, Limits
+from snapshotd.server.budget import READ_CHUNK, REQUEST_RETRY_MS, Budget, Limits
 from snapshotd.server.dispatch import Service, dispatch, reject
 from snapshotd.server.framing import (
     LineBuffer,
@@ -190,7 +190,10 @@ class Connection:
         buffered = 0
         while True:
             if not await self._wait_to_read():
-                busy = Busy("The daemon holds its limit of bytes for other clients; send this again later.")
+                busy = Busy(
+                    "The daemon holds its limit of bytes for other clients; send this again later.",
+                    retry_after_ms=REQUEST_RETRY_MS,
+                )
                 await self._send(encode_message(error_response(None, busy)))
                 return False
             try:
@@ -223,6 +226,7 @@ class Connection:
             busy = Busy(
                 f"This connection already has {self._limits.max_in_flight} requests "
                 "in flight; wait for some to finish.",
+                retry_after_ms=REQUEST_RETRY_MS,
             )
             response = reject(line, busy)
             if response is not None:
@@ -265,7 +269,7 @@ class Connection:
             )
         else:
             return response
-        return reject(line, Busy(message)) or b""
+        return reject(line, Busy(message, retry_after_ms=REQUEST_RETRY_MS)) or b""
 
     async def _send_reply(self, data: bytes) -> None:
         self._hold(len(data))

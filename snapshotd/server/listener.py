@@ -16,7 +16,7 @@ import trio
 from snapshotd.errors import Busy, InvalidRequest
 from snapshotd.server.binding import adopt, bind
 from snapshotd.server.budget import (
-    DEFAULT_MAX_CONNECTIONS,
+    CONNECTION_RETRY_MS,
     DEFAULT_MAX_IN_FLIGHT,
     DEFAULT_NOTIFICATION_BYTES,
     DEFAULT_QUEUE_BYTES,
@@ -31,6 +31,7 @@ from snapshotd.server.connection import Connection, refuse
 from snapshotd.server.dispatch import Service
 from snapshotd.server.framing import DEFAULT_LINE_LIMIT
 from snapshotd.server.peers import peer_allowed, peer_credentials
+from snapshotd.settings import DEFAULT_MAX_CONNECTIONS
 
 __all__ = ["serve"]
 
@@ -73,7 +74,10 @@ async def serve(
         subscriber is told it fell behind.
       max_connections: connections served at once, lowered by
         :func:`connection_cap` to keep descriptors for the work; the excess
-        get one ``busy`` error line and are closed.
+        get one ``busy`` error line (``"accepted": false`` and
+        ``retry_after_ms``: nothing they sent was read) and are closed. The
+        listen queue is as long as the system allows (see
+        :func:`~.binding.listen_backlog`), so a burst waits in the kernel.
       write_timeout: seconds a write may make no progress before the client
         is dropped.
       task_status: receives ``socket_path`` once the server is listening.
@@ -117,8 +121,11 @@ async def serve(
                     await refuse(stream, InvalidRequest(refusal))
                     return
                 if live >= cap:
-                    full = f"The daemon already serves {cap} connections; close some and try again."
-                    await refuse(stream, Busy(full, limit=cap))
+                    full = (
+                        f"snapshotd is busy: it serves its limit of {cap} connections; retry in "
+                        f"{CONNECTION_RETRY_MS} ms, or share one connection between sessions."
+                    )
+                    await refuse(stream, Busy(full, limit=cap, retry_after_ms=CONNECTION_RETRY_MS, accepted=False))
                     return
                 live += 1
                 try:
@@ -132,7 +139,8 @@ async def serve(
         listener = trio.SocketListener(bound.sock)
         async with trio.open_nursery() as nursery:
             await nursery.start(trio.serve_listeners, handle, [listener])
-            log.info("listening on %s", socket_path if listen_fd is None else f"inherited fd {listen_fd}")
+            where = socket_path if listen_fd is None else f"inherited fd {listen_fd}"
+            log.info("listening on %s (up to %d connections at once)", where, cap)
             task_status.started(socket_path)
             try:
                 await trio.sleep_forever()
