@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from snapshotd.fsutil import check_private_home
 from snapshotd.settings import data_home
 
 POLL_S = 0.01
@@ -32,8 +33,10 @@ TELL_EVERY_S = 600
 
 def hooks_folder() -> Path:
     """The hooks' own folder, made private on first use."""
-    folder = data_home() / "hooks"
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    home = data_home()
+    check_private_home(home, create=True)  # made 0700 if missing, as the daemon would make it
+    folder = home / "hooks"
+    folder.mkdir(mode=0o700, exist_ok=True)
     return folder
 
 
