@@ -1,4 +1,4 @@
-"""Shared test set-up: a clean git environment and unwrapped trio errors."""
+"""Shared test set-up: a base folder with no git above it, a clean git environment, unwrapped trio errors."""
 
 from __future__ import annotations
 
@@ -10,6 +10,34 @@ from pathlib import Path
 
 import pytest
 from daemon_helpers import Daemon, quiet_daemon
+from temp_base import make_base
+
+_BASE_KEY = pytest.StashKey[Path]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Unless ``--basetemp`` is given, every temporary folder of the session lives in a fresh base (see temp_base).
+
+    ``TMPDIR`` points there too, for ``tempfile`` here and for the daemons
+    and commands the tests start.
+    """
+    if config.option.basetemp:
+        return
+    try:
+        base = make_base()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from exc
+    config.stash[_BASE_KEY] = base
+    config.option.basetemp = str(base / "t")
+    os.environ["TMPDIR"] = str(base)
+    tempfile.tempdir = None  # tempfile reads TMPDIR again
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The base goes once every test passed; after a failure it stays, to be looked at."""
+    base = session.config.stash.get(_BASE_KEY, None)
+    if base is not None and exitstatus == 0:
+        shutil.rmtree(base, ignore_errors=True)
 
 # Tests run real git; make it independent of the machine's own configuration.
 _GIT_ENV = {
