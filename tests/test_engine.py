@@ -12,7 +12,6 @@ from repo_helpers import git
 
 from snapshotd.engine.core import Engine
 from snapshotd.errors import (
-    Ambiguous,
     InvalidParams,
     MethodNotFound,
     NotADirectory,
@@ -80,13 +79,13 @@ async def test_list_show_and_prefixes(engine, tmp_path):
     assert shown["id"] == ids[2]
     with pytest.raises(NotFound):
         await engine.call("show", {"checkpoint": "0000000"})
-    with pytest.raises(NotFound):
+    with pytest.raises(InvalidParams, match="at least 7 hex digits"):
         await engine.call("show", {"checkpoint": "abc"})  # shorter than 7
     with pytest.raises(InvalidParams):
         await engine.call("show", {"checkpoint": 12345})
 
 
-async def test_ambiguous_prefix_is_refused(engine, tmp_path):
+async def test_a_prefix_only_blobs_share_names_no_checkpoint(engine, tmp_path):
     import pygit2
 
     repo = make_repo(tmp_path / "r")
@@ -103,7 +102,7 @@ async def test_ambiguous_prefix_is_refused(engine, tmp_path):
     store = pygit2.Repository(str(repo))
     store.create_blob(seen[prefix])
     store.create_blob(data)
-    with pytest.raises(Ambiguous, match="more than one"):
+    with pytest.raises(NotFound, match="No checkpoint matches"):  # blobs are never candidates
         await engine.call("show", {"checkpoint": prefix})
 
 

@@ -71,6 +71,12 @@ async def test_every_tool_over_stdio(daemon: Daemon, sock: Path, repo: Path) -> 
         assert result.structured_content["truncated"] and len(result.structured_content["patch"]) == 40
         assert "patch cut at 40" in text_of(result)
 
+        # References count in the agent's session: '#1' is turn 1's start, '@' the newest.
+        result = await client.call_tool("show_turn", {"checkpoint": "#1"})
+        assert result.structured_content["from"]["id"] == turn1["id"], text_of(result)
+        result = await client.call_tool("show_turn", {"checkpoint": "@~1", "to": "@"})
+        assert (result.structured_content["from"]["id"], result.structured_content["to"]["id"]) == (turn2["id"], end2["id"])
+
         result = await client.call_tool("checkpoint", {"label": "by the model", "session": SESSION})
         newest = result.structured_content["checkpoint"]
         assert newest["label"] == "by the model"

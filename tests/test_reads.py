@@ -15,8 +15,9 @@ import pytest
 from repo_helpers import git, init_repo, write
 
 from snapshotd.engine import reads
-from snapshotd.errors import Ambiguous, InvalidParams, NotFound, Unsupported
+from snapshotd.errors import InvalidParams, NotFound, Unsupported
 from snapshotd.git.repository import repository
+from snapshotd.server.refs import parse_ref
 from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
 
@@ -30,6 +31,11 @@ def record(info: WorktreeInfo, session: str | None = None, label: str | None = N
     tree = git(info.path, "rev-parse", "HEAD^{tree}").strip()
     with repository(info.store_dir) as repo:
         return Store(repo).record(worktree_id=info.id, session=session, label=label, tree=tree, base=None)
+
+
+def find(text: str, stores: list[str], worktree: WorktreeInfo | None = None) -> reads.FoundCheckpoint:
+    """``find_checkpoint`` of the reference ``text``, parsed as the edge parses it."""
+    return reads.find_checkpoint(parse_ref(text), stores, worktree)
 
 
 def colliding_blobs() -> tuple[str, bytes, bytes]:
@@ -58,10 +64,10 @@ def test_a_checkpoint_is_found_by_full_id_and_by_prefix_in_the_store_that_holds_
     first, second = record(one, label="one"), record(two, label="two")
     stores = [store_dir for store_dir, _ in reads.stores_to_search(records, None)]
     for ref in (second.id, second.id[:7], second.id[:12].upper()):
-        found = reads.find_checkpoint(ref, stores)
+        found = find(ref, stores)
         assert found.checkpoint == second
         assert Path(found.store.repo.path).resolve() == Path(two.store_dir).resolve()
-    store, checkpoint = reads.find_checkpoint(first.id[:9], stores)
+    store, checkpoint = find(first.id[:9], stores)
     assert checkpoint.label == "one" and Path(store.repo.path).resolve() == Path(one.store_dir).resolve()
 
 
@@ -77,7 +83,7 @@ def test_stores_are_searched_preferred_first_once_each(tmp_path: Path, records: 
     assert linked.store_dir == first.store_dir  # one store, searched once for both worktrees
 
 
-def test_a_prefix_is_refused_when_ambiguous_in_any_store_searched(tmp_path: Path, records: Records) -> None:
+def test_a_prefix_two_blobs_share_names_no_checkpoint(tmp_path: Path, records: Records) -> None:
     one = open_worktree(init_repo(tmp_path / "one", ("a.txt", "a\n")), records)
     two = open_worktree(init_repo(tmp_path / "two", ("b.txt", "b\n")), records)
     record(one)
@@ -85,10 +91,10 @@ def test_a_prefix_is_refused_when_ambiguous_in_any_store_searched(tmp_path: Path
     with repository(two.store_dir) as repo:
         repo.create_blob(first)
         repo.create_blob(second)
-    # The preferred store has no such object; the other one has two.
+    # The preferred store has no such object; the other one has two, neither a checkpoint.
     stores = [store_dir for store_dir, _ in reads.stores_to_search(records, one)]
-    with pytest.raises(Ambiguous, match="more than one"):
-        reads.find_checkpoint(prefix, stores)
+    with pytest.raises(NotFound, match=f"No checkpoint matches '{prefix}'"):
+        find(prefix, stores)
 
 
 def test_missing_ids_and_unusable_stores(tmp_path: Path, records: Records) -> None:
@@ -97,15 +103,15 @@ def test_missing_ids_and_unusable_stores(tmp_path: Path, records: Records) -> No
     not_a_repository = tmp_path / "empty"
     not_a_repository.mkdir()
     stores = [str(not_a_repository), info.store_dir]
-    assert reads.find_checkpoint(checkpoint.id, stores).checkpoint == checkpoint  # the broken store is passed over
+    assert find(checkpoint.id, stores).checkpoint == checkpoint  # the broken store is passed over
     blob = git(tmp_path / "r", "rev-parse", "HEAD:a.txt").strip()
-    for ref in ("0000000", blob, blob[:8], "abc"):
+    for ref in ("0000000", blob, blob[:8]):
         with pytest.raises(NotFound):
-            reads.find_checkpoint(ref, stores)
+            find(ref, stores)
     with pytest.raises(NotFound, match="No checkpoint matches"):
-        reads.find_checkpoint(checkpoint.id, [str(not_a_repository)])
-    with pytest.raises(InvalidParams, match="'to' must be a checkpoint id"):
-        reads.checkpoint_ref(7, "to")
+        find(checkpoint.id, [str(not_a_repository)])
+    with pytest.raises(InvalidParams, match="'to' must be a checkpoint reference"):
+        parse_ref(7, "to")
 
 
 def test_a_deleted_checkpoint_is_no_longer_found(tmp_path: Path, records: Records) -> None:
@@ -114,8 +120,8 @@ def test_a_deleted_checkpoint_is_no_longer_found(tmp_path: Path, records: Record
     with repository(info.store_dir) as repo:
         Store(repo).rewrite(f"refs/snapshotd/{info.id}/default", drop={gone.id})
     with pytest.raises(NotFound):
-        reads.find_checkpoint(gone.id, [info.store_dir])
-    assert reads.find_checkpoint(kept.id, [info.store_dir]).checkpoint == kept
+        find(gone.id, [info.store_dir])
+    assert find(kept.id, [info.store_dir]).checkpoint == kept
 
 
 def test_list_options_select_a_session_and_a_limit(tmp_path: Path, records: Records) -> None:

@@ -813,8 +813,11 @@ async def test_bad_checkpoint_ids_fail_before_anything_is_touched(engine, tmp_pa
     before = worktree_listing(wt)
     refs = git(wt, "for-each-ref")
     blob = git(wt, "rev-parse", f"{cp_a['id']}:a.txt")
-    for bad in ("0000000", "f" * 40, cp_a["id"][:6], "abc", "", "not hex!", cp_a["tree"], blob):
+    for bad in ("0000000", "f" * 40, cp_a["tree"], blob):
         with pytest.raises(NotFound):
+            await restore(engine, wt, bad)
+    for bad in (cp_a["id"][:6], "abc", "", "not hex!"):  # no reference at all: refused with why
+        with pytest.raises(InvalidParams, match=r"too short|not a checkpoint reference|is required"):
             await restore(engine, wt, bad)
     for bad in (None, 12, ["x"]):
         with pytest.raises(InvalidParams):

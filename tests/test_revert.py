@@ -223,7 +223,7 @@ async def test_revert_refusals_change_nothing(engine, tmp_path):
         await engine.call("revert", {"path": str(wt)})
     with pytest.raises(NotFound):
         await revert(engine, wt, "0" * 40)
-    with pytest.raises(NotFound):
+    with pytest.raises(InvalidParams, match="too short"):
         await revert(engine, wt, a0[:6])
     with pytest.raises(NotFound):
         await revert(engine, wt, a0, "1234567")

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 from repo_helpers import commit_all, git
 
-from snapshotd.errors import Ambiguous, NotFound, RefRaced, StateUnreadable
+from snapshotd.errors import RefRaced, StateUnreadable
 from snapshotd.git.repository import Repository, open_repository, repository
 from snapshotd.store.checkpoints import Store, ref_name
+from snapshotd.store.lookup import by_prefix
 from snapshotd.store.pins import read_pin
 
 WORKTREE = "wt-test"
@@ -77,16 +78,13 @@ def test_list_find_and_head(store: Store, repo_path: Path) -> None:
     assert [cp.id for cp in store.list(WORKTREE, None, 1, all_sessions=False)] == [second.id]
     assert {cp.id for cp in store.list(WORKTREE, None, None, all_sessions=True)} == {first.id, second.id, other.id}
     assert store.head(WORKTREE, "s") == other
-    assert store.find(first.id[:10]) == first
-    assert store.find(second.id) == second
+    assert by_prefix(store, first.id[:10]) == [first]
+    assert by_prefix(store, second.id) == [second]
     assert store.session_refs(WORKTREE) == sorted([ref_name(WORKTREE, None), ref_name(WORKTREE, "s")])
-    with pytest.raises(NotFound, match="is not a checkpoint id"):
-        store.find("xyz")
-    with pytest.raises(NotFound):
-        store.find(git(repo_path, "rev-parse", "HEAD"))  # a commit, not a checkpoint
+    assert by_prefix(store, git(repo_path, "rev-parse", "HEAD")) == []  # a commit, not a checkpoint
 
 
-def test_find_names_an_ambiguous_prefix(store: Store, repo_path: Path) -> None:
+def test_a_prefix_two_blobs_share_matches_no_checkpoint(store: Store, repo_path: Path) -> None:
     checkpoint = record(store, repo_path, "one\n")
     seen: dict[str, bytes] = {}
     number = 0
@@ -99,9 +97,9 @@ def test_find_names_an_ambiguous_prefix(store: Store, repo_path: Path) -> None:
         number += 1
     for content in (seen[prefix], data):
         git(repo_path, "hash-object", "-w", "--stdin", input=content)
-    with pytest.raises(Ambiguous, match="more than one"):
-        store.find(prefix)
-    assert store.find(checkpoint.id[:12]) == checkpoint
+    assert len(git(repo_path, "rev-parse", f"--disambiguate={prefix}").split()) == 2
+    assert by_prefix(store, prefix) == []
+    assert by_prefix(store, checkpoint.id[:12]) == [checkpoint]
 
 
 def test_rewrite_drops_and_keeps_seq_growing(store: Store, repo_path: Path) -> None:
@@ -110,9 +108,8 @@ def test_rewrite_drops_and_keeps_seq_growing(store: Store, repo_path: Path) -> N
     assert store.rewrite(name, drop={cps[1].id}) == 1
     assert [cp.id for cp in store.list(WORKTREE, None, None, all_sessions=False)] == [cps[3].id, cps[2].id, cps[0].id]
     assert not store.is_live(cps[1]) and store.is_live(cps[0])
-    assert store.find(cps[3].id) == cps[3]  # kept checkpoints keep their ids
-    with pytest.raises(NotFound):
-        store.find(cps[1].id)
+    assert by_prefix(store, cps[3].id) == [cps[3]]  # kept checkpoints keep their ids
+    assert by_prefix(store, cps[1].id) == []
     assert store.rewrite(name, keep=[]) == 3
     assert store.list(WORKTREE, None, None, all_sessions=False) == []
     floor = read_pin(store.repo, store.repo.oid(git(repo_path, "rev-parse", name)))

@@ -8,8 +8,11 @@
 export type Oid = string;
 
 /**
- * A checkpoint reference: a full id, a unique prefix of at least 7 hex digits,
- * `@` (the newest of the session), `@~N`, `#N` (by seq), `SESSION@`, `SESSION@~N`.
+ * A checkpoint reference: a full id, a unique prefix of at least 7 hex digits
+ * (matching checkpoints only), `@` (the newest of the session), `@~N` (N before
+ * it), `#N` (by seq), `SESSION@`, `SESSION@~N`. `@` and `#N` count in the
+ * worktree of the params' `path`/`worktree` and their `session` (absent: the
+ * worktree's newest session; for `#N`, whichever session has that seq).
  */
 export type CheckpointRef = string;
 
@@ -422,7 +425,18 @@ export class ApplicationError extends SnapshotdError {
 }
 export class NotFoundError extends ApplicationError {}
 export class AmbiguousError extends ApplicationError {
-  readonly candidates: string[];
+  /** Every checkpoint the reference could name, newest first (`data.candidates`). */
+  readonly candidates: AmbiguousCandidate[];
+}
+
+/** One checkpoint an ambiguous reference matches, as `git rev-parse` lists them. */
+export interface AmbiguousCandidate {
+  id: Oid;
+  session: string | null;
+  seq: number;
+  label: string | null;
+  created_at: string;
+  worktree: string;
 }
 export class NotADirectoryError extends ApplicationError {}
 export class WorktreeMismatchError extends ApplicationError {}

@@ -11,7 +11,8 @@ carrying the daemon's one-sentence message. The worktree is the server's
 current folder (agents start MCP servers in the project) unless ``path`` is
 given; the session is ``$SNAPSHOTD_SESSION``, else the session of the
 worktree's newest checkpoint, which the agent's hooks took for the prompt
-being handled.
+being handled. A checkpoint is named by id (7+ hex digits) or as ``@`` (the
+session's newest), ``@~N`` (N before it) or ``#N`` (its seq N).
 
 The agent is confined to its project: the worktree holding the folder the
 server was started in. A ``path`` outside it, or a checkpoint of another
@@ -32,6 +33,7 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from snapshotd.agents.hooks import BEFORE_PROMPT
 from snapshotd.cli.launcher import Runner
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
+from snapshotd.server.refs import is_relative
 from snapshotd.settings import SAFETY_SESSION, VERSION
 
 PATCH_LIMIT_CHARS = 20_000
@@ -132,7 +134,12 @@ class Tools:
         return checkpoint
 
     def _show(self, checkpoint: str, folder: str) -> dict[str, Any]:
-        return self._own(self.runner.call("show", {"checkpoint": checkpoint, "path": folder})["checkpoint"], folder)
+        """The checkpoint a reference names; ``@``, ``@~N`` and ``#N`` count in the agent's session."""
+        params = {"checkpoint": checkpoint, "path": folder}
+        session = self._session(folder, None) if is_relative(checkpoint) else None
+        if session:
+            params["session"] = session
+        return self._own(self.runner.call("show", params)["checkpoint"], folder)
 
     def _session(self, path: str, session: str | None) -> str | None:
         """The session asked for, else ``$SNAPSHOTD_SESSION``, else that of the newest checkpoint."""
@@ -191,8 +198,8 @@ class Tools:
 
     def restore(self, checkpoint: str, paths: list[str] | None, confirm: bool, path: str | None) -> CallToolResult:
         folder = self._worktree(path)
-        if self.root is not None:
-            self._show(checkpoint, folder)
+        if self.root is not None or is_relative(checkpoint):
+            checkpoint = self._show(checkpoint, folder)["id"]  # what is checked is what is restored
         params = {"checkpoint": checkpoint, "path": folder, "dry_run": not confirm}
         if paths:
             params["paths"] = self._paths(paths, path)
@@ -238,7 +245,7 @@ def build_server(runner: Runner, *, any_worktree: bool = False) -> MCPServer:
     async def show_turn(
         checkpoint: str, to: str | None = None, patch: bool = False, max_patch_chars: int = PATCH_LIMIT_CHARS, path: str | None = None
     ) -> CallToolResult:
-        """Show what one turn changed: from CHECKPOINT (a turn's 'before:' checkpoint) to the turn's end, or to TO. Lines per file by default; patch=true adds the patch, cut at max_patch_chars."""
+        """Show what one turn changed: from CHECKPOINT (a turn's 'before:' checkpoint; an id, @, @~N or #N) to the turn's end, or to TO. Lines per file by default; patch=true adds the patch, cut at max_patch_chars."""
         return await _answer(tools.show_turn, checkpoint, to, patch, max_patch_chars, path)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
@@ -248,7 +255,7 @@ def build_server(runner: Runner, *, any_worktree: bool = False) -> MCPServer:
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
     async def restore(checkpoint: str, paths: list[str] | None = None, confirm: bool = False, path: str | None = None) -> CallToolResult:
-        """Make the worktree (or PATHS) equal CHECKPOINT. Without confirm=true it only previews; applying takes a safety checkpoint first."""
+        """Make the worktree (or PATHS) equal CHECKPOINT (an id, @, @~N or #N). Without confirm=true it only previews; applying takes a safety checkpoint first."""
         return await _answer(tools.restore, checkpoint, paths, confirm, path)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))

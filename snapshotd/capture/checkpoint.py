@@ -8,8 +8,8 @@ from typing import Any
 
 from snapshotd.capture.state import CaptureStats
 from snapshotd.errors import NeedsForce
-from snapshotd.server.params import optional_bool, optional_str
-from snapshotd.store.checkpoints import Checkpoint, validate_session
+from snapshotd.server.params import optional_bool, optional_str, validate_session
+from snapshotd.store.checkpoints import Checkpoint
 
 
 @dataclass(frozen=True)

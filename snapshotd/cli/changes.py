@@ -22,11 +22,14 @@ from snapshotd.cli.options import (
     invoke,
     json_option,
     paths_after_dash,
+    ref_session_option,
+    reference_params,
     use_json,
     yes_option,
 )
 from snapshotd.cli.output import print_changes
 from snapshotd.errors import NotFound, SnapshotdError
+from snapshotd.server.refs import is_reference
 from snapshotd.settings import SAFETY_SESSION
 
 
@@ -36,6 +39,15 @@ def _refuse_without_terminal(ctx: click.Context) -> None:
         raise click.UsageError(
             f"'{ctx.info_name}' changes things and stdin is not a terminal to ask on; pass --yes to go ahead."
         )
+
+
+def _resolved(ctx: click.Context, params: dict[str, Any]) -> str:
+    """The full id of the checkpoint a reference names, or the command fails with why."""
+    runner = use_json(ctx)
+    try:
+        return str(runner.call("resolve", {k: v for k, v in params.items() if v is not None})["checkpoint"]["id"])
+    except SnapshotdError as error:
+        fail(runner, error)
 
 
 def _may_go_ahead(ctx: click.Context, question: str, yes: bool) -> bool:
@@ -74,17 +86,35 @@ def _confirm_preview(ctx: click.Context, method: str, params: dict[str, Any], ye
 @click.argument("paths", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
 @click.option("--into", "into", metavar="PATH", type=click.Path(file_okay=False), help="Restore into this worktree (another than the checkpoint's own).")
+@ref_session_option
 @yes_option
 @json_option
 @click.pass_context
-def restore(ctx: click.Context, checkpoint_id: str, paths: tuple[str, ...], dry_run: bool, into: str | None, yes: bool, json_output: bool) -> None:
-    """Make the worktree (or PATHS in it) equal CHECKPOINT again; a safety checkpoint comes first."""
+def restore(
+    ctx: click.Context,
+    checkpoint_id: str,
+    paths: tuple[str, ...],
+    dry_run: bool,
+    into: str | None,
+    ref_session: str | None,
+    yes: bool,
+    json_output: bool,
+) -> None:
+    """Make the worktree (or PATHS in it) equal CHECKPOINT again; a safety checkpoint comes first.
+
+    CHECKPOINT is an id or @, @~N, #N, SESSION@, SESSION@~N of the worktree here.
+    """
     paths = (*paths, *paths_after_dash(ctx))
+    where = reference_params([checkpoint_id], ref_session)
+    if into and where:  # @ counts here, and the restore goes into the other worktree
+        checkpoint_id = _resolved(ctx, {"checkpoint": checkpoint_id, **where})
+        where = {}
     params = {
         "checkpoint": checkpoint_id,
         "paths": [os.path.abspath(p) for p in paths] or None,
         "dry_run": dry_run or None,
-        "path": os.path.abspath(into) if into else None,
+        "path": os.path.abspath(into) if into else where.get("path"),
+        "session": where.get("session"),
         "allow_other_worktree": True if into else None,
     }
     if _confirm_preview(ctx, "restore", params, yes) is not None:
@@ -123,18 +153,28 @@ def undo(ctx: click.Context, path: str, yes: bool, json_output: bool) -> None:
 @click.argument("rest", nargs=-1, metavar="[TO] [PATHS...]")
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
 @click.option("--force", is_flag=True, help="Also take back paths changed since TO.")
+@ref_session_option
 @yes_option
 @json_option
 @click.pass_context
-def revert(ctx: click.Context, source: str, rest: tuple[str, ...], dry_run: bool, force: bool, yes: bool, json_output: bool) -> None:
+def revert(
+    ctx: click.Context,
+    source: str,
+    rest: tuple[str, ...],
+    dry_run: bool,
+    force: bool,
+    ref_session: str | None,
+    yes: bool,
+    json_output: bool,
+) -> None:
     """Undo the changes from FROM to TO (default: the session's newest), leaving other work alone.
 
-    TO is told from PATHS by its look (7+ hex digits, not an existing path);
-    everything after `--` is a path.
+    TO is told from PATHS by its look (a checkpoint reference that is not an
+    existing path); everything after `--` is a path.
     """
     target = None
     paths = list(rest)
-    if paths and len(paths[0]) >= 7 and all(c in "0123456789abcdefABCDEF" for c in paths[0]) and not os.path.exists(paths[0]):
+    if paths and is_reference(paths[0]) and not os.path.exists(paths[0]):
         target = paths.pop(0)
     paths += paths_after_dash(ctx)
     params = {
@@ -143,6 +183,7 @@ def revert(ctx: click.Context, source: str, rest: tuple[str, ...], dry_run: bool
         "paths": [os.path.abspath(p) for p in paths] or None,
         "dry_run": dry_run or None,
         "force": force or None,
+        **reference_params([source, *([target] if target else [])], ref_session),
     }
     preview = _confirm_preview(ctx, "revert", params, yes)
     if preview is None:
@@ -172,7 +213,7 @@ def _fail_on_conflicts(runner: Runner, result: dict[str, Any]) -> None:
 @click.command(context_settings=CONTEXT)
 @click.argument("checkpoints", nargs=-1, metavar="CHECKPOINT... | --session S [PATH]")
 @click.option("--session", metavar="S", help="Delete every checkpoint of this session (of PATH's worktree, default: here).")
-@click.option("-C", "--path", "path", type=click.Path(file_okay=False), help="The worktree, with --session (same as PATH).")
+@click.option("-C", "--path", "path", type=click.Path(file_okay=False), help="The worktree, with --session (same as PATH), or where @ and #N count.")
 @yes_option
 @json_option
 @click.pass_context
@@ -185,9 +226,7 @@ def delete(ctx: click.Context, checkpoints: tuple[str, ...], session: str | None
         folder = checkpoints[0] if checkpoints else (path or ".")
         params = {"session": session, "path": os.path.abspath(folder)}
     elif checkpoints:
-        if path is not None:
-            raise click.UsageError("-C/--path goes with --session; checkpoint ids need no worktree.")
-        params = {"checkpoints": list(checkpoints)}
+        params = {"checkpoints": list(checkpoints), **reference_params(checkpoints, None, path)}
     else:
         raise click.UsageError("Give checkpoint ids, or --session S.")
     what = f"every checkpoint of session {session!r}" if session is not None else f"{len(checkpoints)} checkpoint(s)"

@@ -7,7 +7,15 @@ from typing import Any
 
 import click
 
-from snapshotd.cli.options import CONTEXT, PathsAfterDashDash, invoke, json_option, paths_after_dash
+from snapshotd.cli.options import (
+    CONTEXT,
+    PathsAfterDashDash,
+    invoke,
+    json_option,
+    paths_after_dash,
+    ref_session_option,
+    reference_params,
+)
 from snapshotd.cli.output import checkpoint_line, print_patch, skip_reason
 
 _STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
@@ -58,10 +66,11 @@ def list_(ctx: click.Context, path: str, session: str | None, limit: int | None,
 
 @click.command(context_settings=CONTEXT)
 @click.argument("checkpoint_id", metavar="CHECKPOINT")
+@ref_session_option
 @json_option
 @click.pass_context
-def show(ctx: click.Context, checkpoint_id: str, json_output: bool) -> None:
-    """Show one checkpoint (a full id or a unique prefix of 7+ hex digits)."""
+def show(ctx: click.Context, checkpoint_id: str, ref_session: str | None, json_output: bool) -> None:
+    """Show one checkpoint: an id (7+ hex digits), @, @~N, #N, SESSION@ or SESSION@~N."""
 
     def human(result: dict[str, Any]) -> None:
         cp = result["checkpoint"]
@@ -69,7 +78,18 @@ def show(ctx: click.Context, checkpoint_id: str, json_output: bool) -> None:
         for key, value in cp.items():
             click.echo(f"{click.style(key.ljust(width), bold=True)}  {value if value is not None else '-'}")
 
-    invoke(ctx, "show", {"checkpoint": checkpoint_id}, human)
+    invoke(ctx, "show", {"checkpoint": checkpoint_id, **reference_params([checkpoint_id], ref_session)}, human)
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@ref_session_option
+@json_option
+@click.pass_context
+def resolve(ctx: click.Context, checkpoint_id: str, ref_session: str | None, json_output: bool) -> None:
+    """Print the full id of the checkpoint a reference names (for git: `git show $(snapshotd resolve @)`)."""
+    params = {"checkpoint": checkpoint_id, **reference_params([checkpoint_id], ref_session)}
+    invoke(ctx, "resolve", params, lambda result: click.echo(result["checkpoint"]["id"]))
 
 
 
@@ -81,10 +101,21 @@ def show(ctx: click.Context, checkpoint_id: str, json_output: bool) -> None:
 @click.option("--name-status", "mode", flag_value="name-status", default=True, help="One letter and a path per file (default).")
 @click.option("--patch", "mode", flag_value="patch", help="The unified patch.")
 @click.option("-U", "--context", type=click.IntRange(min=0), metavar="N", help="Lines of context in the patch.")
-@click.option("-C", "--path", "path", metavar="PATH", type=click.Path(file_okay=False), help="The worktree, when FROM or TO is 'worktree' (default: here).")
+@click.option("-C", "--path", "path", metavar="PATH", type=click.Path(file_okay=False), help="The worktree, for 'worktree', @ and #N (default: here).")
+@ref_session_option
 @json_option
 @click.pass_context
-def diff(ctx: click.Context, source: str, target: str, paths: tuple[str, ...], mode: str, context: int | None, path: str | None, json_output: bool) -> None:
+def diff(
+    ctx: click.Context,
+    source: str,
+    target: str,
+    paths: tuple[str, ...],
+    mode: str,
+    context: int | None,
+    path: str | None,
+    ref_session: str | None,
+    json_output: bool,
+) -> None:
     """Show what changed from FROM to TO (a checkpoint or 'worktree', the default TO).
 
     PATHS (after `--`) limit the comparison to those files and folders.
@@ -115,5 +146,6 @@ def diff(ctx: click.Context, source: str, target: str, paths: tuple[str, ...], m
         "patch": True if mode == "patch" else None,
         "context": context,
         "path": os.path.abspath(path or ".") if needs_worktree or path else None,
+        **reference_params([source, target], ref_session, path),
     }
     invoke(ctx, "diff", params, human, progress="comparing")

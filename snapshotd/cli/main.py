@@ -44,6 +44,7 @@ for _command in (
     checkpoints.checkpoint,
     checkpoints.list_,
     checkpoints.show,
+    checkpoints.resolve,
     checkpoints.diff,
     changes.restore,
     changes.undo,

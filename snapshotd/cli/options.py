@@ -7,11 +7,12 @@ exit status 1.
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -19,12 +20,27 @@ from snapshotd.cli.interrupt import INTERRUPTED_STATUS, finish_on_interrupt
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.output import to_json
 from snapshotd.errors import NeedsForce, SnapshotdError
+from snapshotd.server.refs import is_relative
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DASH_PATHS = "snapshotd.paths_after_dash"
 
 json_option = click.option("--json", "json_output", is_flag=True, help="Print the result as JSON.")
 yes_option = click.option("-y", "--yes", is_flag=True, help="Do not ask; needed when stdin is not a terminal.")
+ref_session_option = click.option(
+    "--session", "ref_session", metavar="S", help="The session @, @~N and #N count in (default: the newest)."
+)
+
+
+def reference_params(refs: Iterable[str], session: str | None, path: str | None = None) -> dict[str, Any]:
+    """Where ``@``, ``@~N`` and ``#N`` count: the worktree here (or ``path``) and ``session``.
+
+    Nothing when every reference is an id and no ``path`` is given, so a
+    checkpoint named by id is found from any folder.
+    """
+    if path is None and not any(is_relative(ref) for ref in refs):
+        return {}
+    return {"path": os.path.abspath(path or "."), "session": session}
 
 
 def emit(runner: Runner, result: dict[str, Any], human: Callable[[dict[str, Any]], Any]) -> None:
@@ -34,7 +50,7 @@ def emit(runner: Runner, result: dict[str, Any], human: Callable[[dict[str, Any]
         human(result)
 
 
-def fail(runner: Runner, error: SnapshotdError) -> None:
+def fail(runner: Runner, error: SnapshotdError) -> NoReturn:
     if runner.json:
         click.echo(to_json({"error": error.to_dict()}, indent=None))
     else:

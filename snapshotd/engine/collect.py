@@ -20,9 +20,10 @@ import trio
 from snapshotd.errors import InvalidParams
 from snapshotd.git.process import GitTarget, run_git
 from snapshotd.git.repository import repository
-from snapshotd.server.params import optional_bool, optional_int, optional_str_list
+from snapshotd.server.params import optional_bool, optional_int, optional_str_list, validate_session
+from snapshotd.server.refs import CheckpointRef, parse_ref, session_choice
 from snapshotd.settings import SAFETY_SESSION
-from snapshotd.store.checkpoints import Checkpoint, Store, ref_name, validate_session
+from snapshotd.store.checkpoints import Checkpoint, Store, ref_name
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.threads import thread_limiter
 
@@ -46,16 +47,19 @@ class Deleted:
 class DeleteOptions:
     """What ``delete`` drops: the checkpoints named by id, or else every one of ``session``."""
 
-    checkpoints: list[str] | None
+    checkpoints: list[CheckpointRef] | None
     session: str | None
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> DeleteOptions:
-        refs = optional_str_list(params, "checkpoints")
-        if refs is None and "session" not in params:
-            raise InvalidParams("Give 'checkpoints' (a list of ids) or 'session' with 'path' or 'worktree'.")
-        session = validate_session(params.get("session")) if refs is None else None
-        return cls(checkpoints=refs, session=session)
+        """With ``checkpoints``, ``session`` only says which session ``@`` and ``#N`` count in."""
+        texts = optional_str_list(params, "checkpoints")
+        if texts is None and "session" not in params:
+            raise InvalidParams("Give 'checkpoints' (a list of references) or 'session' with 'path' or 'worktree'.")
+        if texts is None:
+            return cls(checkpoints=None, session=validate_session(params.get("session")))
+        choice = session_choice(params)
+        return cls(checkpoints=[parse_ref(text, "checkpoints", choice) for text in texts], session=None)
 
 
 def drop_session(info: WorktreeInfo, session: str | None) -> Deleted:

@@ -37,6 +37,7 @@ from snapshotd.git.repository import Repository, repository
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
 from snapshotd.server.params import optional_bool, optional_path, optional_path_list, optional_str
+from snapshotd.server.refs import CheckpointRef, ref_param
 from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
 from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records, locate
@@ -75,6 +76,7 @@ class Engine:
             "checkpoint": self._checkpoint,
             "list": self._list,
             "show": self._show,
+            "resolve": self._show,  # the same lookup; its own name for clients that only resolve
             "diff": self._diff,
             "restore": self._restore,
             "revert": self._revert,
@@ -113,7 +115,6 @@ class Engine:
 
     async def _resolve(self, params: dict[str, Any], required: bool = True) -> WorktreeState | None:
         return await self.registry.resolve(params, required)
-
 
     async def capture(self, state: WorktreeState, *, exact: bool = False) -> CaptureResult:
         """The worktree's tree now, warm or cold; callers hold ``state.lock``. A disk's refusal is one sentence."""
@@ -186,10 +187,10 @@ class Engine:
         """(store_dir, worktree id) pairs to search for a checkpoint, preferred first."""
         return reads.stores_to_search(self.records, preferred.info if preferred is not None else None)
 
-    def _find(self, ref: object, preferred: WorktreeState | None, name: str = "checkpoint") -> tuple[Store, Checkpoint]:
-        """The live checkpoint ``ref`` (param ``name``) names, searched in the preferred worktree's store first."""
-        checkpoint_id = reads.checkpoint_ref(ref, name)
-        return reads.find_checkpoint(checkpoint_id, [store_dir for store_dir, _ in self._stores(preferred)])
+    def _find(self, ref: CheckpointRef, preferred: WorktreeState | None) -> tuple[Store, Checkpoint]:
+        """The live checkpoint ``ref`` names: ``@`` and ``#N`` in the preferred worktree, an id in its store first."""
+        worktree = preferred.info if preferred is not None else None
+        return reads.find_checkpoint(ref, [store_dir for store_dir, _ in self._stores(preferred)], worktree)
 
     async def _list(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         options = reads.ListOptions.from_params(params)
@@ -199,23 +200,22 @@ class Engine:
         return found.to_wire()
 
     async def _show(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        ref = ref_param(params)
         preferred = await self._resolve(params, required=False)
-        _, checkpoint = await trio.to_thread.run_sync(
-            self._find, params.get("checkpoint"), preferred, limiter=thread_limiter
-        )
+        _, checkpoint = await trio.to_thread.run_sync(self._find, ref, preferred, limiter=thread_limiter)
         return reads.ShownCheckpoint(checkpoint).to_wire()
 
     # --- diff --------------------------------------------------------------------
 
-    async def _tree_of(self, ref: object, preferred: WorktreeState | None, name: str) -> reads.DiffSide:
+    async def _tree_of(self, ref: CheckpointRef | str, preferred: WorktreeState | None, name: str) -> reads.DiffSide:
         """One side of a diff: the worktree captured now (under its lock), or a checkpoint's tree."""
-        if ref == reads.WORKTREE:
+        if isinstance(ref, str):
             if preferred is None:
                 raise InvalidParams(f"'{name}' is 'worktree' but no worktree was given; add 'path' or a checkpoint.")
             async with preferred.lock:
                 result = await self.capture(preferred)
             return reads.DiffSide(result.tree, preferred.info.store_dir, None)
-        store, checkpoint = await trio.to_thread.run_sync(self._find, ref, preferred, name, limiter=thread_limiter)
+        store, checkpoint = await trio.to_thread.run_sync(self._find, ref, preferred, limiter=thread_limiter)
         return reads.DiffSide(checkpoint.tree, store.repo.path, checkpoint)
 
     async def _diff(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
@@ -251,10 +251,9 @@ class Engine:
         paths = optional_path_list(params, "paths")
         dry_run = optional_bool(params, "dry_run")
         allow_other = optional_bool(params, "allow_other_worktree")
+        ref = ref_param(params)
         target = await self._resolve(params, required=False)
-        store, checkpoint = await trio.to_thread.run_sync(
-            self._find, params.get("checkpoint"), target, limiter=thread_limiter
-        )
+        store, checkpoint = await trio.to_thread.run_sync(self._find, ref, target, limiter=thread_limiter)
         if target is None:
             target = await trio.to_thread.run_sync(self.registry.by_id, checkpoint.worktree, limiter=thread_limiter)
         if target.info.id != checkpoint.worktree and not allow_other:
@@ -274,12 +273,12 @@ class Engine:
         paths = optional_path_list(params, "paths")
         dry_run = optional_bool(params, "dry_run")
         force = optional_bool(params, "force")
-        if "from" not in params:
-            raise InvalidParams("The parameter 'from' is required (a checkpoint id).")
+        source_ref = ref_param(params, "from")
+        target_ref = ref_param(params, "to") if params.get("to") is not None else None
         preferred = await self._resolve(params, required=False)
-        store, source = await trio.to_thread.run_sync(self._find, params.get("from"), preferred, "from", limiter=thread_limiter)
-        if params.get("to") is not None:
-            _, target_cp = await trio.to_thread.run_sync(self._find, params.get("to"), preferred, "to", limiter=thread_limiter)
+        store, source = await trio.to_thread.run_sync(self._find, source_ref, preferred, limiter=thread_limiter)
+        if target_ref is not None:
+            _, target_cp = await trio.to_thread.run_sync(self._find, target_ref, preferred, limiter=thread_limiter)
         else:
             target_cp = await trio.to_thread.run_sync(lambda: store.head(source.worktree, source.session))
             assert target_cp is not None

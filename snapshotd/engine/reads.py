@@ -17,10 +17,24 @@ import pygit2
 from snapshotd.errors import Ambiguous, InvalidParams, NotFound, SnapshotdError, Unsupported
 from snapshotd.git.repository import open_repository, repository
 from snapshotd.paths import to_worktree_relative
-from snapshotd.server.params import optional_bool, optional_int, optional_path_list
-from snapshotd.store import diff as diff_mod
+from snapshotd.server.params import (
+    optional_bool,
+    optional_int,
+    optional_path_list,
+    validate_session,
+)
+from snapshotd.server.refs import (
+    CheckpointRef,
+    IdPrefix,
+    SessionHead,
+    SessionSeq,
+    parse_ref,
+    session_choice,
+)
+from snapshotd.settings import SAFETY_SESSION
+from snapshotd.store import diff as diff_mod, lookup
 from snapshotd.store.changes import TreeDiff
-from snapshotd.store.checkpoints import Checkpoint, Store, validate_session
+from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records, WorktreeInfo
 
 WORKTREE = "worktree"  # the side of a diff that means the worktree as it is now
@@ -32,13 +46,6 @@ class FoundCheckpoint(NamedTuple):
 
     store: Store
     checkpoint: Checkpoint
-
-
-def checkpoint_ref(value: object, name: str = "checkpoint") -> str:
-    """The checkpoint id given as param ``name``; refused unless a string."""
-    if not isinstance(value, str):
-        raise InvalidParams(f"The parameter '{name}' must be a checkpoint id (a string).")
-    return value
 
 
 def stores_to_search(records: Records, preferred: WorktreeInfo | None) -> list[tuple[str, str]]:
@@ -57,14 +64,32 @@ def stores_to_search(records: Records, preferred: WorktreeInfo | None) -> list[t
     return list(seen.items())
 
 
-def find_checkpoint(ref: str, store_dirs: Iterable[str]) -> FoundCheckpoint:
-    """The live checkpoint whose id is ``ref`` or starts with it, in any of ``store_dirs``.
+def find_checkpoint(ref: CheckpointRef, store_dirs: Iterable[str], worktree: WorktreeInfo | None = None) -> FoundCheckpoint:
+    """The live checkpoint ``ref`` names: the one place a reference is resolved.
 
-    Each store looks the id up as an object (no history is walked); a
-    prefix matching checkpoints in two stores is ambiguous, and a store that
-    cannot be opened is passed over.
+    An id or prefix is looked up as an object in each of ``store_dirs`` (no
+    history is walked) and matches checkpoints only; one matching
+    checkpoints in two places is ambiguous, and a store that cannot be
+    opened is passed over. ``@``, ``@~N`` and ``#N`` count in ``worktree``'s
+    sessions, reading only the pins between a session's newest and the one
+    named.
     """
-    found: list[FoundCheckpoint] = []
+    if isinstance(ref, IdPrefix):
+        return _by_prefix(ref, store_dirs)
+    if worktree is None:
+        raise InvalidParams(
+            f"{ref.text!r} counts in a worktree's sessions; give 'path' or 'worktree' "
+            "(on the command line, run it inside the worktree)."
+        )
+    store = Store(open_repository(worktree.store_dir))
+    if isinstance(ref, SessionHead):
+        session = ref.session.name if ref.session.named else _newest_session(store, worktree)
+        return FoundCheckpoint(store, lookup.back_from_head(store, worktree.id, session, ref.back))
+    return FoundCheckpoint(store, _by_seq(store, worktree, ref))
+
+
+def _by_prefix(ref: IdPrefix, store_dirs: Iterable[str]) -> FoundCheckpoint:
+    found: dict[str, FoundCheckpoint] = {}
     errors: list[SnapshotdError] = []
     for store_dir in store_dirs:
         try:
@@ -73,19 +98,69 @@ def find_checkpoint(ref: str, store_dirs: Iterable[str]) -> FoundCheckpoint:
             continue
         store = Store(repo)
         try:
-            found.append(FoundCheckpoint(store, store.find(ref)))
-        except NotFound:
-            continue
+            for checkpoint in lookup.by_prefix(store, ref.hex):
+                found.setdefault(checkpoint.id, FoundCheckpoint(store, checkpoint))
         except SnapshotdError as exc:
             errors.append(exc)
     if errors:
         raise errors[0]
-    distinct = {each.checkpoint.id for each in found}
-    if len(distinct) > 1:
-        raise Ambiguous(f"The prefix '{ref}' matches {len(distinct)} checkpoints; give more digits.")
+    if len(found) > 1:
+        raise _ambiguous(
+            f"The prefix {ref.text!r} matches {len(found)} checkpoints",
+            [each.checkpoint for each in found.values()],
+            "give more digits",
+        )
     if not found:
-        raise NotFound(f"No checkpoint matches '{ref}'.")
+        raise NotFound(f"No checkpoint matches {ref.text!r}.")
+    return next(iter(found.values()))
+
+
+def _newest_session(store: Store, worktree: WorktreeInfo) -> str | None:
+    """The session of the worktree's newest checkpoint, safety checkpoints aside."""
+    for head in lookup.session_heads(store, worktree.id):
+        if head.session != SAFETY_SESSION:
+            return head.session
+    raise NotFound(f"There is no checkpoint in the worktree {worktree.path} yet (safety checkpoints aside).")
+
+
+def _by_seq(store: Store, worktree: WorktreeInfo, ref: SessionSeq) -> Checkpoint:
+    """``#N`` in the named session, or in whichever of the worktree's sessions has that seq (one only)."""
+    if ref.session.named:
+        sessions = [ref.session.name]
+    else:
+        sessions = [head.session for head in lookup.session_heads(store, worktree.id)]
+    found = [cp for cp in (lookup.by_seq(store, worktree.id, session, ref.seq) for session in sessions) if cp]
+    if len(found) > 1:
+        raise _ambiguous(f"{ref.text!r} is in {len(found)} sessions", found, "name the session (--session S, or S@)")
+    if not found:
+        where = f" in session {ref.session.name!r}" if ref.session.named else ""
+        raise NotFound(f"No checkpoint has seq {ref.seq}{where} in the worktree {worktree.path}.")
     return found[0]
+
+
+def _candidate(checkpoint: Checkpoint) -> dict[str, Any]:
+    return {
+        "id": checkpoint.id,
+        "session": checkpoint.session,
+        "seq": checkpoint.seq,
+        "label": checkpoint.label,
+        "created_at": checkpoint.created_at,
+        "worktree": checkpoint.worktree,
+    }
+
+
+def _ambiguous(what: str, matches: list[Checkpoint], remedy: str) -> Ambiguous:
+    """``ambiguous``, listing every candidate (id, session, seq, label) in ``data.candidates``, as git rev-parse does."""
+    ordered = sorted(matches, key=lambda cp: (cp.created_at, cp.seq), reverse=True)
+    shown = "; ".join(
+        f"{cp.id[:12]} #{cp.seq} of {'session ' + repr(cp.session) if cp.session is not None else 'the default session'}"
+        + (f" ({' '.join(cp.label.split())[:40]!r})" if cp.label else "")
+        for cp in ordered[:5]
+    )
+    more = f" and {len(ordered) - 5} more" if len(ordered) > 5 else ""
+    return Ambiguous(
+        f"{what}: {shown}{more}; {remedy}.", candidates=[_candidate(cp) for cp in ordered]
+    )
 
 
 # --- list and show -----------------------------------------------------------
@@ -137,8 +212,8 @@ def list_checkpoints(info: WorktreeInfo, options: ListOptions) -> CheckpointList
 class DiffOptions:
     """The two sides of a ``diff`` (checkpoint ids or ``worktree``) and how its listing is cut."""
 
-    source: object
-    target: object
+    source: CheckpointRef | str
+    target: CheckpointRef | str
     paths: list[str] | None
     patch: bool
     context: int
@@ -147,7 +222,7 @@ class DiffOptions:
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> DiffOptions:
-        """Parse the params once; a side that is not a string is refused when it is looked up."""
+        """Parse the params once: each side is the word ``worktree`` or a checkpoint reference."""
         if "from" not in params:
             raise InvalidParams("The parameter 'from' is required (a checkpoint id or 'worktree').")
         paths = optional_path_list(params, "paths")
@@ -158,9 +233,14 @@ class DiffOptions:
             params, "max_patch_bytes", diff_mod.DEFAULT_MAX_PATCH_BYTES, min=1, max=diff_mod.MAX_PATCH_BYTES
         )
         assert offset is not None and max_patch_bytes is not None
+        session = session_choice(params)
+
+        def side(name: str, value: object) -> CheckpointRef | str:
+            return WORKTREE if value == WORKTREE else parse_ref(value, name, session)
+
         return cls(
-            source=params.get("from"),
-            target=WORKTREE if params.get("to") is None else params.get("to"),
+            source=side("from", params.get("from")),
+            target=side("to", WORKTREE if params.get("to") is None else params.get("to")),
             paths=paths,
             patch=patch,
             context=DEFAULT_CONTEXT if context is None else context,
@@ -169,9 +249,9 @@ class DiffOptions:
         )
 
     @property
-    def checkpoint_sides(self) -> list[object]:
+    def checkpoint_sides(self) -> list[CheckpointRef]:
         """The sides that name checkpoints, ``from`` first."""
-        return [ref for ref in (self.source, self.target) if ref != WORKTREE]
+        return [ref for ref in (self.source, self.target) if not isinstance(ref, str)]
 
     @property
     def names_worktree(self) -> bool:

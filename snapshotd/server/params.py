@@ -141,3 +141,14 @@ def optional_path_list(params: Mapping[str, Any], name: str) -> list[str] | None
     """The list-of-paths param ``name`` (each shorter than PATH_MAX), or None when absent."""
     value = optional_str_list(params, name)
     return None if value is None else [_path_text(name, item) for item in value]
+
+
+def validate_session(session: object, name: str = "session") -> str | None:
+    """A session name (absent: None): a non-empty string of at most 200 characters, no control character."""
+    if session is None:
+        return None
+    if not isinstance(session, str) or not session or len(session) > 200:
+        raise InvalidParams(f"The parameter '{name}' must be a non-empty string of at most 200 characters.")
+    if any(ord(ch) < 32 for ch in session):
+        raise InvalidParams(f"The parameter '{name}' must not contain control characters.")
+    return check_text(name, session)

@@ -37,16 +37,13 @@ from dataclasses import dataclass
 
 import pygit2
 
-from snapshotd.errors import Ambiguous, InvalidParams, NotFound, RefRaced
+from snapshotd.errors import NotFound, RefRaced
 from snapshotd.fsutil import sync_filesystem
 from snapshotd.git.repository import ObjectId, Repository
-from snapshotd.server.params import check_text
 from snapshotd.store.pins import TRAILER, Pin, SessionChains, commit_signature, now_iso, read_pin
 
 REF_ROOT = "refs/snapshotd/"
-MIN_PREFIX = 7
 _SESSION_SAFE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
-_HEX = re.compile(r"^[0-9a-fA-F]+$")
 
 
 def session_key(session: str | None) -> str:
@@ -60,16 +57,6 @@ def session_key(session: str | None) -> str:
 
 def ref_name(worktree_id: str, session: str | None) -> str:
     return f"{REF_ROOT}{worktree_id}/{session_key(session)}"
-
-
-def validate_session(session: object, name: str = "session") -> str | None:
-    if session is None:
-        return None
-    if not isinstance(session, str) or not session or len(session) > 200:
-        raise InvalidParams(f"The parameter '{name}' must be a non-empty string of at most 200 characters.")
-    if any(ord(ch) < 32 for ch in session):
-        raise InvalidParams(f"The parameter '{name}' must not contain control characters.")
-    return check_text(name, session)
 
 
 @dataclass(frozen=True)
@@ -202,25 +189,6 @@ class Store(SessionChains):
             if pin.seq < checkpoint.seq:
                 return False
         return False
-
-    def find(self, ref: str) -> Checkpoint:
-        """Resolve a full id or unique prefix (7+ hex digits) to a live checkpoint."""
-        if not _HEX.match(ref) or len(ref) < MIN_PREFIX or len(ref) > self.hex_length:
-            raise NotFound(f"'{ref}' is not a checkpoint id ({MIN_PREFIX} to {self.hex_length} hex digits).")
-        try:
-            obj = self.repo.revparse_single(ref) if len(ref) < self.hex_length else self.repo[ref]
-        except KeyError as exc:
-            raise NotFound(f"No checkpoint matches '{ref}'.") from exc
-        except (ValueError, pygit2.GitError) as exc:
-            if "ambiguous" in str(exc).lower():
-                raise Ambiguous(f"The prefix '{ref}' matches more than one object; give more digits.") from exc
-            raise NotFound(f"No checkpoint matches '{ref}'.") from exc
-        if not _is_commit(obj):
-            raise NotFound(f"No checkpoint matches '{ref}'.")
-        checkpoint = parse_checkpoint(obj)
-        if checkpoint is None or not self.is_live(checkpoint):
-            raise NotFound(f"No checkpoint matches '{ref}'.")
-        return checkpoint
 
     # --- writing -----------------------------------------------------------
 

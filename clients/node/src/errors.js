@@ -32,9 +32,9 @@ export class InternalError extends SnapshotdError {}
 /** An application error (-32000); `kind` says which. Unknown kinds get this class. */
 export class ApplicationError extends SnapshotdError {}
 export class NotFoundError extends ApplicationError {}
-/** A prefix matches several checkpoints; `candidates` lists them when the daemon says. */
+/** A reference matches several checkpoints; `candidates` lists them (id, session, seq, label). */
 export class AmbiguousError extends ApplicationError {
-  /** @returns {string[]} */
+  /** @returns {Array<{id: string, session: string | null, seq: number, label: string | null}>} */
   get candidates() {
     return Array.isArray(this.data.candidates) ? this.data.candidates : [];
   }

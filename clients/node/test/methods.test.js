@@ -8,6 +8,7 @@ import { after, before, describe, test } from "node:test";
 
 import { git, gitTree, makeRepo, startDaemon, writeFiles } from "./helpers.js";
 import {
+  AmbiguousError,
   ApplicationError,
   InvalidParamsError,
   MethodNotFoundError,
@@ -229,12 +230,19 @@ describe("the December additions", () => {
     }
   }
 
-  test("resolve", async () => {
+  test("resolve and show take @, @~N, #N, SESSION@ and SESSION@~N", async () => {
     const repo = makeRepo();
-    const { checkpoint } = await sd.checkpoint({ path: repo, session: "s" });
-    await callOrMissing(sd.resolve({ checkpoint: "@", path: repo, session: "s" }), (result) => {
-      assert.equal(result.checkpoint.id, checkpoint.id);
-    });
+    const first = (await sd.checkpoint({ path: repo, session: "node-t1" })).checkpoint;
+    const second = (await sd.checkpoint({ path: repo, session: "node-t1" })).checkpoint;
+    assert.equal((await sd.resolve({ checkpoint: "@", path: repo, session: "node-t1" })).checkpoint.id, second.id);
+    assert.equal((await sd.resolve({ checkpoint: "node-t1@", path: repo })).checkpoint.id, second.id);
+    assert.equal((await sd.resolve({ checkpoint: "node-t1@~1", path: repo })).checkpoint.id, first.id);
+    assert.equal((await sd.show({ checkpoint: "#1", path: repo, session: "node-t1" })).checkpoint.id, first.id);
+    assert.equal((await sd.resolve(first.id.slice(0, 9))).checkpoint.id, first.id);
+    await sd.checkpoint({ path: repo, session: "other" });
+    const error = await sd.resolve({ checkpoint: "#1", path: repo }).catch((caught) => caught);
+    assert.ok(error instanceof AmbiguousError, String(error));
+    assert.deepEqual(error.candidates.map((each) => each.session).sort(), ["node-t1", "other"]);
   });
 
   test("verify", async () => {

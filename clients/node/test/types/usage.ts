@@ -49,7 +49,7 @@ export async function turn(worktree: string): Promise<void> {
   try {
     await sd.show("0000000");
   } catch (error) {
-    if (error instanceof AmbiguousError) error.candidates.map((id: string) => id.length);
+    if (error instanceof AmbiguousError) error.candidates.map(({ id, session, seq }) => `${id} ${session} #${seq}`);
     if (error instanceof NotFoundError) { const kind: string | null = error.kind; }
     if (error instanceof SnapshotdError) { const code: number | null = error.code; const data = error.data; }
   }

@@ -1,0 +1,84 @@
+"""Finding checkpoints in one store: by id prefix, by seq, and counting back from a session's newest.
+
+Each lookup reads as little as it can: a prefix is looked up as an object
+(git's own list of matching objects only when it is ambiguous), a session's
+newest is its ref's head pin, and counting back or finding a seq walks that
+one session's pins from the newest only as far as needed. A prefix matches
+checkpoints only, never another object of the repository.
+"""
+
+from __future__ import annotations
+
+import os
+
+from snapshotd.errors import NotFound
+from snapshotd.git.process import GitTarget, run_git_sync
+from snapshotd.store.checkpoints import Checkpoint, Store, ref_name
+
+
+def _checkpoint_at(store: Store, object_id: str) -> Checkpoint | None:
+    """The live checkpoint ``object_id`` is, or None for any other object (or a deleted checkpoint)."""
+    try:
+        checkpoint = store.load(object_id)
+    except NotFound:
+        return None
+    return checkpoint if store.is_live(checkpoint) else None
+
+
+def _objects_with_prefix(store: Store, prefix: str) -> list[str]:
+    """Every object id of the store starting with ``prefix``, as ``git rev-parse --disambiguate`` lists them."""
+    out = run_git_sync(GitTarget(store.repo.path, None), ["rev-parse", f"--disambiguate={prefix}"])
+    return [os.fsdecode(line) for line in out.split(b"\n") if line]
+
+
+def by_prefix(store: Store, prefix: str) -> list[Checkpoint]:
+    """The live checkpoints whose id starts with ``prefix`` (lower-case hex), at most a few."""
+    if len(prefix) > store.hex_length:
+        return []
+    try:
+        obj = store.repo[prefix]
+    except KeyError:
+        return []
+    except ValueError as exc:  # pygit2.AmbiguousError is one; the git command's back-end says so too
+        if "ambiguous" not in str(exc).lower():
+            return []
+        ids = _objects_with_prefix(store, prefix)
+    else:
+        ids = [str(obj.id)]
+    return [checkpoint for checkpoint in (_checkpoint_at(store, each) for each in ids) if checkpoint is not None]
+
+
+def session_heads(store: Store, worktree_id: str) -> list[Checkpoint]:
+    """The newest checkpoint of each of the worktree's sessions that has one, newest first."""
+    heads = []
+    for name in store.session_refs(worktree_id):
+        for pin in store.pins(name):
+            assert pin.checkpoint is not None
+            heads.append(store.load(pin.checkpoint))
+            break
+    return sorted(heads, key=lambda cp: (cp.created_at, cp.seq), reverse=True)
+
+
+def back_from_head(store: Store, worktree_id: str, session: str | None, back: int) -> Checkpoint:
+    """The checkpoint ``back`` before the newest of the session; NotFound when the session is shorter."""
+    count = 0
+    for pin in store.pins(ref_name(worktree_id, session)):
+        if count == back:
+            assert pin.checkpoint is not None
+            return store.load(pin.checkpoint)
+        count += 1
+    where = f"session {session!r}" if session is not None else "the default session"
+    if count == 0:
+        raise NotFound(f"There is no checkpoint in {where} of worktree {worktree_id}.")
+    raise NotFound(f"{where.capitalize()} of worktree {worktree_id} has {count} checkpoint(s), so none is {back} before the newest.")
+
+
+def by_seq(store: Store, worktree_id: str, session: str | None, seq: int) -> Checkpoint | None:
+    """The live checkpoint with ``seq`` in the session, walking its pins from the newest down to it."""
+    for pin in store.pins(ref_name(worktree_id, session)):
+        if pin.seq == seq:
+            assert pin.checkpoint is not None
+            return store.load(pin.checkpoint)
+        if pin.seq < seq:
+            return None
+    return None
