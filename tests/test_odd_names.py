@@ -65,6 +65,7 @@ async def test_odd_names_through_filters(eng: Engine, mode: str, tmp_path: Path,
 
 
 REFUSED = [".GIT/x", ".git.", ".git ", "git~1/inside", ".git::$INDEX_ALLOCATION", "sub/.Git/y"]
+REFUSED_LINKS = [".gitmodules", "deep/.GITMODULES", "GITMOD~1"]  # as symbolic links
 
 
 @pytest.mark.parametrize("filters", [False, True])
@@ -86,12 +87,15 @@ async def test_names_git_refuses_are_skipped(
     await checkpoint(eng, repo)  # warm: the names below reach the watcher
     for name in REFUSED:
         write(repo / name, "refused\n")
+    for name in REFUSED_LINKS:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        os.symlink("a.txt", repo / name)
     result = await checkpoint(eng, repo)
-    assert set(result["stats"]["skipped"]) == set(REFUSED)
+    assert set(result["stats"]["skipped"]) == {*REFUSED, *REFUSED_LINKS}
     reasons = {item["path"]: item["reason"] for item in result["stats"]["skipped_files"]}
     assert all("refuses" in reason for reason in reasons.values())
     tree = result["checkpoint"]["tree"]
-    for name in REFUSED:  # git's own answer is the worktree without them
+    for name in (*REFUSED, *REFUSED_LINKS):  # git's own answer is the worktree without them
         os.rename(repo / name, tmp_path / name.replace("/", "_"))
     assert_tree(repo, tree, oracle_tree(repo))
     assert "b.txt" in tree_entries(repo, tree)

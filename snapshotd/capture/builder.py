@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
 
 import pygit2
@@ -55,13 +56,22 @@ def file_mode(st: os.stat_result, previous_mode: int | None, settings: Settings)
 _ANY_BLOB = pygit2.Oid(hex="e69de29bb2d1d6434b8b29ae775ad8c2e48c5391")
 
 
-def git_refuses(path: str) -> bool:
-    """Whether git will not record ``path`` in an index (``.GIT/x``, ``.git.``, ``git~1/x``...).
+_GITMODULES_ALIAS = re.compile(r"\.gitmodules|gitmod~[1-4]|gi7eba~[1-9][0-9]*")
+
+
+def git_refuses(path: str, *, link: bool = False) -> bool:
+    """Whether git will not record ``path`` (a symbolic link with ``link``) in an index.
 
     libgit2 checks a name as git's ``verify_path`` does when an entry is added
-    (the ``.git`` folder in any case and its NTFS and HFS+ aliases); ``git add
-    -A`` stops on such a name, a capture leaves the file out and names it.
+    (the ``.git`` folder in any case and its NTFS and HFS+ aliases: ``.GIT/x``,
+    ``.git.``, ``git~1/x``); git also refuses a symbolic link named
+    ``.gitmodules`` in any case, or one of its NTFS short names. ``git add -A``
+    stops on such a name; a capture leaves the file out and names it.
     """
+    if link:
+        name = path.rpartition("/")[2].lower().partition(":")[0].rstrip(" .")
+        if _GITMODULES_ALIAS.fullmatch(name):
+            return True
     try:
         pygit2.Index().add(pygit2.IndexEntry(path, _ANY_BLOB, MODE_FILE))
     except pygit2.GitError:
@@ -259,7 +269,7 @@ class TreeBuilder:
                 self.cache.forget(path)
             return
         previous = self._entry_mode(path)
-        if untracked and git_refuses(path):
+        if untracked and git_refuses(path, link=stat.S_ISLNK(st.st_mode)):
             self.stats.skip(path + "/" if stat.S_ISDIR(st.st_mode) else path, SKIP_REFUSED_NAME)
             return
         if stat.S_ISDIR(st.st_mode):

@@ -85,7 +85,7 @@ def build_with_git(
         st = walker.lstat(path)
         if st is None:
             continue
-        if git_refuses(path):  # update-index would pass over it in silence
+        if git_refuses(path, link=stat.S_ISLNK(st.st_mode)):  # update-index would pass over it in silence
             stats.skip(raw, SKIP_REFUSED_NAME)
             continue
         if raw.endswith("/") and gitlink_commit(os.path.join(info.path, path)) is None:
