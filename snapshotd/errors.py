@@ -309,3 +309,15 @@ class SpawnTimeout(Exception):
         self.pid = pid
         self.stdout = stdout
         self.stderr = stderr
+
+
+class WatchGivenUp(Exception):
+    """A worktree's watch ends for a limit (internal): the kernel's, or snapshotd's own ceiling per worktree.
+
+    ``reason`` names which (``watch_limit``, ``watch_ceiling``, ``descriptors``);
+    the message is the sentence ``watch_error`` shows. Captures are then full scans.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 DEFAULT_SIZE_CAP = 64 * 1024 * 1024
+DEFAULT_WATCH_CEILING = 50_000
 VERSION = "0.1.0"
 SAFETY_SESSION = "snapshotd:safety"  # the session of the checkpoints taken before each restore or revert
 
@@ -26,6 +27,22 @@ def size_cap(explicit: int | None = None) -> int:
         return explicit
     value = os.environ.get("SNAPSHOTD_SIZE_CAP")
     return int(value) if value else DEFAULT_SIZE_CAP
+
+
+def watch_ceiling(explicit: int | None = None) -> int:
+    """The most folders the daemon watches in one worktree (``$SNAPSHOTD_WATCH_CEILING``, default 50,000).
+
+    A worktree with more is not watched: its captures are full scans, and
+    ``worktrees`` says why. Each watch costs one of the user's inotify watches
+    (``fs.inotify.max_user_watches``, shared by all of the user's processes).
+    """
+    if explicit is not None:
+        return explicit
+    value = os.environ.get("SNAPSHOTD_WATCH_CEILING")
+    try:
+        return max(1, int(value)) if value else DEFAULT_WATCH_CEILING
+    except ValueError:
+        return DEFAULT_WATCH_CEILING
 
 
 DEFAULT_HOOK_BUDGET_S = 0.5

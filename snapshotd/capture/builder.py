@@ -136,17 +136,20 @@ class Walker:
         self._real: dict[str, bool] = {"": True}
 
     def parent_is_real(self, path: str) -> bool:
+        """Whether every folder above ``path`` is a real folder; iterative, as a chain may be thousands deep."""
         parent = path.rpartition("/")[0]
-        known = self._real.get(parent)
-        if known is None:
-            if not self.parent_is_real(parent):
-                known = False
-            else:
+        unknown: list[str] = []
+        while parent not in self._real:
+            unknown.append(parent)
+            parent = parent.rpartition("/")[0]
+        known = self._real[parent]
+        for folder in reversed(unknown):  # from the top down: below a folder that is not real, none is
+            if known:
                 try:
-                    known = stat.S_ISDIR(os.lstat(os.path.join(self.root, parent)).st_mode)
+                    known = stat.S_ISDIR(os.lstat(os.path.join(self.root, folder)).st_mode)
                 except OSError:
                     known = False
-            self._real[parent] = known
+            self._real[folder] = known
         return known
 
     def lstat(self, path: str) -> os.stat_result | None:

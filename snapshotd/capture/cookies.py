@@ -30,6 +30,7 @@ class Cookies:
         self.dir = os.path.join(os.path.realpath(state_dir), "cookies")
         self.waits = 0
         self._events: dict[str, trio.Event] = {}
+        self._arrived: list[trio.Event] = []  # seen, their waiters woken by :meth:`wake`
         self._counter = itertools.count()
         self._fd: int | None = None
 
@@ -43,20 +44,31 @@ class Cookies:
 
     def close(self) -> None:
         """Release every waiter (they then report no sync) and close the folder."""
-        for event in self._events.values():
+        for event in [*self._events.values(), *self._arrived]:
             event.set()
+        self._arrived = []
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
 
     def seen(self, path: str) -> bool:
-        """Whether ``path`` (from an event) is in the cookie folder; a cookie's event wakes its waiter."""
+        """Whether ``path`` (from an event) is in the cookie folder; a cookie's waiter wakes at :meth:`wake`."""
         if not path.startswith(self.dir + os.sep):
             return False
         event = self._events.pop(os.path.basename(path), None)
         if event is not None:
-            event.set()
+            self._arrived.append(event)
         return True
+
+    def wake(self) -> None:
+        """Wake the waiters of the cookies seen so far: once their batch of events is fully filed.
+
+        A batch's new folders are watched before its cookies count, so a sync
+        never returns while a folder made before it is still unwatched.
+        """
+        arrived, self._arrived = self._arrived, []
+        for event in arrived:
+            event.set()
 
     async def wait(self, timeout: float) -> bool:
         """Write a cookie and wait for its event: True when it came back within ``timeout``."""

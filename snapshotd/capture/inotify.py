@@ -17,10 +17,13 @@ watcher can check that it holds exactly the watches the kernel does.
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import struct
 
 import trio
+
+from snapshotd.errors import WatchGivenUp
 
 IN_MODIFY = 0x2
 IN_ATTRIB = 0x4
@@ -64,14 +67,14 @@ class Inotify:
         self._libc = ctypes.CDLL(None, use_errno=True)
         self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self.fd < 0:
-            raise _last_error("inotify_init1")
+            raise as_limit(_last_error("inotify_init1"))
 
     def add(self, folder_fd: int) -> int:
         """Watch the folder open as ``folder_fd`` (its descriptor, so no path is resolved again)."""
         path = f"/proc/self/fd/{folder_fd}".encode()
         wd = self._libc.inotify_add_watch(self.fd, path, FOLDER_MASK)
         if wd < 0:
-            raise _last_error("inotify_add_watch")
+            raise as_limit(_last_error("inotify_add_watch"))
         return wd
 
     def remove(self, wd: int) -> None:
@@ -115,3 +118,67 @@ class Inotify:
 def _last_error(call: str) -> OSError:
     number = ctypes.get_errno()
     return OSError(number, f"{call}: {os.strerror(number)}")
+
+
+WATCHES_SYSCTL = "fs.inotify.max_user_watches"
+INSTANCES_SYSCTL = "fs.inotify.max_user_instances"
+_LIMIT_FILES = {  # the user namespace's own value first (equal to the sysctl outside a namespace)
+    WATCHES_SYSCTL: ("/proc/sys/user/max_inotify_watches", "/proc/sys/fs/inotify/max_user_watches"),
+    INSTANCES_SYSCTL: ("/proc/sys/user/max_inotify_instances", "/proc/sys/fs/inotify/max_user_instances"),
+}
+
+
+def limit_value(name: str) -> str:
+    """The kernel's current value of one inotify limit, as text ("unknown" when unreadable)."""
+    for path in _LIMIT_FILES[name]:
+        try:
+            with open(path) as value:
+                return value.read().strip()
+        except OSError:
+            continue
+    return "unknown"
+
+
+def watches_held() -> int:
+    """How many inotify watches this process holds, over all its instances (from ``/proc/self/fdinfo``)."""
+    held = 0
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{name}") != "anon_inode:inotify":
+                continue
+            with open(f"/proc/self/fdinfo/{name}", "rb") as info:
+                held += info.read().count(b"\ninotify wd:")
+        except OSError:
+            continue
+    return held
+
+
+def as_limit(exc: OSError) -> OSError | WatchGivenUp:
+    """A kernel limit named as one (the sysctl to raise, its value, the watches held); other errors as they are.
+
+    ``inotify_add_watch`` says ENOSPC ("No space left on device", though no
+    disk is full) at the user's watch limit; ``inotify_init1`` says EMFILE at
+    the user's limit of instances; opening a folder says EMFILE or ENFILE when
+    the daemon is out of descriptors.
+    """
+    if exc.errno == errno.ENOSPC:
+        return WatchGivenUp(
+            "watch_limit",
+            f"The kernel's inotify watch limit is reached ({WATCHES_SYSCTL} = {limit_value(WATCHES_SYSCTL)}, "
+            f"shared by all of the user's processes; this daemon holds {watches_held()}), so this worktree is "
+            f"not watched and its captures are full scans; raise it with 'sudo sysctl {WATCHES_SYSCTL}=N'.",
+        )
+    if exc.errno == errno.EMFILE and (exc.strerror or "").startswith("inotify_init1"):
+        return WatchGivenUp(
+            "watch_limit",
+            f"The kernel's limit of inotify instances is reached ({INSTANCES_SYSCTL} = "
+            f"{limit_value(INSTANCES_SYSCTL)}), so this worktree is not watched and its captures are full scans; "
+            f"raise it with 'sudo sysctl {INSTANCES_SYSCTL}=N'.",
+        )
+    if exc.errno in (errno.EMFILE, errno.ENFILE):
+        return WatchGivenUp(
+            "descriptors",
+            "The daemon is out of file descriptors, so this worktree is not watched and its captures are "
+            "full scans; raise the open-files limit (ulimit -n) of the daemon.",
+        )
+    return exc

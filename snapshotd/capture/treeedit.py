@@ -15,6 +15,8 @@ import pygit2
 
 from snapshotd.git.modes import MODE_TREE
 
+MAX_EDIT_DEPTH = 400  # folder levels edit_tree takes (it recurses once a level)
+
 # path -> (object id, mode) to put there, or None to remove whatever is there
 Changes = Mapping[str, tuple[pygit2.Oid, int] | None]
 
@@ -100,8 +102,9 @@ class RecordingIndex:
     def write_tree(self, repo: pygit2.Repository) -> str:
         if not self.changes:
             return self.base_tree
-        if not all(_utf8(path) for path in self.changes):
-            # pygit2's TreeBuilder takes names as UTF-8 text only; the index takes any bytes.
+        if not all(_utf8(path) and path.count("/") < MAX_EDIT_DEPTH for path in self.changes):
+            # pygit2's TreeBuilder takes names as UTF-8 text only; the index takes any bytes. The
+            # edit recurses once a folder level, so a chain of folders deeper than that goes to libgit2.
             return str(self.inner.write_tree(repo))
         tree, self.trees_written = edit_tree(repo, self.base_tree, self.changes)
         return tree

@@ -1,19 +1,15 @@
 """Watching one worktree with inotify, and knowing when the watch can be trusted.
 
 Events are hints: they name paths to re-examine, never what happened to them.
-Before a capture trusts the dirty set it syncs with the watcher: it writes a
-cookie file and waits until the cookie's own event comes back, so every write
-that finished before the request has been read off the kernel's queue.
+Before a capture trusts the dirty set it syncs with the watcher through a
+cookie (:mod:`snapshotd.capture.cookies`). The watcher talks to inotify itself
+(:mod:`snapshotd.capture.inotify` says why) and walks new folders on a worker
+thread (:mod:`snapshotd.capture.watchwalk`). Here:
 
-:mod:`snapshotd.capture.cookies` holds that sync point. The watcher talks to inotify itself (:mod:`snapshotd.capture.inotify` says
-why). Here:
-
-- every folder is opened by name under its parent's descriptor with
-  ``O_NOFOLLOW`` and watched through that descriptor, so a symlink is an entry
-  and never a folder to descend, and only the worktree is watched;
 - watches are keyed by descriptor; the kernel's ``IN_IGNORED`` drops one, and a
   folder that still exists without a watch is watched again and marked dirty;
-- ``IN_Q_OVERFLOW`` asks for a full scan and a re-arm;
+- ``IN_Q_OVERFLOW`` asks for a full scan and a re-arm; the root's own move or
+  deletion ends the watch (:attr:`Watcher.vanished`);
 - at every sync the kernel's own count of this instance's watches
   (``/proc/self/fdinfo``) must equal the folders the watcher holds; any
   difference, a folder that could not be watched, or a folder seen twice (a
@@ -25,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from collections.abc import Callable
 
 import trio
@@ -42,15 +40,18 @@ from snapshotd.capture.inotify import (
     IN_UNMOUNT,
     OPEN_FOLDER,
     Inotify,
-    open_in_tree,
 )
 from snapshotd.capture.presence import GONE, MOVED
+from snapshotd.capture.watchwalk import Budget, watch_tree
+from snapshotd.errors import WatchGivenUp
+from snapshotd.settings import watch_ceiling
 from snapshotd.store.identity import WorktreeInfo
 
 log = logging.getLogger(__name__)
 
 SYNC_TIMEOUT_S = 2.0
 WATCH_STEP_S = 0.005
+NEW_FOLDERS_BUDGET_S = 5.0  # a batch's new folders watched for longer than this: stop, scan and re-arm
 IGNORE_FILES = (".gitignore",)
 ATTRIBUTES_FILE = ".gitattributes"  # line endings and filters: a change may give unchanged files new blobs
 OVERFLOW_REASON = "kernel event queue overflowed"
@@ -64,8 +65,15 @@ class Watcher:
     (empty when the dirty set can be trusted).
     """
 
-    def __init__(self, info: WorktreeInfo, on_change: Callable[[set[str], bool], None] | None = None) -> None:
+    def __init__(
+        self,
+        info: WorktreeInfo,
+        on_change: Callable[[set[str], bool], None] | None = None,
+        *,
+        ceiling: int | None = None,
+    ) -> None:
         self.info = info
+        self.ceiling = watch_ceiling(ceiling)
         self.root = info.path
         self.cookies = Cookies(info.state_dir)
         self.cookie_dir = self.cookies.dir
@@ -84,12 +92,12 @@ class Watcher:
         self._folder_of: dict[int, str] = {}  # wd -> absolute folder path
         self._wd_of: dict[str, int] = {}  # absolute folder path -> wd
         self._unchecked = True  # events other than cookies came since the kernel's watches were counted
-        self._arming: trio.Event | None = None  # set while a re-arming walk runs on a worker thread
-
-    @property
-    def cookie_waits(self) -> int:
-        """How many syncs this watch has made (for ``status``)."""
-        return self.cookies.waits
+        self._arming: trio.Event | None = None  # set while a walk runs on a worker thread (it owns the tables)
+        self._halt = threading.Event()  # the watch is ending: a walk still running stops at its next folder
+        self._new: list[str] = []  # folders that appeared in the batch being filed, to walk after it
+        self.given_up: str | None = None  # the limit that ended the watch (WatchGivenUp.reason)
+        self._limit: WatchGivenUp | None = None  # a limit met by a capture's re-arm, for the loop to end on
+        self._loop: trio.CancelScope | None = None
 
     # --- classification ----------------------------------------------------------
 
@@ -139,7 +147,7 @@ class Watcher:
     # --- the set of watches --------------------------------------------------------
 
     @staticmethod
-    def _descend(rel_parent: str, name: str) -> bool:
+    def descend(rel_parent: str, name: str) -> bool:
         """Whether the walk watches folder ``name`` under ``rel_parent`` (worktree-relative).
 
         The worktree's own git dir is watched apart (only what changes the
@@ -153,8 +161,12 @@ class Watcher:
             return True
         return len(parts) > parts.index(".git") + 1 or name == "refs"
 
-    def _watch(self, folder_fd: int, path: str) -> bool:
-        """Watch one open folder under ``path``; False when the kernel refused it."""
+    def held(self) -> int:
+        """How many folders the watch holds (the walk's ceiling counts these)."""
+        return len(self._folder_of)
+
+    def watch_folder(self, folder_fd: int, path: str) -> bool:
+        """Watch one open folder under ``path``; False when the kernel refused it (a limit raises instead)."""
         assert self._inotify is not None
         try:
             wd = self._inotify.add(folder_fd)
@@ -171,41 +183,6 @@ class Watcher:
         self._wd_of[path] = wd
         return True
 
-    def _walk(self, folder_fd: int, path: str, rel: str) -> int:
-        """Watch the folder open as ``folder_fd`` and every folder below it; how many were watched."""
-        if not self._watch(folder_fd, path):
-            return 0
-        count = 1
-        try:
-            entries = [entry.name for entry in os.scandir(folder_fd) if entry.is_dir(follow_symlinks=False)]
-        except OSError:
-            return count
-        for name in entries:
-            if not self._descend(rel, name):
-                continue
-            try:
-                child = os.open(name, OPEN_FOLDER, dir_fd=folder_fd)
-            except OSError:  # gone, replaced by a link, or unreadable (git cannot read it either)
-                continue
-            try:
-                count += self._walk(child, f"{path}/{name}", f"{rel}/{name}" if rel else name)
-            finally:
-                os.close(child)
-        return count
-
-    def _watch_tree(self, rel: str) -> int:
-        """Watch the worktree folder ``rel`` ("" is the root) and everything below it; how many were watched."""
-        try:
-            fd = open_in_tree(self.root, rel)
-        except OSError as exc:
-            if not rel:
-                self.suspect = f"the worktree folder could not be opened ({exc.strerror})"
-            return 0
-        try:
-            return self._walk(fd, os.path.join(self.root, rel) if rel else self.root, rel)
-        finally:
-            os.close(fd)
-
     def _watch_extra(self, path: str) -> None:
         """Watch one folder outside the walk (git dir, its ``info``, the cookies), on its own."""
         try:
@@ -213,7 +190,7 @@ class Watcher:
         except OSError:
             return
         try:
-            self._watch(fd, path)
+            self.watch_folder(fd, path)
         finally:
             os.close(fd)
 
@@ -228,7 +205,11 @@ class Watcher:
         before = dict(self._folder_of)
         self._folder_of.clear()
         self._wd_of.clear()
-        self._watch_tree("")
+        try:
+            watch_tree(self, self.root, "", Budget(self.ceiling, halt=self._halt))
+        except BaseException:
+            self.suspect = "a walk of the worktree was interrupted"
+            raise
         extras = [self.cookie_dir]
         if self._git_dir is not None:
             extras += [self._git_dir, os.path.join(self._git_dir, "info")]
@@ -266,8 +247,8 @@ class Watcher:
         rename loop, a checkout) cannot hold the event loop; events wait in
         the kernel's queue meanwhile.
         """
-        if self._arming is not None:
-            await self._arming.wait()  # another capture is re-arming: its walk serves this one too
+        while self._arming is not None:
+            await self._arming.wait()  # another walk is running: it may serve this one too
         if self._inotify is None or not self.live or self.check(always=always):
             return  # not live: the first walk is still running, and captures are cold until it ends
         reason = self.suspect
@@ -275,6 +256,10 @@ class Watcher:
         self._arming = trio.Event()
         try:
             await trio.to_thread.run_sync(self.arm)
+        except WatchGivenUp as exc:  # past a limit now: the watch ends (its loop is told), this capture goes on cold
+            self._limit, self.live = exc, False
+            if self._loop is not None:
+                self._loop.cancel()
         finally:
             self._arming.set()
             self._arming = None
@@ -290,22 +275,54 @@ class Watcher:
             await trio.to_thread.run_sync(self.arm)
             self.live = True
             self._started.set()
-            while self.vanished is None:
-                await trio.lowlevel.wait_readable(self._inotify.fd)
-                await trio.sleep(WATCH_STEP_S)  # let a burst gather into one batch
-                while self._arming is not None:  # the walk owns the watch tables until it ends
-                    await self._arming.wait()
-                self._absorb(self._inotify.read())
+            with trio.CancelScope() as self._loop:
+                while self.vanished is None:
+                    await trio.lowlevel.wait_readable(self._inotify.fd)
+                    await trio.sleep(WATCH_STEP_S)  # let a burst gather into one batch
+                    while self._arming is not None:  # the walk owns the watch tables until it ends
+                        await self._arming.wait()
+                    self._absorb(self._inotify.read())
+                    if self._new:
+                        await self._walk_new()
+                    self.cookies.wake()
+            if self._limit is not None:
+                raise self._limit
+        except WatchGivenUp as exc:  # a limit: named, and the worktree cold (its watches released below)
+            self.given_up = exc.reason
+            self.error = str(exc)
+            self.full_scan_reasons.add("watcher failed")
         except Exception as exc:  # the watch itself failed: fall back to full scans
             self.error = f"{type(exc).__name__}: {exc}"
             self.full_scan_reasons.add("watcher failed")
         finally:
             self.live = False
             self._started.set()
+            self._halt.set()
+            with trio.CancelScope(shield=True):  # a capture's re-arm on a worker thread stops at its next folder
+                while self._arming is not None:
+                    await self._arming.wait()
             self.cookies.close()
             if self._inotify is not None:
                 self._inotify.close()
                 self._inotify = None
+
+    async def _walk_new(self) -> None:
+        """Watch the folders that appeared in the last batch, on a worker thread within the walk's budgets."""
+        new, self._new = self._new, []
+        budget = Budget(self.ceiling, time.monotonic() + NEW_FOLDERS_BUDGET_S, self._halt)
+        self._arming = trio.Event()
+        try:
+            await trio.to_thread.run_sync(self._watch_new, new, budget)
+        finally:
+            self._arming.set()
+            self._arming = None
+
+    def _watch_new(self, paths: list[str], budget: Budget) -> None:
+        """New folders appeared in the worktree: watch each and everything already below it (a worker thread)."""
+        for rel in sorted({os.path.relpath(path, self.root) for path in paths}):  # parents first: theirs covers all
+            inside = not rel.startswith("..") and rel != "." and f"{self.root}/{rel}" not in self._wd_of
+            if inside and self.descend(*rel.rpartition("/")[::2]):
+                watch_tree(self, self.root, rel, budget)
 
     async def wait_started(self, timeout: float) -> bool:
         """Wait until the watch is confirmed live (or failed); True when live."""
@@ -340,7 +357,7 @@ class Watcher:
                 if mask & IN_MOVED_FROM:
                     self._unwatch_under(path)
                 if mask & (IN_CREATE | IN_MOVED_TO):
-                    self._watch_new(path)
+                    self._new.append(path)
             self._classify(path, changed)
         self.dirty |= changed
         if (changed or overflow) and self._on_change is not None:
@@ -357,17 +374,8 @@ class Watcher:
         if rel == ".":
             self.suspect = f"{LOST_REASON}: the worktree folder's own watch"
             return
-        self._watch_new(folder)  # a new folder at the old path; what was written before is in a full walk of it
+        self._new.append(folder)  # a new folder at the old path; what was written before is in a full walk of it
         self._classify(folder, changed)
-
-    def _watch_new(self, path: str) -> None:
-        """A folder appeared in the worktree: watch it and everything already below it."""
-        rel = os.path.relpath(path, self.root)
-        if rel.startswith("..") or rel == ".":
-            return
-        parent, _, name = rel.rpartition("/")
-        if self._descend(parent, name):
-            self._watch_tree(rel)
 
     def _unwatch_under(self, path: str) -> None:
         """A folder moved away: its watches would report under a stale path, so drop them."""

@@ -308,6 +308,8 @@ class WorktreeCapture:
             log.warning("%s", vanished.message)
             self._vanish(vanished, watcher)
         elif watcher.vanished is None:
+            if watcher.given_up is not None:
+                self.counters[f"watch_given_up.{watcher.given_up}"] += 1
             log.warning("The watch of %s ended (%s); captures there are full scans", self.info.path, watcher.error)
             self._failed(watcher.error or "the watch ended", watcher)
         else:
@@ -376,6 +378,6 @@ class WorktreeCapture:
             return Counter()
         return Counter({
             "watcher.events": self.watcher.events,
-            "watcher.cookie_waits": self.watcher.cookie_waits,
+            "watcher.cookie_waits": self.watcher.cookies.waits,
             "watcher.rearms": self.watcher.rearms,
         })

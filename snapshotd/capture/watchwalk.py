@@ -1,0 +1,168 @@
+"""The walk that watches a folder and every folder below it: iterative, on a worker thread, within budgets.
+
+The walk never runs on the trio loop: a tree of 200,000 folders (or one
+renamed in and out of a worktree in a loop) takes seconds to watch, and the
+loop must go on answering every other worktree meanwhile. It is iterative
+(a chain of folders thousands deep is as good as a wide tree) and holds one
+folder descriptor at a time: it descends by name under the current folder
+(``O_NOFOLLOW``, so a link is never a folder) and climbs back through
+``..``, checking that it came back to the folder it left (the device and
+inode); a folder moved meanwhile ends the walk with the watch suspect.
+
+Budgets: the worktree's ceiling of watched folders (past it the watch is
+given up and the worktree captured cold, :class:`~snapshotd.errors.WatchGivenUp`),
+an optional deadline (past it the walk stops and the watch is suspect, so
+the next capture scans and re-arms), and cancellation (the host task's, or
+``halt``), checked at every folder so that a stopping daemon never waits
+for a walk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import trio
+
+from snapshotd.capture.inotify import OPEN_FOLDER, as_limit, open_in_tree
+from snapshotd.errors import WatchGivenUp
+
+
+class WatchTable(Protocol):
+    """What the walk needs of the watcher: watch one open folder, say which folders to enter, hold the count."""
+
+    suspect: str | None
+
+    def watch_folder(self, folder_fd: int, path: str) -> bool: ...
+
+    def descend(self, rel_parent: str, name: str) -> bool: ...
+
+    def held(self) -> int: ...
+
+
+@dataclass
+class Budget:
+    """How far one walk may go: the worktree's ceiling of folders, a deadline, and a stop flag."""
+
+    ceiling: int
+    deadline: float | None = None  # time.monotonic() value; None: no time limit
+    halt: threading.Event = field(default_factory=threading.Event)
+
+
+@dataclass
+class _Frame:
+    path: str
+    rel: str
+    ident: tuple[int, int]
+    names: Iterator[str]
+
+
+class _Stopped(Exception):
+    """The walk stopped early (deadline, or the walk lost its way); the watch is already marked suspect."""
+
+
+def _check(table: WatchTable, budget: Budget, root: str) -> None:
+    if budget.halt.is_set():
+        raise _Stopped
+    with contextlib.suppress(RuntimeError):  # not on a trio worker thread (a direct call): nothing to ask
+        trio.from_thread.check_cancelled()
+    if table.held() > budget.ceiling:
+        raise WatchGivenUp(
+            "watch_ceiling",
+            f"{root} has more than {budget.ceiling} folders, the most snapshotd watches in one worktree "
+            "(SNAPSHOTD_WATCH_CEILING), so it is not watched and its captures are full scans.",
+        )
+    if budget.deadline is not None and time.monotonic() > budget.deadline:
+        table.suspect = "new folders took too long to watch"
+        raise _Stopped
+
+
+def _enter(table: WatchTable, fd: int, path: str, rel: str) -> _Frame | None:
+    """Watch the open folder and list the folders in it; None when the kernel refused the watch."""
+    if not table.watch_folder(fd, path):
+        return None
+    st = os.fstat(fd)
+    try:
+        names = [entry.name for entry in os.scandir(fd) if entry.is_dir(follow_symlinks=False)]
+    except OSError:
+        names = []
+    return _Frame(path, rel, (st.st_dev, st.st_ino), iter(names))
+
+
+def walk(table: WatchTable, folder_fd: int, path: str, rel: str, budget: Budget, root: str) -> int:
+    """Watch the folder open as ``folder_fd`` (``rel`` under the worktree ``root``) and all below; how many.
+
+    ``folder_fd`` stays the caller's. Raises :class:`WatchGivenUp` past the
+    ceiling or at a kernel limit, and trio's ``Cancelled`` when the host task is.
+    """
+    current = os.dup(folder_fd)
+    count = 0
+    try:
+        first = _enter(table, current, path, rel)
+        if first is None:
+            return 0
+        stack = [first]
+        count = 1
+        while stack:
+            _check(table, budget, root)
+            top = stack[-1]
+            name = next(top.names, None)
+            if name is None:
+                stack.pop()
+                if not stack:
+                    break
+                parent = os.open("..", OPEN_FOLDER, dir_fd=current)
+                os.close(current)
+                current = parent
+                st = os.fstat(current)
+                if (st.st_dev, st.st_ino) != stack[-1].ident:
+                    table.suspect = f"a folder moved while it was being watched: {top.path}"
+                    raise _Stopped
+                continue
+            if not table.descend(top.rel, name):
+                continue
+            try:
+                child = os.open(name, OPEN_FOLDER, dir_fd=current)
+            except OSError as exc:  # gone, replaced by a link, unreadable (git cannot read it either)...
+                limit = as_limit(exc)
+                if isinstance(limit, WatchGivenUp):  # ... or the daemon is out of descriptors
+                    raise limit from exc
+                continue
+            try:
+                frame = _enter(table, child, f"{top.path}/{name}", f"{top.rel}/{name}" if top.rel else name)
+            except BaseException:
+                os.close(child)
+                raise
+            if frame is None:
+                os.close(child)
+                continue
+            os.close(current)
+            current = child
+            stack.append(frame)
+            count += 1
+    except _Stopped:
+        pass
+    except OSError as exc:  # climbing back failed: the tree changed under the walk
+        table.suspect = f"a folder changed while it was being watched ({exc.strerror})"
+    finally:
+        os.close(current)
+    return count
+
+
+def watch_tree(table: WatchTable, root: str, rel: str, budget: Budget) -> int:
+    """Watch the worktree folder ``rel`` ("" is the root) and everything below it; how many were watched."""
+    try:
+        fd = open_in_tree(root, rel)
+    except OSError as exc:
+        if not rel:
+            table.suspect = f"the worktree folder could not be opened ({exc.strerror})"
+        return 0
+    try:
+        return walk(table, fd, os.path.join(root, rel) if rel else root, rel, budget, root)
+    finally:
+        os.close(fd)
