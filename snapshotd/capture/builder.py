@@ -128,6 +128,13 @@ def gitlink_commit(path: str) -> str | None:
     return text if len(text) in (40, 64) and all(ch in "0123456789abcdef" for ch in text) else None
 
 
+def _is_file(path: str) -> bool:
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 class Walker:
     """Per-capture memo of which parent folders are real folders (not symlinks)."""
 
@@ -300,10 +307,7 @@ class TreeBuilder:
     def finish(self) -> str:
         """Hash what needs git's filters, then write the tree."""
         if self._git_hash:
-            target = git_target(self.info)
-            paths = b"".join(stdin_path(path) for path, _, _ in self._git_hash)
-            out = run_git_sync(target, ["hash-object", "-w", "--stdin-paths"], input=paths)
-            self.stats.processes += 1
+            out = self._hash_with_git()
             for (path, st, mode), line in zip(self._git_hash, out.split(), strict=True):
                 oid = pygit2.Oid(hex=line.decode())
                 self.stats.hashed += 1
@@ -311,3 +315,25 @@ class TreeBuilder:
                 self.index.add(pygit2.IndexEntry(path, oid, mode))
             self._git_hash.clear()
         return str(self.index.write_tree(self.repo))
+
+    def _hash_with_git(self) -> bytes:
+        """One ``hash-object`` run over the files git's filters may change: one id a line, in their order.
+
+        A file deleted (or no longer a file) since it was listed makes git
+        fail; it is then left as the index has it, as a file that vanishes
+        while hashed in-process is, and git asked once more for the rest.
+        """
+        target = git_target(self.info)
+        for attempt in range(2):
+            if not self._git_hash:
+                return b""
+            paths = b"".join(stdin_path(path) for path, _, _ in self._git_hash)
+            self.stats.processes += 1
+            try:
+                return run_git_sync(target, ["hash-object", "-w", "--stdin-paths"], input=paths)
+            except GitError:
+                still = [item for item in self._git_hash if _is_file(os.path.join(self.info.path, item[0]))]
+                if attempt or len(still) == len(self._git_hash):
+                    raise
+                self._git_hash = still
+        raise AssertionError("unreachable")
