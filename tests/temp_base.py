@@ -45,12 +45,16 @@ def why_not(candidate: str) -> str | None:
 
 
 def make_base() -> Path:
-    """A fresh, private base folder for the session, in the first fit place; ValueError naming why none fits."""
+    """A fresh base folder for the session (mode 0711), in the first fit place; ValueError naming why none fits."""
     reasons = []
     for candidate in dict.fromkeys((tempfile.gettempdir(), *CANDIDATES)):
         reason = why_not(candidate)
         if reason is None:
-            return Path(tempfile.mkdtemp(prefix="sd-", dir=os.path.realpath(candidate)))
+            base = Path(tempfile.mkdtemp(prefix="sd-", dir=os.path.realpath(candidate)))
+            # Others may pass through (not list it): the tests that act as another
+            # user reach their shared folders and homes inside it.
+            base.chmod(0o711)
+            return base
         reasons.append(reason)
     raise ValueError(
         "no folder can hold the tests' repositories: " + "; ".join(reasons)
