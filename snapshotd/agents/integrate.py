@@ -49,6 +49,7 @@ class Change:
     events: list[str]
     warnings: list[str] = field(default_factory=list)
     project: Path | None = None  # the project's root for a project's settings: the file must stay inside it
+    trust: Change | None = None  # Codex: the change to config.toml that trusts (or forgets) the entries
 
     @property
     def changed(self) -> bool:
@@ -58,10 +59,14 @@ class Change:
         """The change as a unified diff, for a dry run."""
         old, new = ((text or "").splitlines(keepends=True) for text in (self.old, self.new))
         lines = difflib.unified_diff(old, new, fromfile=str(self.path), tofile=str(self.path))
-        return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+        text = "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines)
+        return text + (self.trust.diff() if self.trust is not None else "")
 
     def to_wire(self) -> dict[str, Any]:
-        return {"file": str(self.path), "changed": self.changed, "events": self.events, "warnings": self.warnings}
+        wire = {"file": str(self.path), "changed": self.changed, "events": self.events, "warnings": self.warnings}
+        if self.trust is not None:
+            wire["trust"] = {"file": str(self.trust.path), "changed": self.trust.changed}
+        return wire
 
 
 def hook_command(tool: str) -> str:
@@ -74,6 +79,30 @@ def _is_ours(hook: Any, tool: str) -> bool:
     """Whether one hook handler of the settings runs ``snapshotd ... hook TOOL``."""
     command = hook.get("command") if isinstance(hook, dict) else None
     return isinstance(command, str) and re.search(rf"snapshotd\S*\s+(?:\S.*\s)?hook\s+{re.escape(tool)}(\s|$)", command) is not None
+
+
+def is_ours(hook: Any, tool: str) -> bool:
+    """Whether one hook handler of the settings runs snapshotd's hook for ``tool``."""
+    return _is_ours(hook, tool)
+
+
+def our_handlers(text: str, tool: str) -> list[tuple[str, int, dict[str, Any]]]:
+    """(event, group index, handler) of each of snapshotd's handlers in a settings text (none if it is not JSON)."""
+    try:
+        hooks = json.loads(text).get("hooks", {})
+    except (ValueError, AttributeError):
+        return []
+    found = []
+    for event, groups in hooks.items() if isinstance(hooks, dict) else ():
+        for g, group in enumerate(groups if isinstance(groups, list) else []):
+            handlers = group.get("hooks") if isinstance(group, dict) else None
+            found += [(event, g, h) for h in (handlers if isinstance(handlers, list) else []) if _is_ours(h, tool)]
+    return found
+
+
+def read_settings(path: Path, project: Path | None) -> str | None:
+    """The text of a settings file, read as :func:`plan` reads it (None when there is none)."""
+    return _read_settings(path, project)
 
 
 def wanted_entries(tool: str, events: str) -> dict[str, dict[str, Any]]:
@@ -242,13 +271,39 @@ def plan(tool: str, scope: str, *, remove: bool, events: str, cwd: str) -> Chang
     else:
         new = _with_ours(_without_ours(old, str(path), tool, wanted), str(path), tool, wanted)
     change = Change(path, old, new, sorted(wanted), project=project)
+    if tool == "codex":
+        _plan_trust(change)
     if tool == "codex" and not remove:
-        change.warnings = codex_hooks_disabled(str(project) if project is not None else None)
+        change.warnings += codex_hooks_disabled(str(project) if project is not None else None)
     return change
+
+
+def _plan_trust(change: Change) -> None:
+    """Codex runs new hook entries only once trusted: record the trust of exactly ours in its config.toml, as
+    Codex's ``/hooks`` does (and forget it for entries removed), or warn with the one step left to the user."""
+    from snapshotd.agents import codextrust
+
+    config = Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "config.toml"
+    try:
+        old: str | None = config.read_bytes().decode("utf-8")  # not read_text: its line endings stay
+    except FileNotFoundError:
+        old = None
+    except (OSError, UnicodeDecodeError):
+        change.warnings.append(codextrust.manual_step(change.path))
+        return
+    before, after = (codextrust.entries(change.path, text or "", lambda h: _is_ours(h, "codex")) for text in (change.old, change.new))
+    new = codextrust.retrusted(old or "", before, after)
+    if new is None:
+        change.warnings.append(codextrust.manual_step(change.path))
+        return
+    if new != (old or ""):
+        change.trust = Change(config, old, new, [])
 
 
 def apply(change: Change) -> None:
     """Write the planned text, atomically, keeping the file's mode (in a project: only inside it, never through a link)."""
+    if change.trust is not None:
+        apply(change.trust)
     if not change.changed or change.new is None:
         return
     if change.project is not None:

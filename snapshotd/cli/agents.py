@@ -115,6 +115,9 @@ def integrate(ctx: click.Context, tool: str, scope: str, events: str, remove: bo
         click.echo(f"removed snapshotd's hooks from {change.path}")
     else:
         click.echo(f"added snapshotd's hooks ({', '.join(change.events)}) to {change.path}")
+    if change.trust is not None and not dry_run:
+        done = "forgot Codex's trust in the removed entries" if remove else "recorded Codex's trust in them (as its /hooks screen does)"
+        click.echo(f"{done} in {change.trust.path}")
     for warning in change.warnings:
         click.echo(click.style("warning: ", fg="yellow", bold=True) + warning, err=True)
 
@@ -138,3 +141,40 @@ def mcp(ctx: click.Context, any_worktree: bool) -> None:
         click.echo(f"error: the MCP server needs the mcp package ({exc}); install snapshotd[mcp].", err=True)
         sys.exit(1)
     serve_stdio(Runner(runner.socket_path, runner.embedded, json_output=True), any_worktree=any_worktree)
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("tool", type=click.Choice(TOOLS), metavar="[claude-code|codex]", required=False)
+@json_option
+@click.pass_context
+def doctor(ctx: click.Context, tool: str | None, json_output: bool) -> None:
+    """Check the chain from the agent's hooks to a recorded checkpoint, for this worktree; say what to fix.
+
+    The daemon answers; the tool's settings run snapshotd's hook by an absolute
+    command; Codex trusts those entries; the tool's last hook recorded its
+    checkpoint. Exits 1 when a check fails.
+    """
+    from snapshotd.agents.doctor import run_checks
+    from snapshotd.server.client import connect_or_none
+    from snapshotd.settings import resolve_socket_path
+
+    runner = use_json(ctx)
+    socket_path = resolve_socket_path(runner.socket_path)
+
+    def ping() -> dict:
+        client = connect_or_none(socket_path, timeout=2)
+        if client is None:
+            raise FileNotFoundError(socket_path)
+        with client:
+            return client.call("ping")
+
+    checks = run_checks(tool, os.getcwd(), ping, socket_path)
+    if runner.json:
+        click.echo(to_json({"checks": [check.to_wire() for check in checks], "ok": all(c.ok for c in checks)}))
+    else:
+        for check in checks:
+            mark = click.style("ok  ", fg="green") if check.ok else click.style("FAIL", fg="red", bold=True)
+            click.echo(f"{mark} {check.name}: {check.detail}")
+            if check.fix:
+                click.echo(f"     fix: {check.fix}")
+    sys.exit(0 if all(check.ok for check in checks) else 1)

@@ -62,6 +62,7 @@ for _command in (
     agents.hook,
     agents.integrate,
     agents.mcp,
+    agents.doctor,
 ):
     main.add_command(_command)
 

@@ -1,0 +1,157 @@
+"""``snapshotd doctor``: the whole chain from an agent's hook to a recorded checkpoint, checked for one worktree.
+
+Each :class:`Check` says what was found and, when it is a problem, the one
+thing to do about it: the daemon answers; the tool's settings (the user's and
+the worktree's) run snapshotd's hook by an absolute command, with a timeout the
+"before" budget fits in; Codex trusts those entries (:mod:`.codextrust`); and
+the last hook run of the tool recorded its checkpoint (:mod:`.hookstate`).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from snapshotd.agents import codextrust, hookstate, integrate
+from snapshotd.agents.hooks import TOOLS
+from snapshotd.errors import SnapshotdError
+from snapshotd.settings import HOOK_TIMEOUT_S
+
+
+@dataclass
+class Check:
+    """One link of the chain: what was found, and what to do when it is a problem."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"check": self.name, "ok": self.ok, "detail": self.detail, "fix": self.fix}
+
+
+@dataclass
+class Installed:
+    """snapshotd's handlers in one settings file."""
+
+    path: Path
+    text: str
+    handlers: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (event, handler)
+
+
+def check_daemon(ping: Callable[[], dict[str, Any]], socket_path: str) -> Check:
+    """Whether a daemon answers a ping on ``socket_path`` (none running is fine: a hook starts one)."""
+    try:
+        answer = ping()
+    except FileNotFoundError:
+        return Check("daemon", True, f"no daemon runs on {socket_path}; the first hook starts one")
+    except (OSError, SnapshotdError) as exc:
+        message = exc.message if isinstance(exc, SnapshotdError) else str(exc)
+        return Check("daemon", False, f"the daemon on {socket_path} does not answer ({message})", "run `snapshotd stop`, then `snapshotd status` to start a new one")
+    return Check("daemon", True, f"daemon {answer.get('version')} (pid {answer.get('pid')}) answers on {socket_path}")
+
+
+def _installed(tool: str, cwd: str) -> list[Installed]:
+    """The settings files of ``tool`` (the user's, then the worktree's) that hold snapshotd's handlers."""
+    found = []
+    for scope in ("user", "project"):
+        try:
+            path = integrate.settings_path(tool, scope, cwd)
+            project = path.parent.parent if scope == "project" else None
+            text = integrate.read_settings(path, project)
+        except (SnapshotdError, OSError):
+            continue
+        if text is None:
+            continue
+        entry = Installed(path, text)
+        for event, _group, handler in integrate.our_handlers(text, tool):
+            entry.handlers.append((event, handler))
+        if entry.handlers:
+            found.append(entry)
+    return found
+
+
+def _command_problem(command: str) -> str | None:
+    """What is wrong with a hook command, if anything: it must start with an absolute, executable program."""
+    try:
+        program = shlex.split(command)[0]
+    except (ValueError, IndexError):
+        return f"the command {command!r} does not parse"
+    if not os.path.isabs(program):
+        return f"the command starts with {program!r}, found only through PATH (the agent's shell may not have it)"
+    if not os.access(program, os.X_OK):
+        return f"{program} is not an executable program"
+    return None
+
+
+def check_hooks(tool: str, files: list[Installed]) -> list[Check]:
+    """Whether ``tool``'s settings run snapshotd's hook, by an absolute command, with a long enough timeout."""
+    fix = f"run `snapshotd integrate {tool}` (add `--project` for the worktree's settings)"
+    if not files:
+        return [Check(f"{tool} hooks", False, f"no settings of {tool} run snapshotd's hook", fix)]
+    checks = []
+    for entry in files:
+        events = sorted({event for event, _ in entry.handlers})
+        problems = sorted({p for _, handler in entry.handlers if (p := _command_problem(str(handler.get("command", ""))))})
+        short = sorted({event for event, h in entry.handlers if isinstance(h.get("timeout"), int) and h["timeout"] < HOOK_TIMEOUT_S})
+        if short:
+            problems.append(f"the timeout of {', '.join(short)} is under {HOOK_TIMEOUT_S} s, so a long 'before' checkpoint is cut off")
+        detail = f"{entry.path}: {', '.join(events)}" + (f"; {'; '.join(problems)}" if problems else "")
+        checks.append(Check(f"{tool} hooks", not problems, detail, f"run `snapshotd integrate {tool}` again" if problems else ""))
+    return checks
+
+
+def _codex_config() -> Path:
+    return Path(os.environ.get("CODEX_HOME") or Path.home() / ".codex") / "config.toml"
+
+
+def check_codex_trust(files: list[Installed]) -> list[Check]:
+    """Whether Codex trusts each of snapshotd's entries (it skips the others without a word)."""
+    config = _codex_config()
+    try:
+        config_text = config.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        config_text = ""
+    checks = []
+    for entry in files:
+        found = codextrust.entries(entry.path, entry.text, lambda h: integrate.is_ours(h, "codex"))
+        states = codextrust.status(found, config_text)
+        bad = sorted(f"{e.event} ({states[e.key]})" for e in found if states[e.key] != "trusted")
+        if bad:
+            checks.append(Check("codex trust", False, f"Codex skips {', '.join(bad)} of {entry.path}", codextrust.manual_step(entry.path)))
+        else:
+            checks.append(Check("codex trust", True, f"Codex trusts every snapshotd entry of {entry.path} ({config})"))
+    for warning in integrate.codex_hooks_disabled(None):
+        checks.append(Check("codex trust", False, warning, "set it to true"))
+    return checks
+
+
+def check_last_run(tool: str, now: float | None = None) -> Check:
+    """What the tool's last hook run left: recorded, or the reason it was not."""
+    last = hookstate.last_result(tool)
+    if last is None:
+        return Check(f"{tool} last hook", True, "no hook of this tool has run yet")
+    ago = round((time.time() if now is None else now) - float(last.get("time", 0)))
+    what = f"{last.get('event') or 'a hook'} {ago} s ago in {last.get('cwd')}"
+    if last.get("ok"):
+        return Check(f"{tool} last hook", True, f"{what}: recorded")
+    return Check(f"{tool} last hook", False, f"{what}: not recorded: {last.get('note')}", "fix what the note says; the next hook tells whether it worked")
+
+
+def run_checks(tool: str | None, cwd: str, ping: Callable[[], dict[str, Any]], socket_path: str) -> list[Check]:
+    """Every check for ``tool`` (or each tool whose settings hold snapshotd's hooks; both when none does)."""
+    checks = [check_daemon(ping, socket_path)]
+    installed = {name: _installed(name, cwd) for name in TOOLS}
+    tools = [tool] if tool else [name for name in TOOLS if installed[name]] or list(TOOLS)
+    for name in tools:
+        checks += check_hooks(name, installed[name])
+        if name == "codex" and installed[name]:
+            checks += check_codex_trust(installed[name])
+        checks.append(check_last_run(name))
+    return checks
