@@ -76,6 +76,7 @@ def test_a_home_in_a_sticky_shared_folder_is_made_private(shared: Path, tmp_path
     cli_process("--embedded", "checkpoint", folder, env=child_env(SNAPSHOTD_HOME=str(home)))
     assert mode_of(home) == 0o700
     assert mode_of(home / "repos") == 0o700
+    assert subprocess.run([*DROP, "ls", str(home.parent)], capture_output=True, check=False).returncode == 0
     peek = subprocess.run([*DROP, "ls", str(home)], capture_output=True, text=True, check=False)
     assert peek.returncode != 0, peek.stdout
 
@@ -155,6 +156,8 @@ def test_under_umask_000_nothing_snapshotd_makes_is_writable_by_others(shared: P
     assert made, "the checkpoint wrote nothing into the repository"
     writable = [str(path) for path in made + list(home.parent.rglob("*")) if mode_of(path) & 0o002 and not path.is_symlink()]
     assert writable == []
+    reach = subprocess.run([*DROP, "test", "-r", str(repo / ".git" / "HEAD")], check=False)
+    assert reach.returncode == 0, "the other user cannot reach the repository at all, so the test shows nothing"
     overwrite = subprocess.run([*DROP, "sh", "-c", f"echo wt_0000 > {state / 'id'}"], capture_output=True, check=False)
     assert overwrite.returncode != 0
     assert (state / "id").read_text().startswith("wt_") and "wt_0000" not in (state / "id").read_text()
