@@ -312,6 +312,8 @@ export interface ConnectOptions {
   daemonCommand?: readonly string[];
   /** How long to wait for a started daemon. Default 10000. */
   startTimeoutMs?: number;
+  /** How long to wait for room at a busy daemon (a full queue, a refused connection) before BusyError. Default 30000. */
+  connectTimeoutMs?: number;
   /** Longest reply line accepted, in bytes. Default 256 MiB. */
   lineLimit?: number;
   /** The environment for discovery and for a started daemon. Default `process.env`. */
@@ -322,6 +324,7 @@ export const DEFAULT_LINE_LIMIT: number;
 export const SUBSCRIPTION_BUFFER: number;
 export const DEFAULT_DAEMON_COMMAND: readonly string[];
 export const DEFAULT_START_TIMEOUT_MS: number;
+export const DEFAULT_CONNECT_TIMEOUT_MS: number;
 
 /** The socket path the command line would use: `explicit`, `SNAPSHOTD_SOCKET`, `$XDG_RUNTIME_DIR/…`, `/tmp/snapshotd-<uid>/…`. */
 export function resolveSocketPath(explicit?: string, env?: Record<string, string | undefined>): string;
@@ -348,6 +351,8 @@ export class Snapshotd {
   private constructor();
   /** The absolute socket path. */
   readonly socketPath: string;
+  /** The daemon's `ping` result, from confirming the connection. */
+  readonly daemon: PingResult;
 
   /** Any method by name; rejects with the daemon's error as its class. */
   call<T = Record<string, unknown>>(method: string, params?: object): Promise<T>;
@@ -455,6 +460,7 @@ export class ClientError extends SnapshotdError {
 export class ConnectionClosedError extends ClientError {}
 export class DaemonUnreachableError extends ClientError {}
 export class UnsafeSocketFolderError extends ClientError {}
+export class UntrustedDaemonError extends ClientError {}
 export class ResponseTooLongError extends ClientError {}
 
 export const ERROR_CODES: {

@@ -1,6 +1,7 @@
 // Starting a daemon when none runs, as the command line does: `snapshotd
 // serve --socket PATH` detached in a session of its own, from `/`, logging to
-// `snapshotd.log` beside the socket; then connecting until it answers.
+// `snapshotd.log` beside the socket (opened through the checked folder, never
+// through a link); then connecting until it answers.
 
 import { spawn } from "node:child_process";
 import * as fs from "node:fs";
@@ -8,11 +9,12 @@ import * as path from "node:path";
 import { setTimeout as sleep } from "node:timers/promises";
 
 import { DaemonUnreachableError, UnsafeSocketFolderError } from "./errors.js";
-import { unsafeFolderReason } from "./socket.js";
+import { openSocketFolder } from "./socket.js";
 
 export const DEFAULT_DAEMON_COMMAND = Object.freeze(["snapshotd"]);
 export const DEFAULT_START_TIMEOUT_MS = 10_000;
 const POLL_MS = 50;
+const { O_APPEND, O_CREAT, O_NOFOLLOW, O_NONBLOCK, O_RDONLY, O_WRONLY } = fs.constants;
 const LOG_TAIL_BYTES = 4096;
 // A daemon that lost a start race to another exits at once, while the winner
 // may not listen yet: keep trying this long after the child exits.
@@ -58,15 +60,19 @@ export async function startAndConnect(socketPath, tryConnect, options) {
 function startDaemon(socketPath, command, env) {
   const folder = path.dirname(socketPath);
   fs.mkdirSync(folder, { recursive: true, mode: 0o700 });
-  const unsafe = unsafeFolderReason(folder);
-  if (unsafe) throw new UnsafeSocketFolderError(unsafe, { data: { folder } });
+  const held = openSocketFolder(folder);
+  if (!held) throw new UnsafeSocketFolderError(`The socket folder ${folder} went away as it was made.`, { data: { folder } });
   const logPath = path.join(folder, "snapshotd.log");
+  let log;
+  try {
+    log = openLog(held, logPath);
+  } finally {
+    held.close();
+  }
   const childEnv = { ...env };
   if (childEnv.SNAPSHOTD_HOME) childEnv.SNAPSHOTD_HOME = path.resolve(childEnv.SNAPSHOTD_HOME);
-  const log = fs.openSync(logPath, "a", 0o600);
   const daemon = { logPath, exitedAt: null, status: null, spawnError: null };
   try {
-    fs.fchmodSync(log, 0o600);
     const child = spawn(command[0], [...command.slice(1), "serve", "--socket", socketPath], {
       cwd: "/", // hold no worktree as the current folder
       env: childEnv,
@@ -85,6 +91,32 @@ function startDaemon(socketPath, command, env) {
   return daemon;
 }
 
+/**
+ * The started daemon's log, for appending, through the held folder: a regular
+ * file of this user, mode 0600, never a symlink (a link planted there is
+ * refused, not followed).
+ */
+function openLog(held, logPath) {
+  let fd;
+  try {
+    fd = fs.openSync(held.entry("snapshotd.log"), O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW, 0o600);
+  } catch (error) {
+    if (error.code !== "ELOOP") throw error;
+    throw new UnsafeSocketFolderError(`Refusing the log ${logPath}: it is a symlink; remove it and try again.`, {
+      data: { folder: held.folder, log: logPath },
+    });
+  }
+  const info = fs.fstatSync(fd);
+  if (!info.isFile() || info.uid !== process.geteuid()) {
+    fs.closeSync(fd);
+    throw new UnsafeSocketFolderError(`Refusing the log ${logPath}: it is not a regular file of yours; remove it and try again.`, {
+      data: { folder: held.folder, log: logPath },
+    });
+  }
+  fs.fchmodSync(fd, 0o600);
+  return fd;
+}
+
 function notStartedError(command, error) {
   const reason = error.code === "ENOENT" ? `${command[0]} was not found` : error.message;
   return new DaemonUnreachableError(
@@ -97,7 +129,7 @@ function notStartedError(command, error) {
 function lastLine(logPath) {
   let fd;
   try {
-    fd = fs.openSync(logPath, "r");
+    fd = fs.openSync(logPath, O_RDONLY | O_NOFOLLOW | O_NONBLOCK);
     const size = fs.fstatSync(fd).size;
     const tail = Buffer.alloc(Math.min(size, LOG_TAIL_BYTES));
     fs.readSync(fd, tail, 0, tail.length, size - tail.length);

@@ -3,19 +3,18 @@
 // response matched by id, in whatever order the daemon answers), and the
 // `changed` notifications of a subscription come out of an async iterator.
 
-import * as net from "node:net";
 import * as path from "node:path";
 
 import { startAndConnect } from "./autostart.js";
+import { DEFAULT_CONNECT_TIMEOUT_MS, RoomWait, dial, isRefusal } from "./dialing.js";
 import {
   ClientError,
   ConnectionClosedError,
   DaemonUnreachableError,
   ResponseTooLongError,
-  UnsafeSocketFolderError,
   errorFromWire,
 } from "./errors.js";
-import { resolveSocketPath, unsafeFolderReason, unusablePathReason } from "./socket.js";
+import { resolveSocketPath, unusablePathReason } from "./socket.js";
 
 /** Longest reply line accepted, in bytes (a patch can be large; a JS string holds about 512 MiB). */
 export const DEFAULT_LINE_LIMIT = 256 * 1024 * 1024;
@@ -31,7 +30,7 @@ export function connect(options) {
 }
 
 export class Snapshotd {
-  /** @type {net.Socket} */ #socket;
+  /** @type {import("node:net").Socket} */ #socket;
   #lines;
   #nextId = 1;
   /** @type {Map<number, {resolve: Function, reject: Function, method: string, onResult?: Function}>} */
@@ -47,7 +46,9 @@ export class Snapshotd {
    * Connect to the daemon at the socket the command line would use.
    * The socket's folder is checked first: it must be this user's and not
    * writable by others, or nothing is sent. With `autostart`, a daemon is
-   * started when none answers.
+   * started when none answers. A busy daemon is waited for, up to
+   * `connectTimeoutMs`; the connection is confirmed with a `ping`, whose
+   * result is `daemon`.
    * @param {import("../index").ConnectOptions} [options]
    * @returns {Promise<Snapshotd>}
    */
@@ -56,28 +57,46 @@ export class Snapshotd {
     const socketPath = resolveSocketPath(options.socket, env);
     const unusable = unusablePathReason(socketPath);
     if (unusable) throw new DaemonUnreachableError(unusable, { data: { socket: socketPath } });
-    const tryConnect = () => openSocket(socketPath);
-    let socket = await tryConnect();
-    if (!socket && options.autostart) {
-      socket = await startAndConnect(socketPath, tryConnect, {
-        command: options.daemonCommand,
-        env,
-        timeoutMs: options.startTimeoutMs,
-      });
+    const wait = new RoomWait(socketPath, options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS);
+    const tryConnect = () => dial(socketPath, wait);
+    for (;;) {
+      let socket = await tryConnect();
+      if (!socket && options.autostart) {
+        socket = await startAndConnect(socketPath, tryConnect, {
+          command: options.daemonCommand,
+          env,
+          timeoutMs: options.startTimeoutMs,
+        });
+      }
+      if (!socket) {
+        throw new DaemonUnreachableError(
+          `No snapshotd is running at ${socketPath}; start one with \`snapshotd serve\` or connect with autostart: true.`,
+          { data: { socket: socketPath } },
+        );
+      }
+      const client = new Snapshotd(socket, socketPath, options.lineLimit ?? DEFAULT_LINE_LIMIT);
+      try {
+        client.daemon = await client.ping();
+        return client;
+      } catch (error) {
+        client.destroy();
+        if (isRefusal(error)) await wait.refused(error);
+        // The daemon closed it before reading (its refusal then comes after the failed
+        // write, unread): only the ping was sent, so try again.
+        else if (error.data?.cause === "EPIPE" || error.data?.cause === "ECONNRESET") {
+          await wait.pause("it turns new connections away before reading them (its connection cap)");
+        }
+        else throw error;
+      }
     }
-    if (!socket) {
-      throw new DaemonUnreachableError(
-        `No snapshotd is running at ${socketPath}; start one with \`snapshotd serve\` or connect with autostart: true.`,
-        { data: { socket: socketPath } },
-      );
-    }
-    return new Snapshotd(socket, socketPath, options.lineLimit ?? DEFAULT_LINE_LIMIT);
   }
 
   /** Wrap a connected socket; use {@link Snapshotd.connect}. */
   constructor(socket, socketPath, lineLimit = DEFAULT_LINE_LIMIT) {
     /** The absolute path of the socket this client talks to. */
     this.socketPath = socketPath;
+    /** The daemon's `ping` result from connecting (`{version, pid, uptime_s}`). */
+    this.daemon = null;
     this.#socket = socket;
     this.#lines = new LineReader(lineLimit);
     this.#closed = new Promise((resolve) => socket.once("close", resolve));
@@ -332,30 +351,6 @@ class LineReader {
     }
     return lines;
   }
-}
-
-/**
- * A connected socket, or null when nobody listens (ENOENT, ECONNREFUSED).
- * The folder is checked first, so that nothing reaches another user's socket.
- */
-function openSocket(socketPath) {
-  const folder = path.dirname(socketPath);
-  const unsafe = unsafeFolderReason(folder);
-  if (unsafe) return Promise.reject(new UnsafeSocketFolderError(unsafe, { data: { folder } }));
-  return new Promise((resolve, reject) => {
-    const socket = net.createConnection(socketPath);
-    socket.once("connect", () => {
-      socket.removeAllListeners("error");
-      resolve(socket);
-    });
-    socket.once("error", (error) => {
-      if (error.code === "ENOENT" || error.code === "ECONNREFUSED") return resolve(null);
-      reject(new DaemonUnreachableError(
-        `Cannot talk to snapshotd at ${socketPath}: ${error.message}.`,
-        { data: { socket: socketPath, cause: error.code } },
-      ));
-    });
-  });
 }
 
 /** `"path"` or `{path}`/`{worktree}` as params, the path made absolute. */

@@ -57,6 +57,8 @@ export class ConnectionClosedError extends ClientError {}
 export class DaemonUnreachableError extends ClientError {}
 /** The socket's folder belongs to another user or others may write to it; nothing was sent. */
 export class UnsafeSocketFolderError extends ClientError {}
+/** The socket file is a link or another user's: whoever listens there is not this user's daemon; nothing was sent. */
+export class UntrustedDaemonError extends ClientError {}
 /** A reply line is longer than the client's `lineLimit`; the connection is closed. */
 export class ResponseTooLongError extends ClientError {}
 

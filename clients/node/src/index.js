@@ -2,5 +2,6 @@
 
 export { DEFAULT_LINE_LIMIT, SUBSCRIPTION_BUFFER, Snapshotd, Subscription, connect } from "./client.js";
 export { DEFAULT_DAEMON_COMMAND, DEFAULT_START_TIMEOUT_MS } from "./autostart.js";
+export { DEFAULT_CONNECT_TIMEOUT_MS } from "./dialing.js";
 export { resolveSocketPath } from "./socket.js";
 export * from "./errors.js";

@@ -94,3 +94,20 @@ test("autostart does not start a daemon in another user's folder", { skip: proce
   assert.ok(error instanceof UnsafeSocketFolderError, String(error));
   assert.equal(fs.existsSync(marker), false, "the command did not run");
 });
+
+test("a planted snapshotd.log link is refused, not appended to or re-moded", async () => {
+  const folder = tempDir("sdc-loglink-");
+  const precious = path.join(tempDir("sdc-precious-"), "precious.txt");
+  fs.writeFileSync(precious, "precious\n", { mode: 0o644 });
+  fs.chmodSync(precious, 0o644);
+  fs.symlinkSync(precious, path.join(folder, "snapshotd.log"));
+  const marker = path.join(tempDir("sdc-marker-"), "ran");
+  const daemonCommand = ["sh", "-c", `touch ${marker}; echo started`, "sh"];
+  const error = await connect({ socket: path.join(folder, "s.sock"), autostart: true, daemonCommand })
+    .catch((caught) => caught);
+  assert.ok(error instanceof UnsafeSocketFolderError, String(error));
+  assert.match(error.message, /Refusing the log .*snapshotd\.log: it is a symlink/);
+  assert.equal(fs.readFileSync(precious, "utf8"), "precious\n");
+  assert.equal(fs.statSync(precious).mode & 0o7777, 0o644);
+  assert.equal(fs.existsSync(marker), false, "no daemon was started");
+});

@@ -89,12 +89,20 @@ describe("connect finds the daemon the command line finds", () => {
 });
 
 describe("the socket folder must be private", () => {
+  let daemon;
+  before(async () => { daemon = await startDaemon(); });
+  after(async () => { await daemon.stop(); });
+
   /** A listener standing in for a socket another user planted; counts who connects. */
   async function impostor(folder) {
     const socketPath = path.join(folder, "snapshotd.sock");
     const server = net.createServer((peer) => {
       server.connections += 1;
-      peer.destroy();
+      // Answers the client's first line (its confirming ping), then hangs up.
+      peer.once("data", (chunk) => {
+        const { id } = JSON.parse(chunk.toString("utf8").split("\n")[0]);
+        peer.end(`${JSON.stringify({ jsonrpc: "2.0", id, result: { version: "0", pid: 1, uptime_s: 0 } })}\n`);
+      });
     });
     server.connections = 0;
     await new Promise((resolve) => server.listen(socketPath, resolve));
@@ -130,6 +138,15 @@ describe("the socket folder must be private", () => {
     const folder = tempDir("sdc-group-");
     fs.chmodSync(folder, 0o770);
     await assertRefused(folder, /other users may write to it \(mode 0770\)/);
+  });
+
+  test("a folder that is a symlink is refused, even to a private folder with a daemon", async () => {
+    const real = path.dirname(daemon.socket);
+    const link = path.join(tempDir("sdc-link-"), "run");
+    fs.symlinkSync(real, link);
+    const error = await connect({ socket: path.join(link, path.basename(daemon.socket)) }).catch((caught) => caught);
+    assert.ok(error instanceof UnsafeSocketFolderError, String(error));
+    assert.match(error.message, /Refusing the socket folder .*: it is a symlink/);
   });
 
   test("a folder that anyone may write to is refused", async () => {
