@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import pty
-import select
 import signal
 import socket
 import stat
@@ -33,6 +31,7 @@ from daemon_helpers import (
 )
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, worktree_listing, write
+from terminal_helpers import at_a_terminal
 
 from snapshotd.cli.main import main as cli_main
 from snapshotd.errors import SnapshotdError
@@ -321,74 +320,25 @@ def test_revert_one_turn_and_its_conflicts(daemon: Daemon, env: dict[str, str], 
     assert (repo / "a.txt").read_text() == "alpha\n"
 
 
-def _at_a_terminal(
-    args: list[str],
-    answer: bytes,
-    env: dict[str, str],
-    cwd: Path,
-    *,
-    prompt: bytes = b"Go ahead?",
-    stdout: Any = None,
-) -> tuple[int, str]:
-    """Run ``snapshotd ARGS`` on a pseudo-terminal, answer its prompt, return (status, screen).
-
-    ``stdout`` sends the command's standard output elsewhere (a pipe, say)
-    while stdin and stderr stay on the terminal.
-    """
-    master, slave = pty.openpty()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "snapshotd", *args],
-        stdin=slave, stdout=slave if stdout is None else stdout, stderr=slave, cwd=cwd, env=env,
-        start_new_session=True,
-    )
-    os.close(slave)
-    screen = b""
-    answered = False
-    deadline = time.monotonic() + 30
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.5)
-            if not ready:
-                if proc.poll() is not None:
-                    break
-                continue
-            try:
-                chunk = os.read(master, 4096)
-            except OSError:  # EIO: the terminal's other side has closed
-                break
-            if not chunk:
-                break
-            screen += chunk
-            if not answered and prompt in screen:
-                os.write(master, answer)
-                answered = True
-        return proc.wait(timeout=30), screen.decode(errors="replace")
-    finally:
-        os.close(master)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-
-
 def test_restore_at_a_terminal_shows_the_plan_and_asks(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     cp = checkpoint(repo, env)["checkpoint"]
     write(repo / "a.txt", "changed\n")
     before = worktree_listing(repo)
 
-    code, screen = _at_a_terminal(["restore", cp["id"]], b"n\n", env, repo)
+    code, screen = at_a_terminal(["restore", cp["id"]], b"n\n", env, repo)
     assert code == 0, screen
     assert "would write 1, would delete 0" in screen and "a.txt" in screen and "Go ahead?" in screen
     assert "\x1b[" in screen, "no colour on a terminal"
     assert worktree_listing(repo) == before, "answering no changed the worktree"
 
-    code, screen = _at_a_terminal(["restore", cp["id"]], b"y\n", env, repo)
+    code, screen = at_a_terminal(["restore", cp["id"]], b"y\n", env, repo)
     assert code == 0, screen
     assert "undo with: snapshotd restore" in screen
     assert (repo / "a.txt").read_text() == "alpha\n"
 
     # --yes does not ask, even at a terminal.
     write(repo / "a.txt", "changed again\n")
-    code, screen = _at_a_terminal(["restore", cp["id"], "--yes"], b"", env, repo)
+    code, screen = at_a_terminal(["restore", cp["id"], "--yes"], b"", env, repo)
     assert code == 0 and "Go ahead?" not in screen, screen
     assert (repo / "a.txt").read_text() == "alpha\n"
 
@@ -400,7 +350,7 @@ def test_the_prompt_is_asked_when_stdout_is_a_pipe(daemon: Daemon, env: dict[str
     # `snapshotd restore ID | cat` at a terminal: stdin is the terminal, so it asks (on stderr).
     read_end, write_end = os.pipe()
     try:
-        code, screen = _at_a_terminal(["restore", cp["id"]], b"n\n", env, repo, stdout=write_end)
+        code, screen = at_a_terminal(["restore", cp["id"]], b"n\n", env, repo, stdout=write_end)
     finally:
         os.close(write_end)
         os.close(read_end)
@@ -408,7 +358,7 @@ def test_the_prompt_is_asked_when_stdout_is_a_pipe(daemon: Daemon, env: dict[str
     assert (repo / "a.txt").read_text() == "changed\n", "it wrote without asking"
 
     # --json at a terminal asks too; the answer yes lets it run.
-    code, screen = _at_a_terminal(["restore", "--json", cp["id"]], b"y\n", env, repo, stdout=subprocess.DEVNULL)
+    code, screen = at_a_terminal(["restore", "--json", cp["id"]], b"y\n", env, repo, stdout=subprocess.DEVNULL)
     assert code == 0 and "Go ahead?" in screen, screen
     assert (repo / "a.txt").read_text() == "alpha\n"
 
@@ -429,8 +379,8 @@ def test_destructive_commands_refuse_without_a_terminal_unless_yes(
         ["gc", str(repo), "--keep", "0"],
     ]
     for args in runs:
-        refused = cli(*args, cwd=repo, env=env, code=2)
-        assert "stdin is not a terminal" in refused.stderr and "--yes" in refused.stderr, refused
+        refused = cli(*args, cwd=repo, env=env, code=1)
+        assert_one_error_line(refused, "stdin is not a terminal", "--yes")
     assert worktree_listing(repo) == before
     listed = cli("list", "--json", repo, env=env).json()["checkpoints"]
     assert {cp["id"] for cp in listed} >= {first, second}
@@ -446,7 +396,7 @@ def test_undo_puts_back_the_last_restore_and_twice_is_a_redo(daemon: Daemon, env
     cli("restore", cp["id"], "--yes", cwd=repo, env=env)
     assert (repo / "a.txt").read_text() == "alpha\n" and not (repo / "new.txt").exists()
 
-    refused = cli("undo", cwd=repo, env=env, code=2)
+    refused = cli("undo", cwd=repo, env=env, code=1)
     assert "--yes" in refused.stderr and (repo / "a.txt").read_text() == "alpha\n"
     undone = cli("undo", "--json", "--yes", cwd=repo / "src", env=env).json()
     assert undone["written"] == ["a.txt", "new.txt"]
@@ -457,13 +407,13 @@ def test_undo_puts_back_the_last_restore_and_twice_is_a_redo(daemon: Daemon, env
     assert (repo / "a.txt").read_text() == "alpha\n" and not (repo / "new.txt").exists()
 
 
-def test_delete_asks_at_a_terminal(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+def test_delete_asksat_a_terminal(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     cp = checkpoint(repo, env)["checkpoint"]["id"]
-    code, screen = _at_a_terminal(["delete", cp], b"n\n", env, repo, prompt=b"Delete 1 checkpoint(s)?")
-    assert code == 0 and "Delete 1 checkpoint(s)?" in screen, screen
+    code, screen = at_a_terminal(["delete", cp], b"n\n", env, repo, prompt=b"Delete 1 checkpoint?")
+    assert code == 0 and "Delete 1 checkpoint?" in screen, screen
     assert [c["id"] for c in cli("list", "--json", repo, env=env).json()["checkpoints"]] == [cp]
-    code, screen = _at_a_terminal(["delete", cp], b"y\n", env, repo, prompt=b"Delete 1 checkpoint(s)?")
-    assert code == 0 and "deleted 1 checkpoint(s)" in screen, screen
+    code, screen = at_a_terminal(["delete", cp], b"y\n", env, repo, prompt=b"Delete 1 checkpoint?")
+    assert code == 0 and "deleted 1 checkpoint" in screen, screen
 
 
 # --------------------------------------------------------------------------
@@ -478,7 +428,7 @@ def test_delete_and_gc(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     assert cli("delete", "--json", s1[0][:9], "--yes", env=env).json() == {"deleted": 1}
     assert cli("delete", "--json", "--session", "s2", repo, "-y", env=env).json() == {"deleted": 2}
     text = cli("delete", "--session", "s3", "-C", repo, "--yes", env=env).stdout
-    assert text.strip() == "deleted 3 checkpoint(s)"
+    assert text.strip() == "deleted 3 checkpoints"
     remaining = [cp["id"] for cp in cli("list", "--json", repo, env=env).json()["checkpoints"]]
     assert sorted(remaining) == sorted(s1[1:])
     assert not set(remaining) & set(s2 + s3)
@@ -487,7 +437,7 @@ def test_delete_and_gc(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     assert cli("gc", "--json", repo, "--keep", "1", "--yes", env=env).json() == {"deleted": 3, "freed_bytes": 0}
     kept = {cp["id"] for cp in cli("list", "--json", repo, env=env).json()["checkpoints"]}
     assert kept == {s1[-1], s4[-1]}
-    assert cli("gc", repo, "--keep", "1", "--yes", env=env).stdout.strip() == "deleted 0 checkpoint(s)"
+    assert cli("gc", repo, "--keep", "1", "--yes", env=env).stdout.strip() == "deleted 0 checkpoints"
 
 
 def test_open_worktrees_status_and_repair(
@@ -651,7 +601,7 @@ def test_a_command_starts_a_daemon_when_none_runs(repo: Path, tmp_path: Path) ->
         log = sock.parent / "snapshotd.log"
         assert "listening on" in log.read_text()
 
-        assert cli_process("stop", env=env).stdout.strip() == "stopped"
+        assert cli_process("stop", env=env).stdout.strip() == f"stopped the daemon on {sock}"
         assert not answers(sock) and not sock.exists()
         wait_until(lambda: process_gone(pid), 10, f"the daemon {pid} to exit")
         assert not log_problems(log.read_text()), log.read_text()

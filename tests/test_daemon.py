@@ -95,7 +95,7 @@ def test_stop_command_shuts_the_daemon_down(daemon: Daemon, sock: Path, tmp_path
     assert not log_problems(daemon.log_text()), daemon.log_text()
 
     again = cli_process("--socket", sock, "stop")
-    assert again.stdout.strip() == "no daemon was running"
+    assert again.stdout.strip() == f"no daemon was running on {sock}"
     assert not sock.exists(), "stop must not start a daemon"
 
 

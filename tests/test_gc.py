@@ -138,7 +138,7 @@ def test_cli_gc_means_here_unless_all(daemon: Daemon, tmp_path: Path) -> None:
         (str(repos[0]), "s2", 1),
     ]
     human = cli("gc", "--dry-run", "--keep", "0", cwd=repos[0], env=env).stdout
-    assert "would delete 2 checkpoint(s) of session s1" in human and str(repos[0]) in human
+    assert "would delete 2 checkpoints of session s1" in human and str(repos[0]) in human
     assert cli("gc", "--json", "--keep", "0", "--yes", cwd=repos[0], env=env).json()["deleted"] == 3
     assert len(cli("list", "--json", cwd=repos[1], env=env).json()["checkpoints"]) == 3
     cli("gc", "--all", str(repos[1]), env=env, code=2)

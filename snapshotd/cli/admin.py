@@ -16,6 +16,7 @@ from snapshotd.cli.launcher import Runner, os_message
 from snapshotd.cli.options import CONTEXT, invoke, json_option
 from snapshotd.cli.output import short_id
 from snapshotd.errors import Busy
+from snapshotd.settings import resolve_socket_path
 
 
 @click.command(context_settings=CONTEXT)
@@ -161,11 +162,16 @@ def worktrees(ctx: click.Context, json_output: bool) -> None:
 @json_option
 @click.pass_context
 def stop(ctx: click.Context, json_output: bool) -> None:
-    """Stop the daemon cleanly; returns once it has stopped."""
+    """Stop the daemon cleanly (also `shutdown`); returns once it has stopped, saying whether one ran."""
     runner: Runner = ctx.obj
     if runner.embedded:
         raise click.UsageError("--embedded runs no daemon, so there is none to stop.")
-    invoke(ctx, "shutdown", {}, lambda r: click.echo("stopped" if runner.daemon_was_running else "no daemon was running"))
+    where = os.path.abspath(resolve_socket_path(runner.socket_path))
+
+    def human(_result: dict[str, Any]) -> None:
+        click.echo(f"stopped the daemon on {where}" if runner.daemon_was_running else f"no daemon was running on {where}")
+
+    invoke(ctx, "shutdown", {}, human)
 
 
 @click.command(context_settings=CONTEXT)

@@ -16,7 +16,7 @@ from snapshotd.cli.options import (
     ref_session_option,
     reference_params,
 )
-from snapshotd.cli.output import checkpoint_line, print_patch, skip_reason
+from snapshotd.cli.output import checkpoint_line, one_line, print_patch, skip_reason
 
 _STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 _STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}
@@ -56,12 +56,19 @@ def list_(ctx: click.Context, path: str, session: str | None, limit: int | None,
     """List the checkpoints of the worktree holding PATH, newest first."""
 
     def human(result: dict[str, Any]) -> None:
-        if not result["checkpoints"]:
+        if not result["checkpoints"] and limit != 0:  # --limit 0 asks for none, it does not find none
             click.echo("no checkpoints")
         for cp in result["checkpoints"]:
             click.echo(checkpoint_line(cp))
 
     invoke(ctx, "list", {"path": os.path.abspath(path), "session": session, "limit": limit}, human)
+
+
+def _field(value: object) -> str:
+    """One field of ``show`` as people read it: yes or no, - for none, text on one line."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return "-" if value is None else one_line(str(value))
 
 
 @click.command(context_settings=CONTEXT)
@@ -76,7 +83,7 @@ def show(ctx: click.Context, checkpoint_id: str, ref_session: str | None, json_o
         cp = result["checkpoint"]
         width = max(len(key) for key in cp)
         for key, value in cp.items():
-            click.echo(f"{click.style(key.ljust(width), bold=True)}  {value if value is not None else '-'}")
+            click.echo(f"{click.style(key.ljust(width), bold=True)}  {_field(value)}")
 
     invoke(ctx, "show", {"checkpoint": checkpoint_id, **reference_params([checkpoint_id], ref_session)}, human)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from snapshotd.cli import admin, agents, changes, checkpoints
+from snapshotd.cli import admin, agents, changes, checkpoints, collect
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, json_option
 from snapshotd.cli.output import let_output_carry_raw_names
@@ -49,8 +49,8 @@ for _command in (
     changes.restore,
     changes.undo,
     changes.revert,
-    changes.delete,
-    changes.gc,
+    collect.delete,
+    collect.gc,
     admin.serve,
     admin.status,
     admin.verify,
@@ -65,6 +65,7 @@ for _command in (
     agents.doctor,
 ):
     main.add_command(_command)
+main.add_command(admin.stop, name="shutdown")  # the method's own name
 
 if __name__ == "__main__":
     main()

@@ -8,6 +8,7 @@ exit status 1.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
@@ -30,6 +31,26 @@ yes_option = click.option("-y", "--yes", is_flag=True, help="Do not ask; needed 
 ref_session_option = click.option(
     "--session", "ref_session", metavar="S", help="The session @, @~N and #N count in (default: the newest)."
 )
+
+
+class Duration(click.ParamType):
+    """An age as people write it: seconds (``90``), or numbers with s, m, h, d or w (``12h``, ``1d``, ``1h30m``)."""
+
+    name = "duration"
+    _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+    _PART = re.compile(r"(\d+)([smhdw])")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        text = str(value).strip().lower()
+        if text.isdigit():
+            return int(text)
+        parts = self._PART.findall(text)
+        if not parts or "".join(number + unit for number, unit in parts) != text:
+            self.fail(f"{value!r} is not an age: give seconds, or numbers with s, m, h, d or w (90m, 12h, 1d, 1h30m).", param, ctx)
+        return sum(int(number) * self._UNITS[unit] for number, unit in parts)
+
+
+DURATION = Duration()
 
 
 def reference_params(refs: Iterable[str], session: str | None, path: str | None = None) -> dict[str, Any]:

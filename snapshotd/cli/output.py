@@ -67,6 +67,11 @@ def let_output_carry_raw_names() -> None:
 
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 checkpoint``, ``2 checkpoints``."""
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def short_id(hex_id: str | None) -> str:
     return hex_id[:12] if hex_id else "-"
 
@@ -87,10 +92,23 @@ def skip_reason(item: dict[str, Any]) -> str:
     return item["reason"]
 
 
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line: control characters (a newline, an escape sequence) written as escapes.
+
+    A label is whatever a client sent; printed raw, a newline would break a
+    listing into two rows and an escape sequence would reach the terminal.
+    """
+    return _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
+
+
 def checkpoint_line(cp: dict[str, Any]) -> str:
     mark = "" if cp.get("changed", True) else click.style(" (unchanged)", dim=True)
-    label = cp.get("label") or ""
-    session = cp.get("session") or "-"
+    label = one_line(cp.get("label") or "")
+    session = one_line(cp.get("session") or "-")
     return (
         f"{click.style(short_id(cp['id']), fg='yellow')}  #{cp['seq']:<4} {cp['created_at'][:19].replace('T', ' ')}"
         f"  {session:<12} {label}{mark}"

@@ -1,0 +1,169 @@
+"""Findings of a first use of the command line, each held by a test (issue 21).
+
+`shutdown` is `stop`; `delete` and `gc` list what they would delete before
+asking; without a terminal the refusal is one error (JSON under --json); a
+declined question says nothing changed; `show` says yes or no; labels with
+control characters stay on their line; `list --limit 0` lists nothing
+without claiming there is nothing; `undo --dry-run`; ages as people write
+them; the man page's synopsis has every command and its -y.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from daemon_helpers import (
+    Daemon,
+    answers,
+    assert_json_error,
+    assert_one_error_line,
+    child_env,
+    cli,
+    cli_process,
+)
+from repo_helpers import init_repo, worktree_listing, write
+from terminal_helpers import at_a_terminal
+
+from snapshotd.cli.main import main as cli_main
+
+MAN_PAGE = Path(__file__).resolve().parent.parent / "man" / "snapshotd.1"
+
+
+@pytest.fixture
+def env(sock: Path) -> dict[str, str]:
+    return child_env(sock)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
+
+
+def checkpoint(repo: Path, env: dict[str, str], *args: str) -> dict[str, Any]:
+    return cli("checkpoint", "--json", str(repo), *args, env=env).json()["checkpoint"]
+
+
+def ids(repo: Path, env: dict[str, str]) -> list[str]:
+    return [cp["id"] for cp in cli("list", "--json", repo, env=env).json()["checkpoints"]]
+
+
+def test_shutdown_is_stop_and_says_whether_a_daemon_ran(daemon: Daemon, sock: Path, env: dict[str, str]) -> None:
+    stopped = cli_process("shutdown", env=env)
+    assert stopped.stdout.strip() == f"stopped the daemon on {sock}"
+    assert daemon.wait() == 0 and not answers(sock)
+    again = cli_process("shutdown", env=env)
+    assert again.stdout.strip() == f"no daemon was running on {sock}"
+    assert not sock.exists(), "shutdown must not start a daemon"
+
+
+def test_delete_at_a_terminal_lists_what_it_would_delete_and_a_no_says_nothing_changed(
+    daemon: Daemon, env: dict[str, str], repo: Path
+) -> None:
+    one = checkpoint(repo, env, "-m", "first label", "--session", "s")
+    two = checkpoint(repo, env, "-m", "second label", "--session", "s")
+    code, screen = at_a_terminal(["delete", one["id"][:9], "s@"], b"n\n", env, repo, prompt=b"Delete 2 checkpoints?")
+    assert code == 0, screen
+    listing, question = screen.split("Delete 2 checkpoints?")
+    assert one["id"][:12] in listing and "first label" in listing and two["id"][:12] in listing, screen
+    assert "nothing changed" in question, screen
+    assert sorted(ids(repo, env)) == sorted([one["id"], two["id"]])
+    prompt = b"Delete 2 checkpoints of session 's'?"
+    code, screen = at_a_terminal(["delete", "--session", "s"], b"y\n", env, repo, prompt=prompt)
+    assert code == 0 and "second label" in screen.split("Delete 2")[0] and "deleted 2 checkpoints" in screen, screen
+    assert ids(repo, env) == []
+
+
+def test_gc_at_a_terminal_lists_what_it_would_delete(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    made = [checkpoint(repo, env, "--session", "s")["id"] for _ in range(3)]
+    code, screen = at_a_terminal(["gc", "--keep", "1"], b"n\n", env, repo, prompt=b"Delete 2 checkpoints?")
+    assert code == 0, screen
+    listing = screen.split("Delete 2 checkpoints?")[0]
+    assert f"would delete 2 checkpoints of session s in {repo}" in listing, screen
+    assert made[0][:12] in listing and made[1][:12] in listing and made[2][:12] not in listing, screen
+    assert "nothing changed" in screen and sorted(ids(repo, env)) == sorted(made)
+
+
+def test_without_a_terminal_the_refusal_is_one_error_or_json(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    cp = checkpoint(repo, env)["id"]
+    write(repo / "a.txt", "changed\n")
+    before = worktree_listing(repo)
+    for args in (["restore", cp], ["delete", cp], ["gc"], ["revert", cp]):
+        assert_one_error_line(cli(*args, cwd=repo, env=env, code=1), "stdin is not a terminal", "--yes")
+        error = assert_json_error(cli(*args, "--json", cwd=repo, env=env, code=1), kind="needs_force")
+        assert "--yes" in error["message"]
+    assert worktree_listing(repo) == before and ids(repo, env) == [cp]
+
+
+def test_a_declined_restore_says_nothing_changed(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    cp = checkpoint(repo, env)["id"]
+    write(repo / "a.txt", "changed\n")
+    code, screen = at_a_terminal(["restore", cp], b"n\n", env, repo)
+    assert code == 0 and "nothing changed" in screen.split("Go ahead?")[1], screen
+    assert (repo / "a.txt").read_text() == "changed\n"
+
+
+def test_show_says_yes_or_no_and_labels_stay_on_their_line(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    first = checkpoint(repo, env, "-m", "two\nlines and \x1b[31mred")
+    second = checkpoint(repo, env, "-m", "plain")
+    shown = cli("show", first["id"], env=env).stdout
+    assert re.search(r"^changed\s+yes$", shown, re.M) and "True" not in shown, shown
+    assert re.search(r"^changed\s+no$", cli("show", second["id"], env=env).stdout, re.M)
+    assert re.search(r"^label\s+two\\nlines and \\x1b\[31mred$", shown, re.M), shown
+    lines = cli("list", repo, env=env).stdout.splitlines()
+    assert len(lines) == 2 and lines[1].startswith(first["id"][:12]), lines
+    assert "\x1b" not in "".join(lines)
+
+
+def test_list_limit_0_lists_nothing_and_does_not_say_there_is_nothing(
+    daemon: Daemon, env: dict[str, str], repo: Path
+) -> None:
+    checkpoint(repo, env)
+    assert cli("list", "--limit", "0", repo, env=env).stdout == ""
+    assert cli("list", "--session", "nobody", repo, env=env).stdout.strip() == "no checkpoints"
+
+
+def test_undo_dry_run_reports_and_changes_nothing(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    cp = checkpoint(repo, env)["id"]
+    write(repo / "a.txt", "the newest edit\n")
+    cli("restore", cp, "--yes", cwd=repo, env=env)
+    planned = cli("undo", "--dry-run", "--json", cwd=repo, env=env).json()
+    assert planned["written"] == ["a.txt"] and planned["safety_checkpoint"] is None
+    assert "would write 1" in cli("undo", "--dry-run", cwd=repo, env=env).stdout
+    assert (repo / "a.txt").read_text() == "alpha\n"
+
+
+def test_older_than_takes_ages_as_people_write_them(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    for _ in range(2):
+        checkpoint(repo, env, "--session", "s")
+    for age in ("12h", "1d", "2w", "1h30m", "90"):
+        assert cli("gc", "--json", "--older-than", age, "--yes", repo, env=env).json()["deleted"] == 0
+    time.sleep(1.1)  # the cut-off is to the second
+    assert cli("gc", "--json", "--older-than", "0m", "--yes", repo, env=env).json()["deleted"] == 2
+    refused = cli("gc", "--older-than", "1x", "--yes", repo, env=env, code=2)
+    assert "'1x' is not an age" in refused.stderr and "12h" in refused.stderr
+
+
+def _synopsis() -> dict[str, str]:
+    """Each command's block of the man page's SYNOPSIS, by name."""
+    text = MAN_PAGE.read_text()
+    section = text[text.index(".SH SYNOPSIS") : text.index(".SH DESCRIPTION")]
+    blocks: dict[str, str] = {}
+    for name, body in re.findall(r'^\.SY "snapshotd ([\w-]+)"\n(.*?)^\.YS', section, re.M | re.S):
+        blocks[name] = blocks.get(name, "") + body
+    return blocks
+
+
+def test_the_man_pages_synopsis_has_every_command_and_its_yes_and_dry_run() -> None:
+    blocks = _synopsis()
+    assert isinstance(cli_main, click.Group)
+    for name, command in cli_main.commands.items():
+        assert name in blocks, f"snapshotd {name} is not in the SYNOPSIS of {MAN_PAGE.name}"
+        options = {option for param in command.params for option in getattr(param, "opts", [])}
+        for flag, roff in (("-y", r"\-y"), ("--dry-run", r"\-\-dry\-run")):
+            if flag in options:
+                assert roff in blocks[name], f"the SYNOPSIS of snapshotd {name} lacks {flag}"
