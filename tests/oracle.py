@@ -247,6 +247,7 @@ def oracle_tree(
     size_cap: int | None = None,
     fresh_index: bool = False,
     trust_stat: bool = False,
+    config: Mapping[str, str] | None = None,
 ) -> str:
     """The tree id git gives for ``worktree`` under the contract's rules.
 
@@ -265,6 +266,8 @@ def oracle_tree(
         fooled: a same-size rewrite with its mtime put back, in the same
         second as the ctime git recorded (this git compares mtime and ctime
         in whole seconds), which git alone reports as unchanged.
+      config: settings given to every git command the oracle runs (as ``git
+        -c``), over the repository's own.
 
     Returns:
       The tree id as hex (40 digits, or 64 in a SHA-256 repository).
@@ -274,7 +277,11 @@ def oracle_tree(
       AssertionError: the user's index changed, which must never happen.
     """
     folder = Path(worktree).absolute()
-    base_env = clean_git_env()
+    given = dict(config or {})
+    settings = {"GIT_CONFIG_COUNT": str(len(given))} if given else {}
+    for number, (key, value) in enumerate(given.items()):
+        settings.update({f"GIT_CONFIG_KEY_{number}": key, f"GIT_CONFIG_VALUE_{number}": value})
+    base_env = clean_git_env(settings)
     top = _toplevel(folder, base_env)
     with tempfile.TemporaryDirectory(prefix="snapshotd-oracle-") as tmp:
         tmpdir = Path(tmp)
@@ -286,7 +293,7 @@ def oracle_tree(
                 cwd=tmpdir,
                 env=base_env,
             )
-            env = clean_git_env({"GIT_INDEX_FILE": str(temp_index)})
+            env = clean_git_env({**settings, "GIT_INDEX_FILE": str(temp_index)})
             prefix = [f"--git-dir={bare}", f"--work-tree={folder}"]
             return _add_and_write_tree(folder, env, size_cap, prefix=prefix)
 
@@ -303,7 +310,7 @@ def oracle_tree(
             if not trust_stat:
                 # Every entry written after this instant is "racily clean" to git.
                 os.utime(temp_index, ns=(_RACY_EPOCH_NS, _RACY_EPOCH_NS))
-        env = clean_git_env({"GIT_INDEX_FILE": str(temp_index)})
+        env = clean_git_env({**settings, "GIT_INDEX_FILE": str(temp_index)})
         tree = _add_and_write_tree(top, env, size_cap)
         after = _file_fingerprint(user_index)
         assert after == before, f"the oracle changed the user's index {user_index}"

@@ -1,9 +1,10 @@
 """Odd file names captured as git captures them, also where git's filters apply.
 
 With a ``.gitattributes`` (or any conversion rule) files are hashed by git
-itself, through ``hash-object --stdin-paths``, which reads one name a line and
-C-unquotes a line that starts with a double quote; names with a newline, a
-trailing carriage return or a leading quote must still reach git intact.
+itself (``update-index -z --stdin``; before it ``hash-object --stdin-paths``,
+which reads one name a line and C-unquotes a line that starts with a double
+quote); names with a newline, a trailing carriage return or a leading quote
+must still reach git intact.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import stat
 
 import pygit2
 
-from snapshotd.capture.scan import git_target
+from snapshotd.capture.checkin import Pending, hash_through_git, index_blob, is_attributes
 from snapshotd.capture.state import (
     SKIP_NO_COMMIT,
     SKIP_REFUSED_NAME,
@@ -77,27 +77,6 @@ def git_refuses(path: str, *, link: bool = False) -> bool:
     except pygit2.GitError:
         return True
     return False
-
-
-def stdin_path(path: str) -> bytes:
-    """``path`` as one line of ``hash-object --stdin-paths``, which C-unquotes a line that starts with a quote.
-
-    A name with a control character (a newline ends the line, a final
-    carriage return is dropped) or a leading quote is sent C-quoted, the
-    others as they are.
-    """
-    raw = os.fsencode(path)
-    if not raw.startswith(b'"') and not any(byte < 0x20 for byte in raw):
-        return raw + b"\n"
-    quoted = bytearray(b'"')
-    for byte in raw:
-        if byte in (0x22, 0x5C):
-            quoted += b"\\" + bytes([byte])
-        elif byte < 0x20 or byte == 0x7F:
-            quoted += b"\\%03o" % byte
-        else:
-            quoted.append(byte)
-    return bytes(quoted) + b'"\n'
 
 
 def gitlink_head(path: str) -> pygit2.Oid | None:
@@ -181,6 +160,9 @@ class TreeBuilder:
         stats: CaptureStats,
         size_cap: int,
         fence_ns: int,
+        *,
+        flagged: set[str] | None = None,
+        conflict_ours: dict[str, pygit2.Oid] | None = None,
     ) -> None:
         self.repo = repo
         self.info = info
@@ -192,7 +174,9 @@ class TreeBuilder:
         self.fence_ns = fence_ns
         self.walker = Walker(info.path)
         self.odb = repo.odb
-        self._git_hash: list[tuple[str, os.stat_result, int]] = []
+        self.flagged = flagged or set()  # the user's assume-unchanged and skip-worktree entries
+        self.conflict_ours = conflict_ours or {}  # "ours" of each conflicted path, read before the conflicts go
+        self._git_hash: list[tuple[Pending, os.stat_result, int]] = []
 
     def _entry_mode(self, path: str) -> int | None:
         entry = self._get(path)
@@ -208,15 +192,36 @@ class TreeBuilder:
         with contextlib.suppress(OSError, KeyError, ValueError, pygit2.GitError):
             self.index.remove(path)
 
+    def _basis(self, path: str) -> pygit2.Oid | None:
+        """The user's index blob at ``path``, which git's conversion of the file reads (see capture/checkin.py).
+
+        The in-memory index still holds the user's entry when a path is hashed:
+        each path is applied once.
+        """
+        if path in self.conflict_ours:
+            return self.conflict_ours[path]
+        return index_blob(self.index, path)
+
+    def _kept_attributes(self) -> list[tuple[str, pygit2.Oid]]:
+        """The user's ``.gitattributes`` entries that stand with no file on disk (flagged ones), for git's conversion."""
+        kept = []
+        for path in sorted(self.flagged):
+            if is_attributes(path) and self.walker.lstat(path) is None:
+                oid = self._basis(path)
+                if oid is not None:
+                    kept.append((path, oid))
+        return kept
+
     def _hash(self, path: str, st: os.stat_result, mode: int) -> pygit2.Oid | None:
-        cached = self.cache.lookup(path, st)
+        basis = self._basis(path) if self.settings.filters else None
+        cached = self.cache.lookup(path, st, basis)
         if cached is not None and cached in self.odb:  # a gc of the store may have pruned it
             return cached
         absolute = os.path.join(self.info.path, path)
         if mode == MODE_LINK and stat.S_ISLNK(st.st_mode):
             oid = self.repo.create_blob(os.readlink(os.fsencode(absolute)))
         elif self.settings.filters:
-            self._git_hash.append((path, st, mode))
+            self._git_hash.append((Pending(path, basis), st, mode))
             return None
         else:
             oid = self._stable_blob(absolute, st)
@@ -307,32 +312,32 @@ class TreeBuilder:
     def finish(self) -> str:
         """Hash what needs git's filters, then write the tree."""
         if self._git_hash:
-            out = self._hash_with_git()
-            for (path, st, mode), line in zip(self._git_hash, out.split(), strict=True):
-                oid = pygit2.Oid(hex=line.decode())
+            ids = self._hash_with_git()
+            for (item, st, mode), oid in zip(self._git_hash, ids, strict=True):
+                if oid is None:
+                    continue
                 self.stats.hashed += 1
-                self.cache.store(path, st, self.fence_ns, oid)
-                self.index.add(pygit2.IndexEntry(path, oid, mode))
+                self.cache.store(item.path, st, self.fence_ns, oid, basis=item.basis)
+                self.index.add(pygit2.IndexEntry(item.path, oid, mode))
             self._git_hash.clear()
         return str(self.index.write_tree(self.repo))
 
-    def _hash_with_git(self) -> bytes:
-        """One ``hash-object`` run over the files git's filters may change: one id a line, in their order.
+    def _hash_with_git(self) -> list[pygit2.Oid | None]:
+        """One git run over the files git's filters may change (see capture/checkin.py): their ids, in order.
 
-        A file deleted (or no longer a file) since it was listed makes git
-        fail; it is then left as the index has it, as a file that vanishes
-        while hashed in-process is, and git asked once more for the rest.
+        A file deleted since it was listed gets no id (git drops it from the
+        private index), as one that vanishes while hashed in-process; one that
+        is no longer a file makes git fail, and git is asked once more for the
+        files still there, the other left as the index has it.
         """
-        target = git_target(self.info)
         for attempt in range(2):
             if not self._git_hash:
-                return b""
-            paths = b"".join(stdin_path(path) for path, _, _ in self._git_hash)
+                return []
             self.stats.processes += 1
             try:
-                return run_git_sync(target, ["hash-object", "-w", "--stdin-paths"], input=paths)
+                return hash_through_git(self.info, [item for item, _, _ in self._git_hash], self._kept_attributes())
             except GitError:
-                still = [item for item in self._git_hash if _is_file(os.path.join(self.info.path, item[0]))]
+                still = [entry for entry in self._git_hash if _is_file(os.path.join(self.info.path, entry[0].path))]
                 if attempt or len(still) == len(self._git_hash):
                     raise
                 self._git_hash = still

@@ -24,6 +24,7 @@ import os
 import secrets
 import time
 
+import pygit2
 import trio
 
 from snapshotd.capture.builder import TreeBuilder, open_repo
@@ -47,7 +48,9 @@ from snapshotd.capture.state import (
     make_fence,
 )
 from snapshotd.capture.treeedit import RecordingIndex
+from snapshotd.capture.warm import dirty_under_removed_attributes
 from snapshotd.fsutil import checked_private_folder
+from snapshotd.git.modes import MODE_GITLINK
 from snapshotd.git.process import run_git
 from snapshotd.git.repository import libgit2_opens
 from snapshotd.store.identity import WorktreeInfo
@@ -73,22 +76,28 @@ def _build(
     index = loaded.index
     flagged |= loaded.flagged
     modified |= {path for path in hints if path in index}
+    modified |= dirty_under_removed_attributes(index, info.path, removed, flagged, index_path) - removed
     settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
     cache.follow_rules(conversion_rules(info, listing, loaded.tracked_attributes))
     conflicts = index.conflicts
+    conflict_ours: dict[str, pygit2.Oid] = {}
     if conflicts is not None:
         conflicted = set()
         for ancestor, ours, theirs in conflicts:
             for side in (ancestor, ours, theirs):
                 if side is not None:
                     conflicted.add(side.path)
+            if ours is not None and int(ours.mode) != MODE_GITLINK:
+                conflict_ours[ours.path] = ours.id
         for path in conflicted:
             del conflicts[path]
         modified |= conflicted
     # The index's own tree comes from its cache-tree extension (milliseconds when
     # valid); the changes are then edited in along their paths only.
     recording = RecordingIndex(index, str(index.write_tree(repo)))
-    builder = TreeBuilder(repo, info, recording, settings, cache, stats, size_cap, fence_ns)
+    builder = TreeBuilder(
+        repo, info, recording, settings, cache, stats, size_cap, fence_ns, flagged=flagged, conflict_ours=conflict_ours
+    )
     for path in modified | removed:
         builder.apply(path, untracked=False, keep_if_missing=path in flagged)
     for path in flagged - modified - removed:

@@ -12,6 +12,7 @@ import stat
 from collections.abc import Iterable
 
 from snapshotd.capture.builder import Walker, git_refuses, gitlink_commit
+from snapshotd.capture.checkin import NO_SAFECRLF, is_attributes
 from snapshotd.capture.scan import flag_kinds, git_target, parse_listing
 from snapshotd.capture.state import (
     SKIP_NO_COMMIT,
@@ -122,6 +123,7 @@ def build_with_git(
             ["update-index", "-z", "--add", "--remove", "--replace", "--ignore-skip-worktree-entries", *known, "--stdin"],
             index_file=index_path,
             input=_nul_list(listed),
+            env_extra=NO_SAFECRLF,
         )
         stats.processes += 1
         stats.hashed += len(fresh) if cache is not None else len(listed)
@@ -175,9 +177,31 @@ def build_git_only(
     """The capture of a repository libgit2 cannot open: git's scan applied by git to the index copy."""
     modified, removed, untracked, flagged = parse_listing(listing)
     stats.fallback = f"object format {object_format(info.store_dir)}"
-    cache.follow_rules(conversion_rules(info, listing, tracked_attributes=False))  # listing -c names every one
+    # The listing (-c) names every .gitattributes; the user's index counts too: git's conversion
+    # reads its blob at each path (the safer autocrlf), and this cache keeps no blob per entry.
+    cache.follow_rules(conversion_rules(info, listing, tracked_attributes=True))
     return build_with_git(
-        info, index_path, modified | removed, untracked, flagged, stats, size_cap,
-        flag_listing=listing, cache=cache, fence_ns=fence_ns,
+        info, index_path, modified | removed | _under_removed_attributes(listing, removed, flagged), untracked,
+        flagged, stats, size_cap, flag_listing=listing, cache=cache, fence_ns=fence_ns,
     )
+
+
+def _under_removed_attributes(listing: bytes, removed: set[str], flagged: set[str]) -> set[str]:
+    """The tracked paths below a ``.gitattributes`` deleted from disk (see warm.dirty_under_removed_attributes).
+
+    ``update-index`` removes that file first (paths go in sorted) and then
+    compares each of these as ``git add -A`` does; ``ls-files -m`` compared
+    them under the index's copy.
+    """
+    folders = [path.rpartition("/")[0] for path in removed if is_attributes(path) and path not in flagged]
+    if not folders:
+        return set()
+    prefixes = tuple(folder + "/" for folder in folders if folder)
+    found = set()
+    for record in listing.split(b"\0"):
+        if record[:2] == b"H ":
+            path = os.fsdecode(record[2:])
+            if "" in folders or path.startswith(prefixes):
+                found.add(path)
+    return found
 

@@ -42,6 +42,7 @@ class CachedBlob:
     fence_ns: int
     oid: pygit2.Oid | str  # hex where git hashed the file (repositories libgit2 cannot open)
     mode: int | None = None  # the git mode, where git chose it
+    basis: pygit2.Oid | None = None  # the user's index blob at the path, which git's conversion read
 
 
 @dataclass
@@ -67,9 +68,12 @@ class StatCache:
             self.entries.clear()
             self.rules = rules
 
-    def lookup(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
+    def lookup(self, path: str, st: os.stat_result, basis: pygit2.Oid | None = None) -> pygit2.Oid | None:
+        """The cached hash of ``path`` if its stat data and ``basis`` are those it was hashed under."""
         cached = self.lookup_entry(path, st)
-        return None if cached is None else cached.oid  # type: ignore[return-value]
+        if cached is None or cached.basis != basis:
+            return None  # git's conversion read another index blob there (safer autocrlf)
+        return cached.oid  # type: ignore[return-value]
 
     def lookup_entry(self, path: str, st: os.stat_result) -> CachedBlob | None:
         cached = self.entries.get(path)
@@ -80,9 +84,16 @@ class StatCache:
         return cached
 
     def store(
-        self, path: str, st: os.stat_result, fence_ns: int, oid: pygit2.Oid | str, mode: int | None = None
+        self,
+        path: str,
+        st: os.stat_result,
+        fence_ns: int,
+        oid: pygit2.Oid | str,
+        mode: int | None = None,
+        *,
+        basis: pygit2.Oid | None = None,
     ) -> None:
-        self.entries[path] = CachedBlob(FileState.of(st), fence_ns, oid, mode)
+        self.entries[path] = CachedBlob(FileState.of(st), fence_ns, oid, mode, basis)
 
     def forget(self, path: str) -> None:
         self.entries.pop(path, None)

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import pygit2
 
 from snapshotd.capture.builder import TreeBuilder, open_repo
+from snapshotd.capture.checkin import index_blob, is_attributes
 from snapshotd.capture.gitlinks import note_changes
 from snapshotd.capture.scan import git_target, own_data_excludes
 from snapshotd.capture.state import (
@@ -86,6 +87,36 @@ def pristine_oid(pristine: pygit2.Index, path: str, st: os.stat_result, index_mt
     ):
         return None
     return pygit2.Oid(raw=bytes(ffi.buffer(ffi.addressof(entry, "id"))[:20]))
+
+
+def dirty_under_removed_attributes(
+    index: pygit2.Index, root: str, removed: set[str], flagged: set[str], index_path: str | None
+) -> set[str]:
+    """Entries ``git add -A`` hashes under the rules of a ``.gitattributes`` it removes first, unlike ``ls-files``.
+
+    ``ls-files -m`` compares the content of an entry whose stat data changed
+    (or that is racily clean) and reads the attributes of a ``.gitattributes``
+    deleted from disk from the index; ``git add -A`` hashes such an entry after
+    it has removed that file (in path order). So the entries below a deleted,
+    unflagged ``.gitattributes`` whose stat data do not prove them unchanged
+    are hashed anew; "racily clean" in whole seconds, as this git compares.
+    """
+    folders = [path.rpartition("/")[0] for path in removed if is_attributes(path) and path not in flagged]
+    if not folders or index_path is None:
+        return set()
+    index_ns = int(os.stat(index_path).st_mtime) * 1_000_000_000
+    paths = [os.fsdecode(pygit2.ffi.string(_entry_at(index, n).path)) for n in range(len(index))]
+    if "" not in folders:
+        paths = [path for path in paths if any(path.startswith(folder + "/") for folder in folders)]
+    dirty = set()
+    for path in paths:
+        try:
+            st = os.lstat(os.path.join(root, path))
+        except OSError:
+            continue
+        if pristine_oid(index, path, st, index_ns) is None:
+            dirty.add(path)
+    return dirty
 
 
 @dataclass
@@ -178,8 +209,13 @@ class WarmBuilder(TreeBuilder):
         super().__init__(*args, **kwargs)
         self.warm = warm
 
+    def _basis(self, path: str) -> pygit2.Oid | None:
+        """The user's index blob at ``path``: the warm state keeps the user's index as it was read."""
+        return index_blob(self.warm.pristine, path)
+
     def _hash(self, path: str, st: os.stat_result, mode: int) -> pygit2.Oid | None:
-        if self.cache.lookup(path, st) is None and mode != MODE_LINK:
+        basis = self._basis(path) if self.settings.filters else None
+        if self.cache.lookup(path, st, basis) is None and mode != MODE_LINK:
             oid = pristine_oid(self.warm.pristine, path, st, self.warm.index_mtime_ns)
             entry = self._pristine_entry(path)
             if oid is not None and entry is not None and int(entry.mode) == mode:
@@ -240,7 +276,9 @@ def capture_warm(
     if warm.tree not in repo.odb:
         return None  # a gc of the store pruned the last tree: only a full scan can rebuild it
     recording = RecordingIndex(warm.index, warm.tree)
-    builder = WarmBuilder(warm, repo, info, recording, warm.settings, cache, stats, size_cap, fence_ns)
+    builder = WarmBuilder(
+        warm, repo, info, recording, warm.settings, cache, stats, size_cap, fence_ns, flagged=warm.flagged
+    )
     unknown: list[str] = []
     for path in sorted(dirty):
         st = builder.walker.lstat(path)

@@ -1,0 +1,206 @@
+"""Content conversion as ``git add`` does it, where git's answer depends on the user's index.
+
+git's clean direction reads the index: under ``text=auto`` (or ``core.autocrlf``
+with no ``text`` attribute) a file whose index blob already has CRLF is stored
+as it is (convert.c ``has_crlf_in_index``, the "safer autocrlf"), and a
+``.gitattributes`` missing on disk is read from the index. Each test here is a
+case where a capture gave another tree than ``git add -A`` (``hash-object``
+loads no index), or a stat-cache hit outlived the index blob it was made under.
+Every capture is compared with tests/oracle.py, on both back-ends (libgit2 for
+SHA-1, the git command for SHA-256), cold, warm and ``exact``.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from capture_helpers import assert_tree, make_engine
+from oracle import oracle_tree
+from repo_helpers import git, git_run
+
+from snapshotd.engine.core import Engine
+
+FORMATS = ["sha1", "sha256"]
+KINDS = ["cold", "warm", "exact"]
+
+
+def new_repo(path: Path, object_format: str) -> Path:
+    path.mkdir(parents=True)
+    git(path, "init", "-q", f"--object-format={object_format}")
+    return path
+
+
+def sh(repo: Path, *args: str, data: bytes | None = None) -> str:
+    return git(repo, *args, input=data)
+
+
+def raw_blob(repo: Path, data: bytes) -> str:
+    """Store ``data`` as a blob with no conversion; its id."""
+    return sh(repo, "hash-object", "-w", "--no-filters", "--stdin", data=data)
+
+
+async def capture(engine: Engine, repo: Path, kind: str) -> str:
+    with trio.fail_after(60):
+        result = await engine.call("checkpoint", {"path": str(repo), "session": "c", "exact": kind == "exact"})
+    return result["checkpoint"]["tree"]
+
+
+async def check(engine: Engine, repo: Path, kind: str) -> None:
+    """A capture of ``kind`` equals git's tree now (git with core.safecrlf off: it changes no content)."""
+    got = await capture(engine, repo, kind)
+    assert_tree(repo, got, oracle_tree(repo, config={"core.safecrlf": "false"}))
+
+
+def later(path: Path) -> None:
+    """Touch ``path`` a second later, as ``sleep 1; touch`` would."""
+    st = os.stat(path)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("object_format", FORMATS)
+async def test_crlf_committed_before_text_auto_stays_crlf(tmp_path: Path, object_format: str, kind: str) -> None:
+    # The issue's reproduction: `git add` keeps f.c as it is (its index blob has CRLF);
+    # hash-object, with no index, normalised it to LF.
+    repo = new_repo(tmp_path / "r", object_format)
+    (repo / "f.c").write_bytes(b"a\r\nb\r\n")
+    sh(repo, "add", "f.c")
+    sh(repo, "commit", "-qm", "crlf")
+    (repo / ".gitattributes").write_text("* text=auto eol=lf\n")
+    sh(repo, "add", ".gitattributes")
+    sh(repo, "commit", "-qm", "attrs")
+    async with trio.open_nursery() as nursery:
+        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
+        try:
+            await check(engine, repo, kind)
+            time.sleep(1.1)
+            (repo / "f.c").touch()
+            await check(engine, repo, kind)
+            (repo / "f.c").write_bytes(b"a\r\nb\r\nc\r\n")  # edited, keeping CRLF
+            await check(engine, repo, kind)
+            assert git_run(repo, "cat-file", "-p", f"{await capture(engine, repo, kind)}:f.c").stdout == b"a\r\nb\r\nc\r\n"
+        finally:
+            await engine.aclose()
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("object_format", FORMATS)
+async def test_a_cached_hash_is_not_reused_once_the_index_blob_gains_a_cr(
+    tmp_path: Path, object_format: str, kind: str
+) -> None:
+    # core.autocrlf with no attributes file: the stat cache's rules never named the user's index,
+    # so the LF blob hashed under an LF index entry was reused after the entry became CRLF.
+    repo = new_repo(tmp_path / "r", object_format)
+    sh(repo, "config", "core.autocrlf", "true")
+    (repo / "f.txt").write_bytes(b"a\nb\n")
+    sh(repo, "add", "f.txt")
+    sh(repo, "commit", "-qm", "lf")
+    (repo / "f.txt").write_bytes(b"a\r\nb\r\nc\r\n")
+    async with trio.open_nursery() as nursery:
+        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
+        try:
+            await check(engine, repo, kind)  # stored as LF: the index blob has no CR
+            crlf, lf = raw_blob(repo, b"x\r\n"), raw_blob(repo, b"x\n")
+            sh(repo, "update-index", "--cacheinfo", f"100644,{crlf},f.txt")
+            await check(engine, repo, kind)  # now kept as CRLF: the index blob has one
+            sh(repo, "update-index", "--cacheinfo", f"100644,{lf},f.txt")
+            await check(engine, repo, kind)  # and LF again once it has lost it
+        finally:
+            await engine.aclose()
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("object_format", FORMATS)
+async def test_a_gitattributes_only_in_the_index_rules_the_files(tmp_path: Path, object_format: str, kind: str) -> None:
+    # Check-in reads a folder's .gitattributes from the worktree, else from the index: a
+    # skip-worktree one missing on disk still makes *.txt text (CRLF stored as LF).
+    repo = new_repo(tmp_path / "r", object_format)
+    (repo / "d").mkdir()
+    (repo / "d" / ".gitattributes").write_text("*.txt text\n")
+    (repo / "keep.txt").write_text("k\n")
+    sh(repo, "add", ".")
+    sh(repo, "commit", "-qm", "attrs")
+    sh(repo, "update-index", "--skip-worktree", "d/.gitattributes")
+    (repo / "d" / ".gitattributes").unlink()
+    (repo / "d" / "a.txt").write_bytes(b"one\r\ntwo\r\n")
+    async with trio.open_nursery() as nursery:
+        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
+        try:
+            await check(engine, repo, kind)
+            (repo / "d" / "b.txt").write_bytes(b"three\r\n")
+            later(repo / "d" / "a.txt")
+            await check(engine, repo, kind)
+        finally:
+            await engine.aclose()
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("object_format", FORMATS)
+async def test_core_safecrlf_does_not_stop_a_capture(tmp_path: Path, object_format: str) -> None:
+    # git add refuses a conversion that checkout would not undo (core.safecrlf=true); a
+    # checkpoint records the content git would store, and so did not fail before either back-end.
+    repo = new_repo(tmp_path / "r", object_format)
+    sh(repo, "config", "core.safecrlf", "true")
+    (repo / ".gitattributes").write_text("*.txt text eol=lf\n")
+    (repo / "a.txt").write_bytes(b"one\r\ntwo\r\n")
+    assert git_run(repo, "add", "-A", check=False).returncode != 0  # git itself refuses
+    async with trio.open_nursery() as nursery:
+        engine = make_engine("warm", nursery)
+        try:
+            for kind in KINDS[1:]:
+                await check(engine, repo, kind)
+        finally:
+            await engine.aclose()
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_conflicted_path_reads_ours(tmp_path: Path, kind: str) -> None:
+    # In a conflict git's conversion reads stage 2 ("ours"): CRLF there keeps the file as it is.
+    repo = new_repo(tmp_path / "r", "sha1")
+    (repo / ".gitattributes").write_text("* text=auto\n")
+    (repo / "f.c").write_bytes(b"base\n")
+    sh(repo, "add", ".")
+    sh(repo, "commit", "-qm", "base")
+    ours, theirs = raw_blob(repo, b"ours\r\n"), raw_blob(repo, b"theirs\n")
+    base = sh(repo, "rev-parse", "HEAD:f.c")
+    info = f"100644 {base} 1\tf.c\n100644 {ours} 2\tf.c\n100644 {theirs} 3\tf.c\n"
+    sh(repo, "update-index", "--force-remove", "f.c")
+    sh(repo, "update-index", "--index-info", data=info.encode())
+    (repo / "f.c").write_bytes(b"merged\r\n")
+    async with trio.open_nursery() as nursery:
+        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
+        try:
+            await check(engine, repo, kind)
+        finally:
+            await engine.aclose()
+            nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("object_format", FORMATS)
+async def test_a_gitattributes_deleted_on_disk_rules_no_file(tmp_path: Path, object_format: str, kind: str) -> None:
+    # Found by the fuzz: git add -A removes the deleted .gitattributes before it hashes the
+    # files below it, but ls-files -m compared a touched (or racy) file under the index's
+    # copy and called it clean, so its converted blob stayed.
+    repo = new_repo(tmp_path / "r", object_format)
+    (repo / ".gitattributes").write_text("*.u16 working-tree-encoding=UTF-16\n")
+    (repo / "u.u16").write_bytes(b"\xff\xfea\x00\r\x00\n\x00")
+    sh(repo, "add", ".")
+    sh(repo, "commit", "-qm", "utf-16")
+    async with trio.open_nursery() as nursery:
+        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
+        try:
+            await check(engine, repo, kind)
+            (repo / ".gitattributes").unlink()
+            later(repo / "u.u16")
+            await check(engine, repo, kind)
+        finally:
+            await engine.aclose()
+            nursery.cancel_scope.cancel()
