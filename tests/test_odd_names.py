@@ -125,24 +125,24 @@ async def test_odd_names_come_back_through_filters(eng: Engine, tmp_path: Path) 
 async def test_a_file_deleted_before_git_hashes_it_does_not_fail_the_capture(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Fault: a listed file is deleted just before hash-object runs; the capture goes on without it."""
-    from snapshotd.capture import builder
+    """Fault: a listed file is deleted just before git hashes it; the capture goes on without it."""
+    from snapshotd.capture import checkin
 
     repo = init_repo(tmp_path / "r", (".gitattributes", "* text=auto\n"), ("kept.txt", "kept\r\n"))
     write(repo / "new.txt", "new\r\n")
     write(repo / "doomed.txt", "doomed\r\n")
-    real = builder.run_git_sync
+    real = checkin.run_git_sync
     calls: list[list[str]] = []
 
     def delete_first(target, args, **options):  # type: ignore[no-untyped-def]
         calls.append(list(args))
-        if args[0] == "hash-object" and (repo / "doomed.txt").exists():
+        if args[0] == "update-index" and (repo / "doomed.txt").exists():
             (repo / "doomed.txt").unlink()
         return real(target, args, **options)
 
-    monkeypatch.setattr(builder, "run_git_sync", delete_first)
+    monkeypatch.setattr(checkin, "run_git_sync", delete_first)
     result = await checkpoint(engine, repo)
-    assert [args[0] for args in calls].count("hash-object") == 2
+    assert [args[0] for args in calls].count("update-index") == 1  # git drops the vanished file (--remove)
     assert_matches_git(repo, result)
     entries = tree_entries(repo, result["checkpoint"]["tree"])
     assert "new.txt" in entries and "doomed.txt" not in entries
