@@ -39,7 +39,8 @@ from snapshotd.errors import SnapshotdError
 CHECKPOINT_KEYS = {
     "id", "tree", "parent", "worktree", "session", "label", "seq", "created_at", "base", "changed",
 }
-WORKTREE_KEYS = {"id", "path", "kind", "git_dir", "common_dir", "head", "branch", "watching", "watch_error"}
+WORKTREE_KEYS = {"id", "path", "kind", "git_dir", "common_dir", "head", "branch", "watching", "watch_error",
+                 "presence", "problem"}
 FILE_CHANGE_KEYS = {
     "path", "old_path", "status", "old_mode", "new_mode", "old_oid", "new_oid",
     "binary", "additions", "deletions",
