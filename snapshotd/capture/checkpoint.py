@@ -49,14 +49,50 @@ class CheckpointResult:
         return {"checkpoint": self.checkpoint.to_wire(), "stats": self.stats.to_wire()}
 
 
-def refuse_broad_folder(root: str) -> None:
-    """Refuse to checkpoint the user's home folder or ``/`` unless forced: it would take every file under it."""
+def broad_folder(root: str, *, plain: bool) -> str | None:
+    """What makes ``root`` too broad to open unasked, in words; None for an ordinary folder.
+
+    The user's home folder and ``/`` always are; for a folder that is not a
+    repository also every folder above the home folder and every folder right
+    under ``/`` (``/tmp``, ``/usr``, ...): opening one watches and copies every
+    file under it.
+    """
     home = os.path.realpath(os.path.expanduser("~"))
     real = os.path.realpath(root)
-    if real in (home, "/"):
-        what = "your home folder" if real == home else "the root of the file system"
+    if real == "/":
+        return "the root of the file system"
+    if real == home:
+        return "your home folder"
+    if plain and home.startswith(real + os.sep):
+        return "a folder above your home folder"
+    if plain and os.path.dirname(real) == "/":
+        return "a folder right under the root of the file system"
+    return None
+
+
+def refuse_broad_folder(root: str) -> None:
+    """Refuse to checkpoint the user's home folder or ``/`` unless forced: it would take every file under it."""
+    real = os.path.realpath(root)
+    what = broad_folder(real, plain=False)
+    if what is not None:
         raise NeedsForce(
             f"The worktree {real} is {what}, so a checkpoint would copy every file under it; "
             "pass force (snapshotd checkpoint --force) to do it anyway.",
+            path=real,
+        )
+
+
+def refuse_unknown_broad_folder(root: str, *, plain: bool, known: bool) -> None:
+    """Refuse to open a broad folder (see :func:`broad_folder`) snapshotd has never recorded, unless forced.
+
+    Any command would open it (list, diff, show, verify, subscribe...) and so
+    watch and scan all of it; one never checkpointed has nothing to show either.
+    """
+    real = os.path.realpath(root)
+    what = None if known else broad_folder(real, plain=plain)
+    if what is not None:
+        raise NeedsForce(
+            f"The folder {real} is {what} and holds no checkpoints, so opening it would watch and copy every "
+            "file under it; pass force (snapshotd checkpoint --force there) to do it anyway.",
             path=real,
         )

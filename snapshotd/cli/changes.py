@@ -142,7 +142,10 @@ def revert(
     preview = confirm_preview(ctx, "revert", params, yes)
     if preview is None:
         finishes = None if dry_run else Finishes("revert")
-        preview = invoke(ctx, "revert", params, lambda r: print_changes(r, dry_run), progress="reverting", finishes=finishes)
+        preview = invoke(
+            ctx, "revert", params, lambda r: print_changes(r, dry_run), progress="reverting", finishes=finishes,
+            ask_force=False,
+        )
     elif preview.get("written") or preview.get("deleted"):
         return  # the answer was no
     _fail_on_conflicts(ctx.obj, preview)

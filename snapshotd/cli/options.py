@@ -93,13 +93,14 @@ def invoke(
     params: dict[str, Any],
     human: Callable[[dict[str, Any]], Any],
     progress: str | None = None,
-    ask_force: bool = False,
+    ask_force: bool = True,
     finishes: Finishes | None = None,
 ) -> dict[str, Any]:
     """Call ``method`` and print its result.
 
-    With ``ask_force``, a refusal that needs ``force`` is asked at a
-    terminal. With ``finishes`` (work that cannot stop half-way: a restore),
+    With ``ask_force`` (all but ``revert``, whose ``force`` means more), a
+    refusal that needs ``force`` (a broad folder such as ``$HOME``) is asked
+    at a terminal. With ``finishes`` (work that cannot stop half-way: a restore),
     Ctrl-C is answered by :mod:`.interrupt` and ends the command with 130
     once the result is printed.
     """

@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from snapshotd.capture.checkpoint import broad_folder, refuse_unknown_broad_folder
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
@@ -105,6 +106,16 @@ class Registry:
             state.capture.info = info
         return state
 
+    def _open_unless_broad(self, path: str, force: bool) -> WorktreeState:
+        """:meth:`open_path`, after refusing a broad folder never recorded (``$HOME``, ``/``...) unless ``force``."""
+        if not force:
+            located = locate(path)
+            plain = located.git_dir is None
+            if broad_folder(located.root, plain=plain) is not None:
+                known = any(record.get("path") == located.root for record in self.records.load().values())
+                refuse_unknown_broad_folder(located.root, plain=plain, known=known)
+        return self.open_path(path)
+
     def _forget_vanished(self) -> None:
         """Keep only the newest :data:`MAX_VANISHED_KEPT` vanished worktrees (agents delete worktrees all day)."""
         vanished = [key for key, state in self.worktrees.items() if state.capture.vanished is not None]
@@ -134,7 +145,8 @@ class Registry:
         path = optional_path(params, "path")
         worktree_id = optional_str(params, "worktree")
         if path is not None:
-            state = await trio.to_thread.run_sync(self.open_path, path, limiter=thread_limiter)
+            force = params.get("force") is True
+            state = await trio.to_thread.run_sync(self._open_unless_broad, path, force, limiter=thread_limiter)
             if worktree_id is not None and worktree_id != state.info.id:
                 raise WorktreeMismatch(f"The path {path} belongs to worktree {state.info.id}, not {worktree_id}.")
             await self.ensure_watch(state)
