@@ -72,6 +72,8 @@ def git_refuses(path: str, *, link: bool = False) -> bool:
         name = path.rpartition("/")[2].lower().partition(":")[0].rstrip(" .")
         if _GITMODULES_ALIAS.fullmatch(name):
             return True
+    if path.isascii() and "git" not in path.lower():
+        return False  # every name libgit2 refuses here holds "git" or (HFS+ aliases) other than ASCII
     try:
         pygit2.Index().add(pygit2.IndexEntry(path, _ANY_BLOB, MODE_FILE))
     except pygit2.GitError:
