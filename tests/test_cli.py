@@ -230,8 +230,8 @@ def test_output_of_file_names_that_are_not_utf8(daemon: Daemon, env: dict[str, s
     as_json.stdout.encode("utf-8")  # valid UTF-8: the odd byte is escaped
     [change] = as_json.json()["files"]
     assert os.fsencode(change["path"]) == b"caf\xe9.txt"
-    # People see the name's own bytes.
-    assert os.fsencode(human.stdout) == b"A  caf\xe9.txt\n"
+    # People see the name as git quotes it (core.quotePath): the odd byte in octal.
+    assert human.stdout == 'A  "caf\\351.txt"\n'
 
 
 # --------------------------------------------------------------------------

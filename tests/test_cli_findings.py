@@ -111,9 +111,9 @@ def test_show_says_yes_or_no_and_labels_stay_on_their_line(daemon: Daemon, env: 
     first = checkpoint(repo, env, "-m", "two\nlines and \x1b[31mred")
     second = checkpoint(repo, env, "-m", "plain")
     shown = cli("show", first["id"], env=env).stdout
-    assert re.search(r"^changed\s+yes$", shown, re.M) and "True" not in shown, shown
-    assert re.search(r"^changed\s+no$", cli("show", second["id"], env=env).stdout, re.M)
-    assert re.search(r"^label\s+two\\nlines and \\x1b\[31mred$", shown, re.M), shown
+    assert re.search(r"^Changed:\s+yes$", shown, re.M) and "True" not in shown, shown
+    assert re.search(r"^Changed:\s+no \(the same tree", cli("show", second["id"], env=env).stdout, re.M)
+    assert re.search(r"^Label:\s+two\\nlines and \\x1b\[31mred$", shown, re.M), shown
     lines = cli("list", repo, env=env).stdout.splitlines()
     assert len(lines) == 2 and lines[1].startswith(first["id"][:12]), lines
     assert "\x1b" not in "".join(lines)

@@ -10,16 +10,38 @@ import click
 from snapshotd.cli.options import (
     CONTEXT,
     PathsAfterDashDash,
+    fail,
     invoke,
     json_option,
     paths_after_dash,
     ref_session_option,
     reference_params,
+    use_json,
 )
-from snapshotd.cli.output import checkpoint_line, one_line, print_patch, skip_reason
+from snapshotd.cli.output import checkpoint_line, one_line, print_patch, quote_path, skip_reason
+from snapshotd.errors import NotFound, SnapshotdError
 
 _STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 _STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}
+
+def print_files(files: list[dict[str, Any]], *, stat: bool = False) -> None:
+    """One line per changed file: its letter and name (or with ``stat``, its lines added and removed).
+
+    Names are quoted as git quotes them; a rename is ``old -> new``.
+    """
+    names = [
+        quote_path(f["path"]) if not f.get("old_path") else f"{quote_path(f['old_path'])} -> {quote_path(f['path'])}"
+        for f in files
+    ]
+    width = max((len(name) for name in names), default=0)
+    for change, name in zip(files, names, strict=True):
+        if stat:
+            counts = "bin" if change["binary"] else f"+{change['additions']} -{change['deletions']}"
+            click.echo(f"{name.ljust(width)}  {counts}")
+        else:
+            letter = _STATUS_LETTERS.get(change["status"], "?")
+            click.echo(f"{click.style(letter, fg=_STATUS_COLOURS.get(letter))}  {name}")
+
 
 @click.command(context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
@@ -64,26 +86,64 @@ def list_(ctx: click.Context, path: str, session: str | None, limit: int | None,
     invoke(ctx, "list", {"path": os.path.abspath(path), "session": session, "limit": limit}, human)
 
 
-def _field(value: object) -> str:
-    """One field of ``show`` as people read it: yes or no, - for none, text on one line."""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    return "-" if value is None else one_line(str(value))
+def _session_name(session: str | None) -> str:
+    return "the default session" if session is None else f"session {one_line(session)}"
+
+
+def print_header(cp: dict[str, Any]) -> None:
+    """The checkpoint as ``git show`` heads a commit: id, then session and seq, label, time, base, tree."""
+    click.echo(click.style(f"checkpoint {cp['id']}", fg="yellow"))
+    rows = [
+        ("Session", f"{_session_name(cp['session'])}, #{cp['seq']}"),
+        ("Label", one_line(cp["label"]) if cp.get("label") else "-"),
+        ("Date", f"{cp['created_at'].replace('T', ' ').removesuffix('Z')} UTC"),
+        ("Base", cp.get("base") or "- (no commit yet)"),
+        ("Tree", cp["tree"]),
+        ("Worktree", cp["worktree"]),
+        ("Previous", cp.get("parent") or f"- (the first of {_session_name(cp['session'])})"),
+        ("Changed", "yes" if cp.get("changed", True) else "no (the same tree as the previous)"),
+    ]
+    for name, value in rows:
+        click.echo(f"{name + ':':<10} {value}")
+
+
+def _print_turn(ctx: click.Context, cp: dict[str, Any], patch: bool) -> None:
+    """The files ``cp`` changed against the previous checkpoint of its session (and the patch)."""
+    if not cp.get("parent"):
+        click.echo(f"\nno previous checkpoint to compare with; git show {cp['id'][:12]} compares it with its base")
+        return
+    runner = use_json(ctx)
+    try:
+        result = runner.call("diff", {"from": cp["parent"], "to": cp["id"], **({"patch": True} if patch else {})})
+    except NotFound:
+        click.echo(f"\nthe previous checkpoint {cp['parent'][:12]} was deleted, so there is nothing to compare with")
+        return
+    except SnapshotdError as error:
+        fail(runner, error)
+    click.echo("")
+    if not result["files"]:
+        click.echo("no changes")
+    print_files(result["files"])
+    if patch and result.get("patch"):
+        click.echo("")
+        print_patch(result["patch"])
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("checkpoint_id", metavar="CHECKPOINT")
+@click.option("-p", "--patch", is_flag=True, help="Also the patch against the previous checkpoint.")
 @ref_session_option
 @json_option
 @click.pass_context
-def show(ctx: click.Context, checkpoint_id: str, ref_session: str | None, json_output: bool) -> None:
-    """Show one checkpoint: an id (7+ hex digits), @, @~N, #N, SESSION@ or SESSION@~N."""
+def show(ctx: click.Context, checkpoint_id: str, patch: bool, ref_session: str | None, json_output: bool) -> None:
+    """Show one checkpoint and the files it changed against the previous one of its session.
+
+    CHECKPOINT is an id (7+ hex digits), @, @~N, #N, SESSION@ or SESSION@~N.
+    """
 
     def human(result: dict[str, Any]) -> None:
-        cp = result["checkpoint"]
-        width = max(len(key) for key in cp)
-        for key, value in cp.items():
-            click.echo(f"{click.style(key.ljust(width), bold=True)}  {_field(value)}")
+        print_header(result["checkpoint"])
+        _print_turn(ctx, result["checkpoint"], patch)
 
     invoke(ctx, "show", {"checkpoint": checkpoint_id, **reference_params([checkpoint_id], ref_session)}, human)
 
@@ -134,15 +194,7 @@ def diff(
             return
         if not result["files"]:
             click.echo("no changes")
-        width = max((len(f["path"]) for f in result["files"]), default=0)
-        for change in result["files"]:
-            letter = _STATUS_LETTERS.get(change["status"], "?")
-            name = change["path"] if not change.get("old_path") else f"{change['old_path']} -> {change['path']}"
-            if mode == "stat":
-                counts = "bin" if change["binary"] else f"+{change['additions']} -{change['deletions']}"
-                click.echo(f"{name.ljust(width)}  {counts}")
-            else:
-                click.echo(f"{click.style(letter, fg=_STATUS_COLOURS.get(letter))}  {name}")
+        print_files(result["files"], stat=mode == "stat")
 
     needs_worktree = "worktree" in (source, target)
     paths = (*paths, *paths_after_dash(ctx))

@@ -1,0 +1,102 @@
+"""``show`` as ``git show`` reads, and file names quoted as git quotes them, checked against git itself.
+
+Checkpoints are real commits, so ``git diff --name-status A B`` on the same
+two checkpoints is the oracle for the names the command line prints.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from daemon_helpers import Daemon, child_env, cli
+from repo_helpers import git, git_bytes, init_repo, write
+
+from snapshotd.cli.output import quote_path
+
+ODD_NAMES = [
+    b"plain.txt",
+    b"with space.txt",
+    b"tab\there",
+    b"new\nline",
+    b'quo"te',
+    b"back\\slash",
+    "ünïcödé".encode(),
+    b"caf\xe9-latin1",
+    b"del\x7f",
+    b"esc\x1b[31m",
+    b"dir/inner\tname",
+]
+
+
+@pytest.fixture
+def env(sock: Path) -> dict[str, str]:
+    return child_env(sock)
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
+
+
+def checkpoint(repo: Path, env: dict[str, str], *args: str) -> dict[str, Any]:
+    return cli("checkpoint", "--json", str(repo), *args, env=env).json()["checkpoint"]
+
+
+def test_names_are_quoted_as_git_diff_quotes_them(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    before = checkpoint(repo, env)["id"]
+    for name in ODD_NAMES:
+        path = os.fsencode(repo) + b"/" + name
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as fh:
+            fh.write(b"x\n")
+    after = checkpoint(repo, env)["id"]
+    # git's own lines: "A\t<name as core.quotePath writes it>".
+    git_lines = git_bytes(repo, "-c", "core.quotePath=true", "diff", "--name-status", before, after).decode()
+    git_names = sorted(line.split("\t", 1)[1] for line in git_lines.splitlines())
+    ours = cli("diff", before, after, cwd=repo, env=env).stdout.splitlines()
+    assert all(line.startswith("A  ") for line in ours), ours
+    assert sorted(line[3:] for line in ours) == git_names
+    assert len(git_names) == len(ODD_NAMES)
+    stat = cli("diff", "--stat", before, after, cwd=repo, env=env).stdout
+    assert '"tab\\there"' in stat and "\t" not in stat
+    # The same quoting in show's list and in restore's plan.
+    shown = cli("show", after, env=env).stdout
+    assert '"new\\nline"' in shown and "\x1b" not in shown
+    plan = cli("restore", before, "--dry-run", cwd=repo, env=env).stdout
+    assert 'D  "caf\\351-latin1"' in plan and 'D  "esc\\033[31m"' in plan
+
+
+@pytest.mark.parametrize(
+    ("name", "quoted"),
+    [("a.txt", "a.txt"), ("sp ace", "sp ace"), ("é", '"\\303\\251"'), ("x\ty", '"x\\ty"'), ('q"', '"q\\""')],
+)
+def test_quote_path_alone(name: str, quoted: str) -> None:
+    assert quote_path(name) == quoted
+
+
+def test_show_prints_a_header_and_the_files_changed_against_the_previous_checkpoint(
+    daemon: Daemon, env: dict[str, str], repo: Path
+) -> None:
+    first = checkpoint(repo, env, "--session", "s", "-m", "before turn 1")
+    write(repo / "a.txt", "alpha\nmore\n")
+    write(repo / "new.txt", "new\n")
+    second = checkpoint(repo, env, "--session", "s", "-m", "after turn 1")
+    text = cli("show", second["id"][:10], env=env).stdout
+    head, _, files = text.partition("\n\n")
+    lines = head.splitlines()
+    assert lines[0] == f"checkpoint {second['id']}"
+    fields = dict(line.split(":", 1) for line in lines[1:])
+    fields = {key: value.strip() for key, value in fields.items()}
+    assert fields["Session"] == "session s, #2" and fields["Label"] == "after turn 1"
+    assert fields["Date"] == second["created_at"].replace("T", " ").removesuffix("Z") + " UTC"
+    assert fields["Base"] == git(repo, "rev-parse", "HEAD") and fields["Previous"] == first["id"]
+    assert fields["Tree"] == second["tree"] and fields["Worktree"] == second["worktree"]
+    assert files.splitlines() == ["M  a.txt", "A  new.txt"]
+    patched = cli("show", "--patch", "s@", cwd=repo, env=env).stdout
+    assert "diff --git a/a.txt b/a.txt" in patched and "+more" in patched.splitlines()
+    assert "no previous checkpoint" in cli("show", "s@~1", cwd=repo, env=env).stdout
+    # --json stays the method's result.
+    assert cli("show", "--json", second["id"], env=env).json() == {"checkpoint": second}
