@@ -277,6 +277,8 @@ def test_on_a_full_disk_a_dry_run_asks_for_no_safety_checkpoint_and_diff_says_th
     diff = cli("--embedded", "--json", "diff", first["id"], cwd=wt, env=env, code=1).json()["error"]
     assert diff["data"]["kind"] == "filesystem", diff
     assert "disk is full" in diff["message"] and str(wt) in diff["message"], diff
+    verify = cli("--embedded", "--json", "verify", wt, env=env, code=1).json()["error"]
+    assert verify["data"]["kind"] == "filesystem" and "disk is full" in verify["message"], verify
     assert files_as_they_are(wt) == before
 
 

@@ -16,12 +16,12 @@ from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import pygit2
 import trio
 
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult, refuse_broad_folder
 from snapshotd.capture.state import CaptureResult
 from snapshotd.engine import collect, reads
+from snapshotd.engine.disk import disk_refusals
 from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
 from snapshotd.engine.repair import repair
 from snapshotd.engine.subscriptions import Subscriptions, require_connection
@@ -30,7 +30,6 @@ from snapshotd.errors import (
     MethodNotFound,
     Unsupported,
     WorktreeMismatch,
-    raise_disk_error,
 )
 from snapshotd.git import spawn
 from snapshotd.git.repository import Repository, repository
@@ -118,11 +117,8 @@ class Engine:
 
     async def capture(self, state: WorktreeState, *, exact: bool = False) -> CaptureResult:
         """The worktree's tree now, warm or cold; callers hold ``state.lock``. A disk's refusal is one sentence."""
-        try:
+        with disk_refusals(state.info.store_dir, "capture the worktree into"):
             return await state.capture.take(exact=exact)
-        except (OSError, pygit2.GitError) as exc:
-            raise_disk_error(exc, state.info.store_dir, "capture the worktree into")
-            raise
 
     # --- watching ----------------------------------------------------------------
 
@@ -131,7 +127,8 @@ class Engine:
         state = await self._resolve(params)
         assert state is not None
         async with state.lock:
-            found = await state.capture.verify()
+            with disk_refusals(state.info.store_dir, "capture the worktree into"):
+                found = await state.capture.verify()
         return found.to_wire()
 
     async def _subscribe(self, params: dict[str, Any], session: Any) -> dict[str, Any]:
@@ -170,14 +167,11 @@ class Engine:
         """Capture and record under the worktree's lock; a full disk or a denied write gets one sentence."""
         started = time.perf_counter()
         async with state.lock:
-            try:
-                result = await self.capture(state, exact=options.exact)
+            result = await self.capture(state, exact=options.exact)
+            with disk_refusals(state.info.store_dir, "save the checkpoint in"):
                 checkpoint = await trio.to_thread.run_sync(
                     self._record, state, options.session, options.label, result.tree, limiter=thread_limiter
                 )
-            except (OSError, pygit2.GitError) as exc:
-                raise_disk_error(exc, state.info.store_dir, "save the checkpoint in")
-                raise
         result.stats.ms = (time.perf_counter() - started) * 1000
         return CheckpointResult(checkpoint, result.stats)
 
