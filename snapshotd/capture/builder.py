@@ -25,6 +25,7 @@ from snapshotd.capture.state import (
     Settings,
     StatCache,
 )
+from snapshotd.capture.walker import Walker
 from snapshotd.errors import GitError
 from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
 from snapshotd.git.process import GitTarget, run_git_sync
@@ -109,46 +110,6 @@ def gitlink_commit(path: str) -> str | None:
     return text if len(text) in (40, 64) and all(ch in "0123456789abcdef" for ch in text) else None
 
 
-def _is_file(path: str) -> bool:
-    try:
-        return stat.S_ISREG(os.lstat(path).st_mode)
-    except OSError:
-        return False
-
-
-class Walker:
-    """Per-capture memo of which parent folders are real folders (not symlinks)."""
-
-    def __init__(self, root: str) -> None:
-        self.root = root
-        self._real: dict[str, bool] = {"": True}
-
-    def parent_is_real(self, path: str) -> bool:
-        """Whether every folder above ``path`` is a real folder; iterative, as a chain may be thousands deep."""
-        parent = path.rpartition("/")[0]
-        unknown: list[str] = []
-        while parent not in self._real:
-            unknown.append(parent)
-            parent = parent.rpartition("/")[0]
-        known = self._real[parent]
-        for folder in reversed(unknown):  # from the top down: below a folder that is not real, none is
-            if known:
-                try:
-                    known = stat.S_ISDIR(os.lstat(os.path.join(self.root, folder)).st_mode)
-                except OSError:
-                    known = False
-            self._real[folder] = known
-        return known
-
-    def lstat(self, path: str) -> os.stat_result | None:
-        if not self.parent_is_real(path):
-            return None
-        try:
-            return os.lstat(os.path.join(self.root, path))
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-
-
 class TreeBuilder:
     """Applies per-path file states to an in-memory index and writes the tree."""
 
@@ -219,29 +180,34 @@ class TreeBuilder:
         cached = self.cache.lookup(path, st, basis)
         if cached is not None and cached in self.odb:  # a gc of the store may have pruned it
             return cached
-        absolute = os.path.join(self.info.path, path)
         if mode == MODE_LINK and stat.S_ISLNK(st.st_mode):
-            oid = self.repo.create_blob(os.readlink(os.fsencode(absolute)))
+            target = self.walker.readlink(path)
+            if target is None:
+                return None  # no longer a link: the watcher names the path again
+            oid = self.repo.create_blob(target)
         elif self.settings.filters:
             self._git_hash.append((Pending(path, basis), st, mode))
             return None
         else:
-            oid = self._stable_blob(absolute, st)
+            oid = self._stable_blob(path, st)
             if oid is None:
                 return None
         self.stats.hashed += 1
         self.cache.store(path, st, self.fence_ns, oid)
         return oid
 
-    def _write_blob(self, absolute: str, st: os.stat_result) -> pygit2.Oid | None:
+    def _write_blob(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
         """Store the bytes of the regular file ``st`` describes as a blob; None if another file is there now.
 
-        The open neither follows a link nor blocks (a FIFO swapped in since the
+        The file is opened from its folder's descriptor (see :class:`Walker`),
+        neither following a link nor blocking (a FIFO swapped in since the
         lstat would hang it for good), and fstat checks that the descriptor is
         that same regular file before a byte is read. The blob object is
         written only if it is new.
         """
-        fd = os.open(absolute, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = self.walker.open_file(path)
+        if fd is None:
+            return None
         try:
             opened = os.fstat(fd)
             if not stat.S_ISREG(opened.st_mode) or (opened.st_dev, opened.st_ino) != (st.st_dev, st.st_ino):
@@ -258,7 +224,7 @@ class TreeBuilder:
             self.stats.objects_written += 1
         return oid
 
-    def _stable_blob(self, absolute: str, st: os.stat_result) -> pygit2.Oid | None:
+    def _stable_blob(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
         """Hash a file, again if it changed while being read, so the blob is never torn.
 
         None when it is gone or no longer a regular file.
@@ -266,11 +232,11 @@ class TreeBuilder:
         oid = None
         for _ in range(5):
             try:
-                oid = self._write_blob(absolute, st)
-                after = os.lstat(absolute)
+                oid = self._write_blob(path, st)
+                after = self.walker.lstat(path)
             except OSError:
                 return None
-            if not stat.S_ISREG(after.st_mode):
+            if after is None or not stat.S_ISREG(after.st_mode):
                 return None
             if oid is not None and FileState.of(after) == FileState.of(st):
                 return oid
@@ -311,6 +277,10 @@ class TreeBuilder:
         if oid is not None:
             self.index.add(pygit2.IndexEntry(path, oid, mode))
 
+    def close(self) -> None:
+        """Let go of the worktree's folders (their descriptors)."""
+        self.walker.close()
+
     def finish(self) -> str:
         """Hash what needs git's filters, then write the tree."""
         if self._git_hash:
@@ -323,6 +293,10 @@ class TreeBuilder:
                 self.index.add(pygit2.IndexEntry(item.path, oid, mode))
             self._git_hash.clear()
         return str(self.index.write_tree(self.repo))
+
+    def _is_file(self, path: str) -> bool:
+        st = self.walker.lstat(path)
+        return st is not None and stat.S_ISREG(st.st_mode)
 
     def _hash_with_git(self) -> list[pygit2.Oid | None]:
         """One git run over the files git's filters may change (see capture/checkin.py): their ids, in order.
@@ -339,7 +313,7 @@ class TreeBuilder:
             try:
                 return hash_through_git(self.info, [item for item, _, _ in self._git_hash], self._kept_attributes())
             except GitError:
-                still = [entry for entry in self._git_hash if _is_file(os.path.join(self.info.path, entry[0].path))]
+                still = [entry for entry in self._git_hash if self._is_file(entry[0].path)]
                 if attempt or len(still) == len(self._git_hash):
                     raise
                 self._git_hash = still

@@ -98,15 +98,18 @@ def _build(
     builder = TreeBuilder(
         repo, info, recording, settings, cache, stats, size_cap, fence_ns, flagged=flagged, conflict_ours=conflict_ours
     )
-    for path in modified | removed:
-        builder.apply(path, untracked=False, keep_if_missing=path in flagged)
-    for path in flagged - modified - removed:
-        builder.apply(path, untracked=False, keep_if_missing=True)
-    for path in untracked:
-        nested = path.endswith("/")
-        builder.apply(path.rstrip("/") if nested else path, untracked=True)
-    tree = builder.finish()
-    note_changes(loaded.gitlinks, recording.changes)
+    try:  # in path order, so the folders held open are those near the next path
+        for path in sorted(modified | removed):
+            builder.apply(path, untracked=False, keep_if_missing=path in flagged)
+        for path in sorted(flagged - modified - removed):
+            builder.apply(path, untracked=False, keep_if_missing=True)
+        for path in sorted(untracked):
+            nested = path.endswith("/")
+            builder.apply(path.rstrip("/") if nested else path, untracked=True)
+        tree = builder.finish()
+        note_changes(loaded.gitlinks, recording.changes)
+    finally:
+        builder.close()
     return CaptureResult(
         tree=tree, stats=stats, index=index, flagged=flagged, pristine=loaded.pristine, settings=settings,
         gitlinks=loaded.gitlinks,

@@ -11,7 +11,7 @@ import os
 import stat
 from collections.abc import Iterable
 
-from snapshotd.capture.builder import Walker, git_refuses, gitlink_commit
+from snapshotd.capture.builder import git_refuses, gitlink_commit
 from snapshotd.capture.checkin import NO_SAFECRLF, is_attributes
 from snapshotd.capture.scan import flag_kinds, git_target, parse_listing
 from snapshotd.capture.state import (
@@ -23,6 +23,7 @@ from snapshotd.capture.state import (
     StatCache,
     conversion_rules,
 )
+from snapshotd.capture.walker import Walker
 from snapshotd.git.format import object_format
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.paths import folders_above
@@ -58,8 +59,26 @@ def build_with_git(
     or tracked and modified) is neither read nor filtered again: it is given to
     ``update-index`` as a known entry.
     """
+    with Walker(info.path) as walker:
+        return _build_with_git(
+            info, walker, index_path, changed, untracked, flagged, stats, size_cap, flag_listing, cache, fence_ns
+        )
+
+
+def _build_with_git(
+    info: WorktreeInfo,
+    walker: Walker,
+    index_path: str | None,
+    changed: set[str],
+    untracked: set[str],
+    flagged: set[str],
+    stats: CaptureStats,
+    size_cap: int,
+    flag_listing: bytes | None,
+    cache: StatCache | None,
+    fence_ns: int,
+) -> CaptureResult:
     target = git_target(info)
-    walker = Walker(info.path)
     if flag_listing is None:
         flag_listing = run_git_sync(target, ["ls-files", "-z", "-v"], index_file=index_path)
         stats.processes += 1

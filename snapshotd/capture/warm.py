@@ -279,53 +279,56 @@ def capture_warm(
     builder = WarmBuilder(
         warm, repo, info, recording, warm.settings, cache, stats, size_cap, fence_ns, flagged=warm.flagged
     )
-    unknown: list[str] = []
-    for path in sorted(dirty):
-        st = builder.walker.lstat(path)
-        if st is None:
-            builder.drop(path)
-            continue
-        if stat.S_ISDIR(st.st_mode):
-            unknown.append(path)
-            continue
-        for inner in entries_under(builder.index, path):  # a file or link now: nothing lives below it
-            builder.drop(inner)
-        if builder.known(path):
-            builder.apply(path, untracked=path not in warm.pristine, keep_if_missing=path in warm.flagged)
-        elif path in warm.not_ignored:
-            builder.apply(path, untracked=True)
-        else:
-            unknown.append(path)
-    if unknown:
-        unknown = outermost(unknown)
-        if len(unknown) > MAX_UNKNOWN_PATHS or sum(len(p) + 1 for p in unknown) > MAX_ARGV_BYTES:
-            return None
-        listing = run_git_sync(
-            git_target(info),
-            ["ls-files", "-z", "-t", "-c", "-o", "--exclude-standard", *own_data_excludes(info), "--", *unknown],
-            env_extra={"GIT_LITERAL_PATHSPECS": "1"},
-        )
-        stats.processes += 1
-        listed: dict[str, bool] = {}
-        for record in listing.split(b"\0"):
-            if len(record) > 2:
-                listed[os.fsdecode(record[2:])] = record[:1] == b"?"
-        for path in unknown:
+    try:
+        unknown: list[str] = []
+        for path in sorted(dirty):
             st = builder.walker.lstat(path)
-            if st is not None and stat.S_ISDIR(st.st_mode):
-                warm.not_ignored -= {p for p in warm.not_ignored if p.startswith(path + "/")}
-                for inner in entries_under(builder.index, path):
-                    if inner not in listed:
-                        builder.drop(inner)
-                if path in builder.index:  # a file that became a folder
-                    builder.drop(path)
-        for raw, untracked in sorted(listed.items()):
-            nested = raw.endswith("/")
-            path = raw.rstrip("/") if nested else raw
-            if untracked and not nested:
-                warm.not_ignored.add(path)
-            builder.apply(path, untracked=untracked and path not in warm.pristine, keep_if_missing=path in warm.flagged)
-    tree = builder.finish()
+            if st is None:
+                builder.drop(path)
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                unknown.append(path)
+                continue
+            for inner in entries_under(builder.index, path):  # a file or link now: nothing lives below it
+                builder.drop(inner)
+            if builder.known(path):
+                builder.apply(path, untracked=path not in warm.pristine, keep_if_missing=path in warm.flagged)
+            elif path in warm.not_ignored:
+                builder.apply(path, untracked=True)
+            else:
+                unknown.append(path)
+        if unknown:
+            unknown = outermost(unknown)
+            if len(unknown) > MAX_UNKNOWN_PATHS or sum(len(p) + 1 for p in unknown) > MAX_ARGV_BYTES:
+                return None
+            listing = run_git_sync(
+                git_target(info),
+                ["ls-files", "-z", "-t", "-c", "-o", "--exclude-standard", *own_data_excludes(info), "--", *unknown],
+                env_extra={"GIT_LITERAL_PATHSPECS": "1"},
+            )
+            stats.processes += 1
+            listed: dict[str, bool] = {}
+            for record in listing.split(b"\0"):
+                if len(record) > 2:
+                    listed[os.fsdecode(record[2:])] = record[:1] == b"?"
+            for path in unknown:
+                st = builder.walker.lstat(path)
+                if st is not None and stat.S_ISDIR(st.st_mode):
+                    warm.not_ignored -= {p for p in warm.not_ignored if p.startswith(path + "/")}
+                    for inner in entries_under(builder.index, path):
+                        if inner not in listed:
+                            builder.drop(inner)
+                    if path in builder.index:  # a file that became a folder
+                        builder.drop(path)
+            for raw, untracked in sorted(listed.items()):
+                nested = raw.endswith("/")
+                path = raw.rstrip("/") if nested else raw
+                if untracked and not nested:
+                    warm.not_ignored.add(path)
+                builder.apply(path, untracked=untracked and path not in warm.pristine, keep_if_missing=path in warm.flagged)
+        tree = builder.finish()
+    finally:
+        builder.close()
     warm.tree = tree
     note_changes(warm.gitlinks, recording.changes)
     warm.skipped = {**_untouched(warm.skipped, dirty), **stats.skipped}

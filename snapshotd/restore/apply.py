@@ -31,6 +31,7 @@ from snapshotd.restore.fileops import (
     open_dir,
     read_at,
     read_umask,
+    readlink_at,
     remove_backups,
     remove_empty_tree,
 )
@@ -110,7 +111,7 @@ class Applier:
         if entry.mode == MODE_GITLINK:
             return stat.S_ISDIR(st.st_mode)
         if entry.mode == MODE_LINK:
-            return stat.S_ISLNK(st.st_mode) and os.fsencode(os.readlink(name, dir_fd=dir_fd)) == self.repo[entry.oid].data
+            return stat.S_ISLNK(st.st_mode) and readlink_at(dir_fd, name) == self.repo[entry.oid].data
         data = read_at(dir_fd, name) if stat.S_ISREG(st.st_mode) else None
         if data is None:
             return False

@@ -130,6 +130,16 @@ def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
         return None
 
 
+def readlink_at(dir_fd: int, name: str) -> bytes | None:
+    """The target of the symlink ``name`` under ``dir_fd``; None when it is gone or no longer a link."""
+    try:
+        return os.readlink(os.fsencode(name), dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENOENT, errno.ENOTDIR):
+            return None  # replaced since it was looked at
+        raise
+
+
 def remove_empty_tree(dir_fd: int, name: str) -> bool:
     """Remove a folder that holds nothing but empty folders; False if anything else is in it."""
     try:
