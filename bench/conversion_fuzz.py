@@ -47,7 +47,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--examples", type=int, default=100, help="examples per run")
     parser.add_argument("--seconds", type=float, default=120.0, help="at most this long per run")
     parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--max-ops", type=int, default=16)
+    parser.add_argument("--min-ops", type=int, default=6, help="operations per example, at least")
+    parser.add_argument("--max-ops", type=int, default=20, help="operations per example, at most")
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="convfuzz-"))
     _isolate(scratch / "home")
@@ -65,31 +66,30 @@ def _run(scratch: Path, object_format: str, watched: bool, args: argparse.Namesp
     """One run of examples; the shrunk difference it found, or "" for none."""
     played = 0
     deadline = time.monotonic() + args.seconds
-    if True:
 
-        @settings(max_examples=args.examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
-                  phases=[Phase.generate, Phase.shrink])
-        @given(data=st.data())
-        def one(data: st.DataObject) -> None:
-            nonlocal played
-            if time.monotonic() > deadline:
-                return
-            example = data.draw(examples(object_format, args.max_ops))
-            played += 1
-            differences = trio.run(partial(run_example, watched=watched), scratch, example)
-            assert not differences, differences[0]
+    @settings(max_examples=args.examples, deadline=None, database=None, suppress_health_check=list(HealthCheck),
+              phases=[Phase.generate, Phase.shrink])
+    @given(data=st.data())
+    def one(data: st.DataObject) -> None:
+        nonlocal played
+        if time.monotonic() > deadline:
+            return
+        example = data.draw(examples(object_format, args.max_ops, args.min_ops))
+        played += 1
+        differences = trio.run(partial(run_example, watched=watched), scratch, example)
+        assert not differences, differences[0]
 
-        test = seed(args.seed)(one) if args.seed is not None else one
-        started = time.monotonic()
-        failure = ""
-        try:
-            test()
-            outcome = "0 differences"
-        except AssertionError as exc:
-            failure = str(exc)
-            outcome = f"DIFFERENCE\n{exc}"
-        name = f"{object_format} {'watched (warm, exact)' if watched else 'unwatched (cold)'}"
-        print(f"{name}: {played} examples in {time.monotonic() - started:.0f} s: {outcome}", flush=True)
+    test = seed(args.seed)(one) if args.seed is not None else one
+    started = time.monotonic()
+    failure = ""
+    try:
+        test()
+        outcome = "0 differences"
+    except AssertionError as exc:
+        failure = str(exc)
+        outcome = f"DIFFERENCE\n{exc}"
+    name = f"{object_format} {'watched (warm, exact)' if watched else 'unwatched (cold)'}"
+    print(f"{name}: {played} examples in {time.monotonic() - started:.0f} s: {outcome}", flush=True)
     return failure
 
 

@@ -113,7 +113,7 @@ class Example:
     ops: list[Op] = field(default_factory=list)
 
 
-def examples(object_format: str, max_ops: int = 12) -> st.SearchStrategy[Example]:
+def examples(object_format: str, max_ops: int = 12, min_ops: int = 0) -> st.SearchStrategy[Example]:
     files = st.dictionaries(st.sampled_from(FILES), st.sampled_from(CONTENTS), min_size=1).map(
         lambda found: {path: (UTF16[1] if path.endswith(".u16") else data) for path, data in found.items()}
     )
@@ -121,7 +121,7 @@ def examples(object_format: str, max_ops: int = 12) -> st.SearchStrategy[Example
     config = st.fixed_dictionaries({name: st.sampled_from(values) for name, values in SETTINGS.items()}).map(
         lambda drawn: {name: value for name, value in drawn.items() if value is not None}
     )
-    return st.builds(Example, st.just(object_format), files, attributes, config, st.lists(operations, max_size=max_ops))
+    return st.builds(Example, st.just(object_format), files, attributes, config, st.lists(operations, min_size=min_ops, max_size=max_ops))
 
 
 def _attributes_path(folder: str) -> str:

@@ -168,8 +168,8 @@ class TreeBuilder:
     def _kept_attributes(self) -> list[tuple[str, pygit2.Oid]]:
         """The user's ``.gitattributes`` entries that stand with no file on disk (flagged ones), for git's conversion."""
         kept = []
-        for path in sorted(self.flagged):
-            if is_attributes(path) and self.walker.lstat(path) is None:
+        for path in sorted(path for path in self.flagged if is_attributes(path)):
+            if self.walker.lstat(path) is None:
                 oid = self._basis(path)
                 if oid is not None:
                     kept.append((path, oid))
