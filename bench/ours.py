@@ -78,6 +78,7 @@ async def running_daemon(tag: str, *, fresh_home: bool = True) -> AsyncIterator[
     if fresh_home and home.exists():
         shutil.rmtree(home)
     home.mkdir(parents=True, exist_ok=True)
+    home.chmod(0o700)  # snapshotd refuses a home others may read
     logs = WORK / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     sock_dir = tempfile.mkdtemp(prefix="snapshotd-bench-")

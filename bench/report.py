@@ -297,15 +297,17 @@ def markdown(results: dict[str, Any]) -> str:
             f"and after every turn, think time {s0['think_s'][0]}-{s0['think_s'][1]} s; "
             f"{s0['window_s']:.0f} s window after {s0['warmup_s']:.0f} s warm-up; one daemon.",
             "",
-            "| sessions | captures | per s | p50 | p99 | max | failures | processes / capture | daemon CPU (cores) "
-            "| daemon peak RSS | ping p50 | ping p99 | watch_miss |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| sessions | connections | captures | per s | p50 | p99 | max | failures | connect failures "
+            "| processes / capture | daemon CPU (cores) | daemon peak RSS | ping p50 | ping p99 | watch_miss |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for s in scale:
             lat, ping = s["latency_ms"], s["ping_ms"]
             lines.append(
-                f"| {s['sessions']} | {s['captures_completed']} | {s['captures_per_s']} | {_fmt_ms(lat.get('median'))} "
-                f"| {_fmt_ms(lat.get('p99'))} | {_fmt_ms(lat.get('max'))} | {s['failures']} | "
+                f"| {s['sessions']} | {s.get('connections', s['sessions'])} | {s['captures_completed']} "
+                f"| {s['captures_per_s']} | {_fmt_ms(lat.get('median'))} "
+                f"| {_fmt_ms(lat.get('p99'))} | {_fmt_ms(lat.get('max'))} | {s['failures']} "
+                f"| {s.get('connect_failures', 0)} | "
                 f"{s['processes_per_capture']} | {s['daemon_cpu_cores']} | {_mb(s['daemon_rss_peak_in_window'])} "
                 f"| {_fmt_ms(ping.get('median'))} | {_fmt_ms(ping.get('p99'))} | {s['watch_miss']} |"
             )

@@ -81,6 +81,9 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         config["scale_levels"] = [int(s) for s in args.sessions.split(",")]
     if args.window:
         config["scale_window_s"] = args.window
+    if args.worktrees:
+        config["scale_worktrees"] = args.worktrees
+    config["scale_pool"] = args.pool
     config["real_project"] = args.real_project
     if args.real_versions:
         config["real_versions"] = args.real_versions.split(",")
@@ -191,6 +194,7 @@ async def _main_async(config: dict[str, Any], results: dict[str, Any], phases: s
             config["scale_levels"],
             window_s=config["scale_window_s"],
             warmup_s=config["scale_warmup_s"],
+            pool=config["scale_pool"],
             log=log,
         )
 
@@ -229,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip", help="comma-separated phases to leave out")
     parser.add_argument("--sessions", help="comma-separated session counts for the scale run")
     parser.add_argument("--window", type=float, help="scale window in seconds")
+    parser.add_argument("--worktrees", type=int, help="linked worktrees for the scale run")
+    parser.add_argument("--pool", type=int, default=0, help="scale sessions share this many connections (0: one each)")
     parser.add_argument("--real-project", default="django", help="PyPI project for the real-tree case")
     parser.add_argument("--real-versions", help="comma-separated consecutive versions of it")
     parser.add_argument("--readme", action="store_true", help="put the markdown into bench/README.md")

@@ -1,7 +1,10 @@
 """Many sessions at once, after T3 Code's method: every session captures before and after each turn.
 
-N sessions (trio tasks in this process, one daemon connection each) are spread
-over K linked worktrees. A session loops: ``checkpoint`` (before the turn),
+N sessions (trio tasks in this process) are spread over K linked worktrees,
+each with a daemon connection of its own, or (``pool``) sharing a few
+connections, session ``i`` on connection ``i mod pool``, as an agent server
+would. Sessions connect all at once, as a fleet's hooks do; a connection that
+fails is counted apart (``connect_failures``). A session loops: ``checkpoint`` (before the turn),
 think, edit one to three files (its own notes file and tracked files), then
 ``checkpoint`` (after the turn), think again. Captures that start inside a
 fixed window, after a warm-up, are counted; every one must be answered (a
@@ -12,8 +15,11 @@ resident memory are sampled with psutil.
 
 from __future__ import annotations
 
+import contextlib
 import random
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,9 +50,29 @@ class Window:
     pings: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
     started_in_window: int = 0
+    connect_failures: list[str] = field(default_factory=list)
+    pool: list[AsyncClient] = field(default_factory=list)
 
     def inside(self, t: float) -> bool:
         return self.start <= t < self.end
+
+
+@asynccontextmanager
+async def _connection(index: int, daemon: Daemon, window: Window) -> AsyncIterator[AsyncClient | None]:
+    """The session's connection: its own (None if it could not connect), or its share of the pool."""
+    if window.pool:
+        yield window.pool[index % len(window.pool)]
+        return
+    connected = False
+    try:
+        async with AsyncClient.connect(daemon.socket_path, connect_timeout=CALL_TIMEOUT_S) as client:
+            connected = True
+            yield client
+    except Exception as exc:
+        if connected:
+            raise
+        window.connect_failures.append(f"{type(exc).__name__}: {exc}"[:200])
+        yield None
 
 
 async def _session(
@@ -56,7 +82,9 @@ async def _session(
     notes = Path(tree.path, "agent", f"s{index:03}.md")
     targets = pick(tracked, 2, salt=index * 7)
     session = f"scale-{index:03}"
-    async with AsyncClient.connect(daemon.socket_path) as client:
+    async with _connection(index, daemon, window) as client:
+        if client is None:
+            return
 
         async def capture(label: str) -> None:
             t0 = trio.current_time()
@@ -107,9 +135,16 @@ async def _sampler(daemon: Daemon, window: Window) -> None:
 
 
 async def run_level(
-    trees: list[Tree], sessions: int, *, window_s: float, warmup_s: float, think: tuple[float, float], log: Any = print
+    trees: list[Tree],
+    sessions: int,
+    *,
+    window_s: float,
+    warmup_s: float,
+    think: tuple[float, float],
+    pool: int = 0,
+    log: Any = print,
 ) -> dict[str, Any]:
-    """One run with ``sessions`` sessions over ``trees``; the figures of its window."""
+    """One run with ``sessions`` sessions over ``trees`` (sharing ``pool`` connections if set); its window's figures."""
     tracked = {t.path: t.tracked() for t in trees}
     window = Window()
     async with running_daemon(f"scale-{sessions}") as daemon:
@@ -117,19 +152,22 @@ async def run_level(
         window.start = now + warmup_s
         window.end = window.start + window_s
         cpu_start = proc_start = None
-        async with trio.open_nursery() as nursery:
-            for i in range(sessions):
-                tree = trees[i % len(trees)]
-                nursery.start_soon(_session, i, tree, tracked[tree.path], daemon, window, think)
-            nursery.start_soon(_pinger, daemon, window)
-            nursery.start_soon(_sampler, daemon, window)
-            await trio.sleep_until(window.start)
-            cpu_start = daemon.cpu_seconds()
-            proc_start = await daemon.processes_started()
-            await trio.sleep_until(window.end)
-            cpu_end = daemon.cpu_seconds()
-            proc_end = await daemon.processes_started()
-            window.stop = True
+        async with contextlib.AsyncExitStack() as shared:
+            for _ in range(pool):  # closed only once every session has ended
+                window.pool.append(await shared.enter_async_context(AsyncClient.connect(daemon.socket_path)))
+            async with trio.open_nursery() as nursery:
+                for i in range(sessions):
+                    tree = trees[i % len(trees)]
+                    nursery.start_soon(_session, i, tree, tracked[tree.path], daemon, window, think)
+                nursery.start_soon(_pinger, daemon, window)
+                nursery.start_soon(_sampler, daemon, window)
+                await trio.sleep_until(window.start)
+                cpu_start = daemon.cpu_seconds()
+                proc_start = await daemon.processes_started()
+                await trio.sleep_until(window.end)
+                cpu_end = daemon.cpu_seconds()
+                proc_end = await daemon.processes_started()
+                window.stop = True
         log(f"    {sessions} sessions: window done, waiting for the idle reconciliation ...")
         await trio.sleep(RECONCILE_WAIT_S)
         status = await daemon.call("status")
@@ -138,6 +176,7 @@ async def run_level(
     completed = len(window.latencies)
     return {
         "sessions": sessions,
+        "connections": pool or sessions,
         "worktrees": len(trees),
         "files_per_worktree": trees[0].files,
         "window_s": window_s,
@@ -148,6 +187,8 @@ async def run_level(
         "captures_per_s": round(completed / window_s, 2),
         "failures": len(window.failures),
         "failure_examples": window.failures[:5],
+        "connect_failures": len(window.connect_failures),
+        "connect_failure_examples": window.connect_failures[:5],
         "latency_ms": summarize(window.latencies),
         "scans": dict(window.scans),
         "processes_in_window": proc_end - proc_start,
@@ -181,17 +222,21 @@ async def run(
     window_s: float,
     warmup_s: float,
     think: tuple[float, float] = (1.0, 2.0),
+    pool: int = 0,
     log: Any = print,
 ) -> list[dict[str, Any]]:
     out = []
     clear_sessions(trees)
     for sessions in levels:
-        log(f"  scale: {sessions} sessions over {len(trees)} worktrees, {window_s:.0f} s window ...")
-        result = await run_level(trees, sessions, window_s=window_s, warmup_s=warmup_s, think=think, log=log)
+        shared = f", sharing {pool} connections" if pool else ", a connection each"
+        log(f"  scale: {sessions} sessions over {len(trees)} worktrees{shared}, {window_s:.0f} s window ...")
+        result = await run_level(
+            trees, sessions, window_s=window_s, warmup_s=warmup_s, think=think, pool=pool, log=log
+        )
         log(
             f"    {result['captures_completed']} captures, p50 {result['latency_ms'].get('median')} ms, "
             f"p99 {result['latency_ms'].get('p99')} ms, failures {result['failures']}, "
-            f"ping p99 {result['ping_ms'].get('p99')} ms"
+            f"connect failures {result['connect_failures']}, ping p99 {result['ping_ms'].get('p99')} ms"
         )
         out.append(result)
         clear_sessions(trees)

@@ -177,12 +177,12 @@ def finish(procs: list[subprocess.Popen[bytes]]) -> list[tuple[int, str, str]]:
 
 
 def test_hook_processes_in_a_burst_wait_for_room_or_say_busy(burst_daemon: Daemon, tmp_path: Path) -> None:
-    """40 hook processes, not 600: each is a Python start (about 0.2 s of CPU), and 40 take the same path."""
+    """30 hook processes, not 600: each is a Python start (about 0.2 s of CPU), and 30 take the same path."""
     repo = init_repo(tmp_path / "project", ("a.txt", "alpha\n"))
     path = burst_daemon.socket
     with queue_full(burst_daemon):
-        impatient = finish(start_hooks(10, repo, child_env(path, SNAPSHOTD_CONNECT_TIMEOUT="1"), 20, "late"))
-        patient = start_hooks(40, repo, child_env(path, SNAPSHOTD_CONNECT_TIMEOUT="60"), 60, "burst")
+        impatient = finish(start_hooks(6, repo, child_env(path, SNAPSHOTD_CONNECT_TIMEOUT="1"), 20, "late"))
+        patient = start_hooks(30, repo, child_env(path, SNAPSHOTD_CONNECT_TIMEOUT="60"), 60, "burst")
         time.sleep(2.0)  # they start and find the queue full
     for code, out, err in impatient:
         busy = f"{BUSY_START}its queue of connections waiting at {path} is full"
@@ -193,8 +193,8 @@ def test_hook_processes_in_a_burst_wait_for_room_or_say_busy(burst_daemon: Daemo
     for code, out, err in finish(patient):
         assert (code, out, err) == (0, "", "")
     env = child_env(path)
-    for n in range(40):
+    for n in range(30):
         [checkpoint] = cli("list", "--json", "--session", f"burst-{n}", str(repo), env=env).json()["checkpoints"]
         assert checkpoint["label"] == "after turn"
-    for n in range(10):
+    for n in range(6):
         assert cli("list", "--json", "--session", f"late-{n}", str(repo), env=env).json()["checkpoints"] == []

@@ -217,7 +217,7 @@ class AsyncClient:
     client.call(...)`` at once on one connection. One connection serves any
     number of sessions (``session`` is a param of each call), up to 256
     requests running at once; more sessions in flight share a small pool of
-    connections (``bench/scale.py --pool``) rather than one each.
+    connections (``python -m bench --only scale --pool N``) rather than one each.
     """
 
     def __init__(self, stream: trio.SocketStream, socket_path: str) -> None:
