@@ -198,3 +198,25 @@ def test_hook_processes_in_a_burst_wait_for_room_or_say_busy(burst_daemon: Daemo
         assert checkpoint["label"] == "after turn"
     for n in range(6):
         assert cli("list", "--json", "--session", f"late-{n}", str(repo), env=env).json()["checkpoints"] == []
+
+
+def test_a_daemon_starting_is_waited_for_and_none_at_all_is_said_at_once(tmp_path: Path) -> None:
+    folder = tmp_path / "run"
+    folder.mkdir(mode=0o700)
+    path = folder / "s.sock"
+    started = time.monotonic()
+    with pytest.raises(FileNotFoundError):
+        Client(str(path), timeout=5)
+    assert time.monotonic() - started < 1  # no lock beside the socket: nobody is starting, nothing to wait for
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o600);"
+         " fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()", f"{path}.lock"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        [(outcome, seconds)] = at_once(1, ping_with(path, timeout=0.5))
+    finally:
+        holder.communicate("")
+    assert outcome.startswith(f"Busy: {BUSY_START}the daemon at {path} is starting or stopping"), outcome
+    assert seconds >= 0.45, seconds
