@@ -204,3 +204,30 @@ async def test_a_gitattributes_deleted_on_disk_rules_no_file(tmp_path: Path, obj
         finally:
             await engine.aclose()
             nursery.cancel_scope.cancel()
+
+
+@pytest.mark.parametrize("object_format", FORMATS)
+async def test_a_restore_writes_under_a_gitattributes_kept_only_in_the_index(tmp_path: Path, object_format: str) -> None:
+    # Checkout reads attributes from the index first: a skip-worktree .gitattributes missing on
+    # disk still gives a.txt CRLF line endings; the restore wrote the blob's LF as it is.
+    repo = new_repo(tmp_path / "r", object_format)
+    (repo / ".gitattributes").write_text("*.txt eol=crlf\n")
+    (repo / "a.txt").write_bytes(b"one\ntwo\n")
+    sh(repo, "add", ".")
+    sh(repo, "commit", "-qm", "attrs")
+    sh(repo, "update-index", "--skip-worktree", ".gitattributes")
+    (repo / ".gitattributes").unlink()
+    engine = Engine()
+    try:
+        await check(engine, repo, "cold")
+        result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
+        (repo / "a.txt").unlink()
+        await engine.call("restore", {"checkpoint": result["checkpoint"]["id"], "path": str(repo)})
+        restored = (repo / "a.txt").read_bytes()
+    finally:
+        await engine.aclose()
+    (repo / "a.txt").unlink()
+    sh(repo, "checkout", "--", "a.txt")
+    assert (repo / "a.txt").read_bytes() == b"one\r\ntwo\r\n"
+    assert restored == b"one\r\ntwo\r\n"
+    assert not (repo / ".gitattributes").exists()

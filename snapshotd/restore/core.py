@@ -179,7 +179,7 @@ def _plan_and_apply(
                 info.path,
                 plan,
                 os.path.join(info.state_dir, "journal"),
-                GitCheckout(git_dir=info.git_dir or info.store_dir),
+                GitCheckout(git_dir=info.git_dir or info.store_dir, tree=current.tree),
             ) as prepared:
                 if not exact and prepared.stale():
                     return None

@@ -25,7 +25,8 @@ from snapshotd.git.repository import Repository
 from snapshotd.paths import folders_above
 from snapshotd.restore.fileops import read_disk_file
 from snapshotd.restore.plan import Plan
-from snapshotd.restore.trees import Entry
+from snapshotd.restore.trees import Entry, TreeIndex
+from snapshotd.store.diff import load_tree
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class GitCheckout:
     """
 
     git_dir: str
+    tree: str | None = None  # the worktree's tree before the plan (the safety checkpoint's)
 
 
 def _folders_of(path: str) -> list[str]:
@@ -100,6 +102,7 @@ class Stage:
         self.index: pygit2.Index | GitIndex | None = None
         self.files: set[str] = set()
         self.rules_before: str | None = None
+        self._before: TreeIndex | None = None
 
     def keep_attributes(self, root_fd: int, plan: Plan) -> None:
         """Copy the ``.gitattributes`` ruling the planned paths as they are now, when the plan changes one.
@@ -152,6 +155,8 @@ class Stage:
             if data is not None:
                 oid = self.repo.odb.write(pygit2.enums.ObjectType.BLOB, data)
                 attributes[name] = Entry(str(oid), MODE_FILE)
+            elif (kept := self._kept_in_index(name)) is not None:
+                attributes[name] = kept
         if not may_convert(self.repo.config, self.repo.path, worktree_attributes=bool(attributes)):
             return
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
@@ -165,6 +170,20 @@ class Stage:
             self._add(path, entry)
         # Mode-only changes keep their content on disk; they are checked out only if needed.
         self._check_out([(p, e) for p, e in files if p not in plan.chmod_only])
+
+    def _kept_in_index(self, name: str) -> Entry | None:
+        """The ``.gitattributes`` at ``name`` the worktree's tree holds with no file on disk, or None.
+
+        Only one the user's index keeps while it is missing on disk (skip-worktree
+        or assume-unchanged) is captured so; checkout reads attributes from the
+        index first, so git applies it to the files the plan writes.
+        """
+        if self.checkout is None or self.checkout.tree is None:
+            return None
+        if self._before is None:
+            self._before = TreeIndex(self.repo, load_tree(self.repo, self.checkout.tree))
+        entry = self._before.leaf(name)
+        return entry if entry is not None and is_file_mode(entry.mode) else None
 
     def _check_out(self, files: list[tuple[str, Entry]]) -> None:
         """Have git check ``files`` out into the stage folder, with the attributes staged so far."""
