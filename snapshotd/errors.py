@@ -208,12 +208,23 @@ def filesystem_error(exc: BaseException, path: str, doing: str, where: str = "")
     return InternalError(f"Could not {doing} {place}: {reason}.", path=path, errno=name)
 
 
-
 def raise_disk_error(exc: BaseException, path: str, doing: str) -> None:
     """Raise :func:`filesystem_error`'s sentence when the disk refused (full, read-only...); else return."""
     error = filesystem_error(exc, path, doing)
     if isinstance(error, FilesystemError):
         raise error from exc
+
+
+def missing_object_error(exc: BaseException, store: str, worktree: str) -> GitError | None:
+    """A failed object lookup (pygit2 raises KeyError with the id) as a sentence naming the repository."""
+    key = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else ""
+    if len(key) not in (40, 64) or any(ch not in "0123456789abcdef" for ch in key):
+        return None
+    return GitError(
+        f"The repository {store} of the worktree {worktree} lacks the object {key}, so it cannot be "
+        "captured; 'git fsck' there says what else is missing."
+    )
+
 
 # --- internal: restore -------------------------------------------------------
 # Raised and caught inside the restore stage; never sent to a client.

@@ -32,7 +32,7 @@ from snapshotd.capture.misses import VerifyResult, watch_misses
 from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, make_fence
 from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
 from snapshotd.capture.watch import Watcher
-from snapshotd.errors import NotFound
+from snapshotd.errors import NotFound, missing_object_error
 from snapshotd.git.format import object_format
 from snapshotd.git.repository import libgit2_opens
 from snapshotd.store.identity import WorktreeInfo
@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 WATCH_START_TIMEOUT_S = 5.0
 RECONCILE_IDLE_S = 5.0
 PRESENCE_CHECK_S = RECONCILE_IDLE_S / 2
+VANISH_GRACE_S = 0.3  # a failed capture looks again after this for a worktree being deleted
 RETRY_FIRST_S = 5.0  # a failed watch is tried again after this, doubling up to RETRY_MAX_S
 RETRY_MAX_S = 300.0
 
@@ -127,11 +128,24 @@ class WorktreeCapture:
         try:
             return await self._take(exact)
         except Exception as exc:
+            await self.raise_if_vanished(exc)
+            missing = missing_object_error(exc, self.info.store_dir, self.info.path)
+            if missing is not None:
+                raise missing from exc
+            raise
+
+    async def raise_if_vanished(self, exc: Exception) -> None:
+        """After ``exc``: ``not_found`` naming the worktree and ``repair`` if it vanished.
+
+        Looked at twice, as ``rm -rf`` takes the root last.
+        """
+        for attempt in range(2):
+            if attempt:
+                await trio.sleep(VANISH_GRACE_S)
             vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, limiter=thread_limiter)
-            if vanished is None:
-                raise
-            self._vanish(vanished, self.watcher)
-            raise NotFound(vanished.message) from exc
+            if vanished is not None:
+                self._vanish(vanished, self.watcher)
+                raise NotFound(vanished.message) from exc
 
     async def _take(self, exact: bool) -> CaptureResult:
         self.last_activity = time.monotonic()

@@ -168,10 +168,14 @@ class Engine:
         started = time.perf_counter()
         async with state.lock:
             result = await self.capture(state, exact=options.exact)
-            with disk_refusals(state.info.store_dir, "save the checkpoint in"):
-                checkpoint = await trio.to_thread.run_sync(
-                    self._record, state, options.session, options.label, result.tree, limiter=thread_limiter
-                )
+            try:
+                with disk_refusals(state.info.store_dir, "save the checkpoint in"):
+                    checkpoint = await trio.to_thread.run_sync(
+                        self._record, state, options.session, options.label, result.tree, limiter=thread_limiter
+                    )
+            except Exception as exc:
+                await state.capture.raise_if_vanished(exc)  # deleted between the capture and the record
+                raise
         result.stats.ms = (time.perf_counter() - started) * 1000
         return CheckpointResult(checkpoint, result.stats)
 
