@@ -155,3 +155,41 @@ def test_a_file_that_is_not_json_is_left_alone() -> None:
     assert path.read_text() == '{"model": "opus",}\n'
     path.write_text('{"hooks": []}\n')
     assert_one_error_line(cli_process("integrate", "claude-code", code=1), "'hooks'", "not an object")
+
+
+def test_the_command_is_absolute_when_snapshotd_is_on_path_only_through_a_venv(tmp_path: Path) -> None:
+    venv_bin = tmp_path / "venv" / "bin"
+    venv_bin.mkdir(parents=True)
+    program = venv_bin / "snapshotd"
+    program.write_text("#!/bin/sh\nexit 0\n")
+    program.chmod(0o755)
+    cli("integrate", "claude-code", env={"PATH": f"{venv_bin}:{os.environ['PATH']}"})
+    commands = {h["command"] for groups in json.loads(user_file("claude-code").read_text())["hooks"].values() for g in groups for h in g["hooks"]}
+    assert commands == {f"{program} hook claude-code"}
+
+
+def test_a_linked_settings_file_is_edited_where_it_lies_with_its_line_endings(tmp_path: Path) -> None:
+    dotfiles = tmp_path / "dotfiles" / "settings.json"
+    dotfiles.parent.mkdir()
+    original = b'{\r\n  "model": "opus"\r\n}\r\n'
+    dotfiles.write_bytes(original)
+    path = user_file("claude-code")
+    path.parent.mkdir()
+    path.symlink_to(dotfiles)
+    cli("integrate", "claude-code")
+    assert path.is_symlink() and os.readlink(path) == str(dotfiles)
+    added = dotfiles.read_bytes()
+    assert b"snapshotd" in added and b"\n" not in added.replace(b"\r\n", b"")  # every line ends in CRLF
+    cli("integrate", "claude-code", "--remove")
+    assert path.is_symlink() and dotfiles.read_bytes() == original
+
+
+def test_remove_deletes_the_file_and_folder_it_created_and_messages_say_what_changed() -> None:
+    path = user_file("codex")
+    added = cli("integrate", "codex", "--events", "tools")
+    assert "added snapshotd's hooks (PostToolUse, SessionStart, Stop, UserPromptSubmit)" in added.stdout
+    fewer = cli("integrate", "codex")
+    assert "now run at SessionStart, Stop, UserPromptSubmit (removed PostToolUse)" in fewer.stdout, fewer
+    removed = cli("integrate", "codex", "--remove")
+    assert "the file is removed" in removed.stdout, removed
+    assert not path.exists() and not path.parent.exists()  # hooks.json, config.toml and ~/.codex were all snapshotd's

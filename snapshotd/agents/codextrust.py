@@ -147,7 +147,8 @@ def retrusted(config_text: str, old: list[Entry], new: list[Entry]) -> str | Non
     for entry in old:
         current = trusted_hashes(text).get(entry.key)
         if current is not None and wanted.get(entry.key) != current:
-            text = _without_block(text, entry.key, current, newline) or text
+            without = _without_block(text, entry.key, current, newline)
+            text = text if without is None else without
     state = _states(text)
     for entry in new:
         if entry.key in state:

@@ -14,6 +14,7 @@ nothing, and removing after adding gives back the file as it was before.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import json
 import os
@@ -70,8 +71,10 @@ class Change:
 
 
 def hook_command(tool: str) -> str:
-    """The command the agent runs: ``snapshotd hook TOOL``, by absolute interpreter if not on PATH."""
-    program = "snapshotd" if shutil.which("snapshotd") else f"{shlex.quote(sys.executable)} -m snapshotd"
+    """The command the agent runs: ``snapshotd hook TOOL``, always by absolute path (the program found on
+    PATH, else this interpreter), since the agent's shell may not have this PATH (an activated venv)."""
+    found = shutil.which("snapshotd")
+    program = shlex.quote(os.path.abspath(found)) if found else f"{shlex.quote(sys.executable)} -m snapshotd"
     return f"{program} hook {tool}"
 
 
@@ -270,6 +273,10 @@ def plan(tool: str, scope: str, *, remove: bool, events: str, cwd: str) -> Chang
         new = json.dumps({"hooks": {event: [group] for event, group in wanted.items()}}, indent=2) + "\n" if wanted else None
     else:
         new = _with_ours(_without_ours(old, str(path), tool, wanted), str(path), tool, wanted)
+    if old is not None and new is not None and "\r\n" in old:
+        new = re.sub(r"(?<!\r)\n", "\r\n", new)  # the file's own line endings, in what was added too
+    if remove and project is None and new is not None and _is_empty_object(new):
+        new = None  # only the object that held snapshotd's entries is left: the file goes
     change = Change(path, old, new, sorted(wanted), project=project)
     if tool == "codex":
         _plan_trust(change)
@@ -297,21 +304,41 @@ def _plan_trust(change: Change) -> None:
         change.warnings.append(codextrust.manual_step(change.path))
         return
     if new != (old or ""):
-        change.trust = Change(config, old, new, [])
+        change.trust = Change(config, old, new or None, [])  # emptied: the file snapshotd made goes
+
+
+def _is_empty_object(text: str) -> bool:
+    try:
+        return json.loads(text) == {}
+    except ValueError:
+        return False
 
 
 def apply(change: Change) -> None:
-    """Write the planned text, atomically, keeping the file's mode (in a project: only inside it, never through a link)."""
+    """Write the planned text, atomically, keeping the file's mode (in a project: only inside it, never through a link).
+
+    The user's own settings file may be a link (to a dotfiles repository): the
+    file it points to is written, and the link stays. A file planned away
+    (``new`` None) is removed, and its folder too when that leaves it empty.
+    """
     if change.trust is not None:
         apply(change.trust)
-    if not change.changed or change.new is None:
+    if not change.changed:
         return
     if change.project is not None:
-        projectfiles.write_file(change.project, change.path.parent.name, change.path.name, change.new.encode("utf-8"))
+        if change.new is not None:
+            projectfiles.write_file(change.project, change.path.parent.name, change.path.name, change.new.encode("utf-8"))
         return
-    change.path.parent.mkdir(parents=True, exist_ok=True)
+    target = change.path.resolve()
+    if change.new is None:
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
+        with contextlib.suppress(OSError):  # not empty: it holds other things of the tool's
+            target.parent.rmdir()
+        return
+    target.parent.mkdir(parents=True, exist_ok=True)
     try:
-        mode = change.path.stat().st_mode & 0o7777
+        mode = target.stat().st_mode & 0o7777
     except FileNotFoundError:
         mode = 0o644
-    atomic_write(change.path, change.new.encode("utf-8"), mode)
+    atomic_write(target, change.new.encode("utf-8"), mode)

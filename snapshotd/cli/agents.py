@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from typing import Any
 
 import click
 
@@ -78,6 +79,16 @@ def hook(ctx: click.Context, tool: str, budget: float | None) -> None:
     sys.exit(0)
 
 
+def _what_changed(change: Any, our_handlers: Any, tool: str) -> str:
+    """One line naming the events snapshotd's hooks were added to or taken from."""
+    before, after = ({event for event, _, _ in our_handlers(text or "", tool)} for text in (change.old, change.new))
+    if not before:
+        return f"added snapshotd's hooks ({', '.join(sorted(after))}) to {change.path}"
+    parts = [f"{label} {', '.join(sorted(events))}" for label, events in (("added", after - before), ("removed", before - after)) if events]
+    detail = "; ".join(parts) or "same events, entries rewritten"
+    return f"snapshotd's hooks in {change.path} now run at {', '.join(sorted(after))} ({detail})"
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("tool", type=click.Choice(TOOLS), metavar="claude-code|codex")
 @click.option("--project", "scope", flag_value="project", help="The worktree's settings (.claude/settings.json, .codex/hooks.json).")
@@ -112,9 +123,10 @@ def integrate(ctx: click.Context, tool: str, scope: str, events: str, remove: bo
     elif not change.changed:
         click.echo(f"{change.path}: already as wanted")
     elif remove:
-        click.echo(f"removed snapshotd's hooks from {change.path}")
+        gone = " (nothing else was left in it: the file is removed)" if change.new is None else ""
+        click.echo(f"removed snapshotd's hooks from {change.path}{gone}")
     else:
-        click.echo(f"added snapshotd's hooks ({', '.join(change.events)}) to {change.path}")
+        click.echo(_what_changed(change, integrate_mod.our_handlers, tool))
     if change.trust is not None and not dry_run:
         done = "forgot Codex's trust in the removed entries" if remove else "recorded Codex's trust in them (as its /hooks screen does)"
         click.echo(f"{done} in {change.trust.path}")
