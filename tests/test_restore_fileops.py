@@ -76,16 +76,6 @@ def test_remove_temp_removes_only_our_temporary_files(root: tuple[Path, int]) ->
     assert os.listdir(wt.parent / "outside") == ["victim.txt"]
 
 
-def test_remove_backups_takes_only_a_flat_folder_of_ours(root: tuple[Path, int]) -> None:
-    wt, fd = root
-    write(wt / f"{TEMP_PREFIX}b" / "1", "kept copy\n")
-    write(wt / "mine" / "1", "a user's folder\n")
-    assert fileops.remove_backups(fd, f"{TEMP_PREFIX}b")
-    assert not fileops.remove_backups(fd, "mine")
-    assert not fileops.remove_backups(fd, None)
-    assert sorted(os.listdir(wt)) == ["mine"]
-
-
 def test_remove_empty_tree_keeps_a_folder_holding_anything(root: tuple[Path, int]) -> None:
     wt, fd = root
     (wt / "empty" / "a" / "b").mkdir(parents=True)

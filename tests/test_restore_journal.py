@@ -81,22 +81,17 @@ plan = plan_restore(repo, args["current"], args["target"], None, args["workdir"]
 apply_plan(repo, args["workdir"], plan, args["journal"], GitCheckout(git_dir=repo.path))
 """
 
-# What each crash leaves: the kinds of name in the journal folder, and the
-# folders of the temporary names in the worktree (the backup folder is at its root).
+# What each crash leaves: the kinds of name in the journal folder (the backup
+# folder is there, never in the worktree), and the folders of the temporary
+# names in the worktree.
 STEPS = {
     "journal-unnamed": ({".journal-"}, []),  # .journal-tmp-<token>, never renamed
     "staged": ({"apply-", "stage-"}, []),
-    "temp-half-written": ({"apply-", "stage-"}, ["", "d"]),
-    "deleted": ({"apply-", "stage-"}, [""]),
-    "backup-kept": ({"apply-", "stage-"}, ["", "d"]),
-    "renamed": ({"apply-", "stage-"}, [""]),
+    "temp-half-written": ({"apply-", "backup-", "stage-"}, ["d"]),
+    "deleted": ({"apply-", "backup-", "stage-"}, []),
+    "backup-kept": ({"apply-", "backup-", "stage-"}, ["d"]),
+    "renamed": ({"apply-", "backup-", "stage-"}, []),
 }
-
-
-
-
-
-
 
 
 def run_child(args: dict) -> subprocess.Popen[bytes]:

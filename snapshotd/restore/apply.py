@@ -2,8 +2,8 @@
 
 Each file is written to a temporary name in its folder, synced and renamed
 over the target, so no half-written file ever sits under a real name; what a
-write or delete replaces is first kept in a backup folder at the worktree's
-root, to be put back if a later step fails. A path that no longer holds what
+write or delete replaces is first kept in a private backup folder (see
+:mod:`.backups`), to be put back if a later step fails. A path that no longer holds what
 the safety checkpoint recorded, or that turns out to sit behind a symlink or
 a file, is skipped with its reason (``skipped``), never forced.
 """
@@ -21,10 +21,9 @@ from snapshotd.errors import PathBlocked, SnapshotdError, filesystem_error
 from snapshotd.git.modes import MODE_GITLINK, MODE_LINK
 from snapshotd.git.repository import Repository
 from snapshotd.restore import fileops
+from snapshotd.restore.backups import Backups
 from snapshotd.restore.fileops import (
-    DIR_FLAGS,
     blob_id,
-    copy_entry,
     file_permissions,
     fsync_dir,
     lstat_at,
@@ -32,7 +31,6 @@ from snapshotd.restore.fileops import (
     read_at,
     read_umask,
     readlink_at,
-    remove_backups,
     remove_empty_tree,
 )
 from snapshotd.restore.plan import (
@@ -60,14 +58,14 @@ class Applier:
     """Carries out a plan path by path, keeping what it replaces so that a failure can be undone.
 
     Every file, link or empty folder the plan replaces or removes is first
-    hard-linked (or copied, where the file system has no hard links) into a
-    backup folder at the worktree's root, and every step is logged; on a
+    hard-linked (or copied, where the file system has no hard links) into the
+    private backup folder of :mod:`.backups`, and every step is logged; on a
     failure :meth:`roll_back` undoes the steps newest first. Before touching a
     path it checks that the path still holds what the safety checkpoint
     recorded; one that was changed meanwhile is left alone as a conflict.
     """
 
-    def __init__(self, repo: Repository, root_fd: int, plan: Plan, stage: Stage, backups: str) -> None:
+    def __init__(self, repo: Repository, root_fd: int, plan: Plan, stage: Stage, backups: Backups) -> None:
         self.repo = repo
         self.root_fd = root_fd
         self.plan = plan
@@ -76,9 +74,7 @@ class Applier:
         self.skipped: dict[str, str] = {}
         self.synced: set[tuple[str, ...]] = set()
         self.backups = backups
-        self.backup_fd: int | None = None
         self.undo: list[tuple[str, str, Any]] = []
-        self.slots = 0
 
     def skip(self, path: str, reason: str) -> None:
         """Leave ``path`` alone, for ``reason`` (the first reason given stands)."""
@@ -86,10 +82,7 @@ class Applier:
 
     def close(self) -> None:
         """Remove the backup folder (the plan is done or rolled back)."""
-        if self.backup_fd is not None:
-            os.close(self.backup_fd)
-            self.backup_fd = None
-        remove_backups(self.root_fd, self.backups)
+        self.backups.close()
 
     # what is on disk --------------------------------------------------------
 
@@ -141,17 +134,7 @@ class Applier:
 
     def _keep(self, dir_fd: int, name: str, path: str) -> None:
         """Put what stands at ``path`` aside in the backup folder, to put back on a failure."""
-        if self.backup_fd is None:
-            os.mkdir(self.backups, 0o700, dir_fd=self.root_fd)
-            self.backup_fd = os.open(self.backups, DIR_FLAGS, dir_fd=self.root_fd)
-        self.slots += 1
-        slot = str(self.slots)
-        try:
-            os.link(name, slot, src_dir_fd=dir_fd, dst_dir_fd=self.backup_fd, follow_symlinks=False)
-        except OSError as exc:
-            if exc.errno not in (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.EOPNOTSUPP):
-                raise
-            copy_entry(dir_fd, name, self.backup_fd, slot)
+        slot = self.backups.keep(dir_fd, name)
         self.undo.append(("put_back", path, slot))
 
     def roll_back(self) -> list[str]:
@@ -172,7 +155,7 @@ class Applier:
         try:
             name = parts[-1]
             if action == "put_back":
-                os.rename(arg, name, src_dir_fd=self.backup_fd, dst_dir_fd=fd)
+                self.backups.put_back(arg, fd, name)
             elif action == "remove":
                 os.unlink(name, dir_fd=fd)
             elif action == "rmdir":

@@ -9,7 +9,6 @@ this stage created are ever removed as leftovers.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -232,28 +231,6 @@ def copy_entry(src_dir_fd: int, name: str, dst_dir_fd: int, slot: str) -> None:
         os.fsync(out)
     finally:
         os.close(out)
-
-
-def remove_backups(root_fd: int, name: object) -> bool:
-    """Remove a backup folder at the worktree's root (flat, only our files, never through a symlink).
-
-    Returns whether there was one to remove.
-    """
-    if not isinstance(name, str) or not name.startswith(TEMP_PREFIX) or "/" in name:
-        return False
-    try:
-        fd = os.open(name, DIR_FLAGS, dir_fd=root_fd)
-    except OSError:
-        return False
-    try:
-        for child in os.listdir(fd):
-            with contextlib.suppress(OSError):
-                os.unlink(child, dir_fd=fd)
-    finally:
-        os.close(fd)
-    with contextlib.suppress(OSError):
-        os.rmdir(name, dir_fd=root_fd)
-    return True
 
 
 def read_disk_file(root_fd: int, path: str) -> bytes | None:

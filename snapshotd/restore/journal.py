@@ -22,7 +22,8 @@ from typing import Any
 from snapshotd.errors import Untrusted
 from snapshotd.fsutil import checked_private_folder, open_private_folder
 from snapshotd.restore import fileops
-from snapshotd.restore.fileops import remove_backups, remove_temp
+from snapshotd.restore.backups import remove_left_behind
+from snapshotd.restore.fileops import remove_temp
 
 _JOURNAL_SUFFIX = ".journal"
 _JOURNAL_TEMP_PREFIX = ".journal-tmp-"
@@ -129,7 +130,8 @@ def recover(journal_dir: str, workdir: str) -> list[str]:
     Reads every journal in ``journal_dir`` that names ``workdir``, removes the
     temporary files it lists (never a folder, never through a symlink, only
     names carrying the temporary prefix), the folder of backups it kept of
-    what it replaced (the safety checkpoint holds those), its staged content,
+    what it replaced in the journal folder (the safety checkpoint holds
+    those), its staged content,
     and then the journal. A journal whose writer is still alive (it holds the journal's
     lock) is left alone, so opening a worktree while another process restores
     into it never disturbs that restore. Returns the worktree-relative paths
@@ -179,8 +181,7 @@ def recover(journal_dir: str, workdir: str) -> list[str]:
                     if isinstance(temp, str) and remove_temp(root_fd, temp):
                         cleaned.append(temp)
                 _remove_stage(journal_dir, record.get("stage"))
-                if remove_backups(root_fd, record.get("backups")):
-                    cleaned.append(record["backups"])
+                remove_left_behind(journal_dir, record.get("backups"))
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(full)
     finally:

@@ -27,6 +27,7 @@ from snapshotd.errors import (
 from snapshotd.git.modes import MODE_GITLINK, MODE_LINK, is_file_mode
 from snapshotd.git.repository import Repository
 from snapshotd.restore.apply import Applier
+from snapshotd.restore.backups import BACKUP_PREFIX, Backups
 from snapshotd.restore.fileops import TEMP_PREFIX, remove_temp, split_path
 from snapshotd.restore.journal import STAGE_PREFIX, write_journal
 from snapshotd.restore.outcome import RestoreOutcome
@@ -149,7 +150,7 @@ def prepared_plan(
 
     token = secrets.token_hex(8)
     stage = Stage(repo, os.path.join(journal_dir, f"{STAGE_PREFIX}{token}"), checkout, workdir)
-    applier = Applier(repo, root_fd, plan, stage, f"{TEMP_PREFIX}{token}")
+    applier = Applier(repo, root_fd, plan, stage, Backups(journal_dir, f"{BACKUP_PREFIX}{token}"))
     temps: dict[str, str] = {}
     for path, entry in plan.writes:
         if entry.mode != MODE_GITLINK:
@@ -168,7 +169,7 @@ def prepared_plan(
                     os.path.abspath(workdir),
                     temps,
                     os.path.basename(stage.directory) if checkout is not None else None,
-                    applier.backups,
+                    applier.backups.name,
                 )
                 stage.keep_attributes(root_fd, plan)
                 stage.prepare(root_fd, plan)
