@@ -71,8 +71,14 @@ def victim_repository(shared: Path) -> tuple[Path, Path]:
     return repo, uploads
 
 
-async def swapped_for_a_link(engine: Engine, shared: Path, tmp_path: Path, *, exact: bool) -> None:
-    """Checkpoints while a folder of decoys and a link to the victim's keys are exchanged: no key is read."""
+async def swapped_for_a_link(
+    engine: Engine, shared: Path, tmp_path: Path, *, exact: bool, attributes: str | None = None
+) -> None:
+    """Checkpoints while a folder of decoys and a link to the victim's keys are exchanged: no key is read.
+
+    With ``attributes`` (a ``.gitattributes``), git's filters may change the
+    files, so git hashes them.
+    """
     keys = tmp_path / "ssh"  # the victim's private folder, outside the worktree
     names = [f"id_{n:02}" for n in range(40)]
     secrets = [f"PRIVATE KEY {name}\n".encode() for name in names]
@@ -80,6 +86,8 @@ async def swapped_for_a_link(engine: Engine, shared: Path, tmp_path: Path, *, ex
         write(keys / name, secret, mode=0o600)
     keys.chmod(0o700)
     repo, uploads = victim_repository(shared)
+    if attributes is not None:
+        write(repo / ".gitattributes", attributes)
     for name in names:  # the attacker's decoys, under the names the private folder holds
         write(uploads / "leak" / name, b"decoy " * 20_000)
     os.symlink(keys, uploads / "leaklink")
@@ -103,6 +111,16 @@ async def test_a_warm_capture_never_reads_through_a_folder_swapped_for_a_link(
     watched_engine: Engine, shared: Path, tmp_path: Path
 ) -> None:
     await swapped_for_a_link(watched_engine, shared, tmp_path, exact=False)
+
+
+@pytest.mark.xfail(
+    reason="git update-index opens the files it hashes by path (docs/security.md, what the promises do not cover)",
+    strict=False,
+)
+async def test_git_hashing_through_filters_never_reads_through_a_folder_swapped_for_a_link(
+    engine: Engine, shared: Path, tmp_path: Path
+) -> None:
+    await swapped_for_a_link(engine, shared, tmp_path, exact=True, attributes="* text=auto\n")
 
 
 async def test_a_folder_and_a_link_exchanged_in_a_loop_never_fail_a_capture_or_a_restore(
