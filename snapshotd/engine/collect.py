@@ -67,9 +67,7 @@ def drop_session(info: WorktreeInfo, session: str | None) -> Deleted:
     with repository(info.store_dir) as repo:
         store = Store(repo)
         name = ref_name(info.id, session)
-        count = sum(1 for _ in store.pins(name))
-        if count:
-            store.rewrite(name, keep=[])
+        count = store.rewrite(name, keep=[])
     return Deleted(count)
 
 
@@ -159,16 +157,27 @@ def collect_sessions(store: Store, info: WorktreeInfo, options: GcOptions) -> li
     for name in store.session_refs(info.id):
         if options.skipped_session is not None and name == ref_name(info.id, options.skipped_session):
             continue
-        checkpoints = list(store.iter_session(name))
-        kept = [cp for index, cp in enumerate(checkpoints) if options.keeps(index, cp)]
-        kept_ids = {cp.id for cp in kept}
-        going = [cp.id for cp in checkpoints if cp.id not in kept_ids]
+        going = _going(store, name, options)
         if not going:
             continue
         if not options.dry_run:
-            store.rewrite(name, keep=kept)
-        out.append(SessionCollection(info.id, info.path, checkpoints[0].session, going))
+            store.rewrite(name, drop=set(going))
+        out.append(SessionCollection(info.id, info.path, store.load(going[0]).session, going))
     return out
+
+
+def _going(store: Store, name: str, options: GcOptions) -> list[str]:
+    """The ids gc drops from one session, newest first.
+
+    With ``keep`` alone, the ones past the newest ``keep`` are taken from the
+    session's index without reading a checkpoint; with a cutoff, each one
+    past ``keep`` is read for its time.
+    """
+    keep = options.keep or 0
+    if options.cutoff is None:
+        return [] if store.count(name) <= keep else store.newest_ids(name)[keep:]
+    ids = store.newest_ids(name)
+    return [cp for index, cp in enumerate(ids) if index >= keep and not options.keeps(index, store.load(cp))]
 
 
 def collect_worktree(info: WorktreeInfo, options: GcOptions) -> list[SessionCollection]:

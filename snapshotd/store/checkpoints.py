@@ -19,7 +19,9 @@ Layout, in the repository that holds the worktree's objects:
 
 Pins and the ref updates (compare-and-swap under the back-end's ref lock, so
 two writers never lose each other's checkpoint) are :mod:`snapshotd.store.pins`;
-this module reads and writes the checkpoints on top of them.
+this module reads and writes the checkpoints on top of them. Which checkpoints
+a session holds, their seqs and positions, come from this process's index of
+the chains (:mod:`snapshotd.store.index`), checked against the ref at every use.
 
 The repository is either back-end of :mod:`snapshotd.git.repository`
 (libgit2, or the git command where libgit2 cannot open it: SHA-256); the
@@ -40,6 +42,7 @@ import pygit2
 from snapshotd.errors import NotFound, RefRaced
 from snapshotd.fsutil import sync_filesystem
 from snapshotd.git.repository import ObjectId, Repository
+from snapshotd.store.index import index_of
 from snapshotd.store.pins import TRAILER, Pin, SessionChains, commit_signature, now_iso, read_pin
 
 REF_ROOT = "refs/snapshotd/"
@@ -139,6 +142,7 @@ class Store(SessionChains):
     def __init__(self, repo: Repository) -> None:
         super().__init__(repo)
         self.hex_length = repo.hex_length
+        self.index = index_of(repo.path)
 
     # --- reading -----------------------------------------------------------
 
@@ -161,19 +165,36 @@ class Store(SessionChains):
             return self.load(pin.checkpoint)
         return None
 
-    def iter_session(self, name: str) -> Iterator[Checkpoint]:
-        for pin in self.pins(name):
-            yield self.load(pin.checkpoint)
+    def newest_ids(self, name: str, count: int | None = None) -> list[str]:
+        """The ids of the session's newest ``count`` checkpoints (all when None), newest first."""
+        with self.index.lock:
+            return self.index.refresh(self, name).newest(count)
+
+    def count(self, name: str) -> int:
+        """How many checkpoints the session holds."""
+        with self.index.lock:
+            return len(self.index.refresh(self, name))
+
+    def at_seq(self, name: str, seq: int) -> Checkpoint | None:
+        """The session's live checkpoint with ``seq``, or None."""
+        with self.index.lock:
+            found = self.index.refresh(self, name).at_seq(seq)
+        return None if found is None else self.load(found)
+
+    def iter_session(self, name: str, count: int | None = None) -> Iterator[Checkpoint]:
+        """The session's checkpoints newest first (the newest ``count`` of them), each read when reached."""
+        for checkpoint_id in self.newest_ids(name, count):
+            yield self.load(checkpoint_id)
 
     def list(self, worktree_id: str, session: str | None, limit: int | None, all_sessions: bool) -> list[Checkpoint]:
         """Newest first; across every session of the worktree when ``all_sessions``."""
         if all_sessions:
-            streams = [self.iter_session(name) for name in self.session_refs(worktree_id)]
+            streams = [self.iter_session(name, limit) for name in self.session_refs(worktree_id)]
             merged: Iterator[Checkpoint] = heapq.merge(
                 *streams, key=lambda cp: (cp.created_at, cp.seq), reverse=True
             )
         else:
-            merged = self.iter_session(ref_name(worktree_id, session))
+            merged = self.iter_session(ref_name(worktree_id, session), limit)
         out = []
         for checkpoint in merged:
             if limit is not None and len(out) >= limit:
@@ -183,12 +204,9 @@ class Store(SessionChains):
 
     def is_live(self, checkpoint: Checkpoint) -> bool:
         """True while the checkpoint is still pinned (not deleted or collected)."""
-        for pin in self.pins(ref_name(checkpoint.worktree, checkpoint.session)):
-            if str(pin.checkpoint) == checkpoint.id:
-                return True
-            if pin.seq < checkpoint.seq:
-                return False
-        return False
+        with self.index.lock:
+            entry = self.index.refresh(self, ref_name(checkpoint.worktree, checkpoint.session))
+            return checkpoint.id in entry.position
 
     # --- writing -----------------------------------------------------------
 
@@ -241,32 +259,37 @@ class Store(SessionChains):
         """Re-pin one session keeping only some checkpoints; return how many were dropped.
 
         ``drop`` names checkpoints to remove; otherwise ``keep`` lists the ones to keep.
+        Pins older than the oldest dropped one are reused as they are, so the
+        cost is the checkpoints dropped and those newer than them.
         """
         while True:
-            head_pin = self.ref_target(name)
-            pins = list(self.pins(name))
-            if drop is not None:
-                kept = [pin for pin in pins if str(pin.checkpoint) not in drop]
-            else:
-                keep_ids = {cp.id for cp in keep or ()}
-                kept = [pin for pin in pins if str(pin.checkpoint) in keep_ids]
-            dropped = len(pins) - len(kept)
-            if dropped == 0:
-                return 0
-            # Pins older than the oldest dropped one are reused as they are; the new
-            # head is always written anew, to carry the session's highest seq.
-            oldest_dropped = max(index for index, pin in enumerate(pins) if pin not in kept)
-            base = pins[oldest_dropped].previous
-            rewritten = [pin for pin in pins[:oldest_dropped] if pin in kept]
-            if not rewritten and base is not None:
-                rewritten = [read_pin(self.repo, base)]
-                base = rewritten[0].previous
-            new_head = self._repin(rewritten, base, pins[0].last_seq)
+            with self.index.lock:
+                head_pin = self.ref_target(name)
+                entry = self.index.refresh(self, name)
+                if drop is not None:
+                    places = sorted(entry.position[cp] for cp in drop if cp in entry.position)
+                else:
+                    keep_ids = {cp.id for cp in keep or ()}
+                    places = [index for index, cp in enumerate(entry.checkpoints) if cp not in keep_ids]
+                if not places:
+                    return 0
+                if head_pin is None or str(head_pin) != entry.head:
+                    continue  # the ref moved between the two reads
+                oldest_dropped = places[0]
+                going = {entry.checkpoints[index] for index in places}
+                above = [pin for pin in entry.pin_objects(oldest_dropped) if pin.checkpoint not in going]
+                base = entry.pins[oldest_dropped - 1] if oldest_dropped > 0 else None
+            # The new head is always written anew, to carry the session's highest seq.
+            last_seq = read_pin(self.repo, head_pin).last_seq
+            if not above and base is not None:
+                base_pin = read_pin(self.repo, base)
+                above, base = [base_pin], base_pin.previous
+            new_head = self._repin(above, None if base is None else self.repo.oid(str(base)), last_seq)
             try:
                 self.swap(name, new_head, head_pin)
             except RefRaced:
                 continue
-            return dropped
+            return len(places)
 
     def _repin(self, pins: Sequence[Pin], base: ObjectId | None, last_seq: int) -> ObjectId:
         """Pin ``pins`` (newest first) again on top of ``base``; the newest carries ``last_seq``.

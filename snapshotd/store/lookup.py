@@ -2,8 +2,8 @@
 
 Each lookup reads as little as it can: a prefix is looked up as an object
 (git's own list of matching objects only when it is ambiguous), a session's
-newest is its ref's head pin, and counting back or finding a seq walks that
-one session's pins from the newest only as far as needed. A prefix matches
+newest is its ref's head pin, and counting back or finding a seq reads the
+session's index (:mod:`snapshotd.store.index`), never its whole chain. A prefix matches
 checkpoints only, never another object of the repository.
 """
 
@@ -50,23 +50,16 @@ def by_prefix(store: Store, prefix: str) -> list[Checkpoint]:
 
 def session_heads(store: Store, worktree_id: str) -> list[Checkpoint]:
     """The newest checkpoint of each of the worktree's sessions that has one, newest first."""
-    heads = []
-    for name in store.session_refs(worktree_id):
-        for pin in store.pins(name):
-            assert pin.checkpoint is not None
-            heads.append(store.load(pin.checkpoint))
-            break
+    heads = [store.load(ids[0]) for ids in (store.newest_ids(name, 1) for name in store.session_refs(worktree_id)) if ids]
     return sorted(heads, key=lambda cp: (cp.created_at, cp.seq), reverse=True)
 
 
 def back_from_head(store: Store, worktree_id: str, session: str | None, back: int) -> Checkpoint:
     """The checkpoint ``back`` before the newest of the session; NotFound when the session is shorter."""
-    count = 0
-    for pin in store.pins(ref_name(worktree_id, session)):
-        if count == back:
-            assert pin.checkpoint is not None
-            return store.load(pin.checkpoint)
-        count += 1
+    ids = store.newest_ids(ref_name(worktree_id, session), back + 1)
+    if len(ids) > back:
+        return store.load(ids[back])
+    count = len(ids)
     where = f"session {session!r}" if session is not None else "the default session"
     if count == 0:
         raise NotFound(f"There is no checkpoint in {where} of worktree {worktree_id}.")
@@ -74,11 +67,5 @@ def back_from_head(store: Store, worktree_id: str, session: str | None, back: in
 
 
 def by_seq(store: Store, worktree_id: str, session: str | None, seq: int) -> Checkpoint | None:
-    """The live checkpoint with ``seq`` in the session, walking its pins from the newest down to it."""
-    for pin in store.pins(ref_name(worktree_id, session)):
-        if pin.seq == seq:
-            assert pin.checkpoint is not None
-            return store.load(pin.checkpoint)
-        if pin.seq < seq:
-            return None
-    return None
+    """The live checkpoint with ``seq`` in the session (the session's index, no walk)."""
+    return store.at_seq(ref_name(worktree_id, session), seq)
