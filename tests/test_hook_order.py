@@ -88,3 +88,13 @@ def test_an_after_that_starts_the_daemon_is_recorded_before_the_next_before(tmp_
         assert (after_turn["label"], second["label"]) == ("after turn", "before: second turn")
     finally:
         cli("stop", env=env)
+
+
+def test_a_session_leaves_no_order_folder_behind(daemon: Daemon, sock: Path, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "small", ("a.txt", "alpha\n"))
+    env = child_env(sock)
+    for kind in ("user-prompt", "stop"):
+        assert run_hook("claude-code", _payload(kind, repo), env).code == 0
+    _checkpoints(repo, env, 2)
+    order = Path(env["SNAPSHOTD_HOME"]) / "hooks" / "order"
+    wait_until(lambda: not any(order.iterdir()), 30, "the session's order folder to go")

@@ -193,3 +193,15 @@ def test_remove_deletes_the_file_and_folder_it_created_and_messages_say_what_cha
     removed = cli("integrate", "codex", "--remove")
     assert "the file is removed" in removed.stdout, removed
     assert not path.exists() and not path.parent.exists()  # hooks.json, config.toml and ~/.codex were all snapshotd's
+
+
+def test_local_scope_writes_claude_codes_settings_local_json(tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("src/a.py", "x = 1\n"))
+    cli("integrate", "claude-code", "--local", cwd=repo / "src")
+    settings = json.loads((repo / ".claude" / "settings.local.json").read_text())
+    assert set(ours(settings, "claude-code")) == {"SessionStart", "UserPromptSubmit", "Stop"}
+    assert not (repo / ".claude" / "settings.json").exists()
+    checks = {c["check"]: c for c in cli("doctor", "claude-code", "--json", cwd=repo, code=None).json()["checks"]}
+    assert checks["claude-code hooks"]["ok"] and "settings.local.json" in checks["claude-code hooks"]["detail"]
+    refused = cli("integrate", "codex", "--local", cwd=repo, code=1)
+    assert "Only Claude Code has local settings" in refused.stderr

@@ -58,12 +58,12 @@ def check_daemon(ping: Callable[[], dict[str, Any]], socket_path: str) -> Check:
 
 
 def _installed(tool: str, cwd: str) -> list[Installed]:
-    """The settings files of ``tool`` (the user's, then the worktree's) that hold snapshotd's handlers."""
+    """The settings files of ``tool`` (the user's, then the worktree's, then the local one) that hold snapshotd's handlers."""
     found = []
-    for scope in ("user", "project"):
+    for scope in integrate.SCOPES:
         try:
             path = integrate.settings_path(tool, scope, cwd)
-            project = path.parent.parent if scope == "project" else None
+            project = path.parent.parent if scope != "user" else None
             text = integrate.read_settings(path, project)
         except (SnapshotdError, OSError):
             continue

@@ -46,10 +46,16 @@ class Turn:
     def __init__(self, key: str) -> None:
         digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:24]
         self.folder = hooks_folder() / "order" / digest
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.stamp = time.time_ns()
-        self.path = self.folder / f"{self.stamp:020d}-{os.getpid()}"
-        self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        for attempt in range(3):  # the last run of the session may remove the folder meanwhile
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.stamp = time.time_ns()
+            self.path = self.folder / f"{self.stamp:020d}-{os.getpid()}"
+            try:
+                self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
         fcntl.flock(self.fd, fcntl.LOCK_EX)  # held by whoever keeps this descriptor: the checkpoint's process
 
     def _earlier_pending(self) -> bool:
@@ -84,6 +90,8 @@ class Turn:
         """This run's checkpoint is recorded (or failed): later ones may go."""
         with contextlib.suppress(FileNotFoundError):
             self.path.unlink()
+        with contextlib.suppress(OSError):  # the session's folder goes with its last marker
+            self.folder.rmdir()
         self.close()
 
     def close(self) -> None:

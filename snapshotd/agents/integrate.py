@@ -150,8 +150,17 @@ def _read_settings(path: Path, project: Path | None) -> str | None:
         os.close(fd)
 
 
+SCOPES = ("user", "project", "local")
+"""Whose settings ``integrate`` edits: yours, the worktree's shared ones, or the worktree's own to you
+(Claude Code's ``.claude/settings.local.json``, which it keeps out of git)."""
+
+
 def settings_path(tool: str, scope: str, cwd: str) -> Path:
-    """The file to edit: the project's (at the worktree's root) or the user's."""
+    """The file to edit: the project's (at the worktree's root), your local one in it, or the user's."""
+    if scope == "local":
+        if tool != "claude-code":
+            raise InvalidParams("Only Claude Code has local settings (.claude/settings.local.json); use --project or --user.")
+        return Path(_project_root(cwd)) / ".claude" / "settings.local.json"
     if scope == "project":
         base = Path(_project_root(cwd)) / (".claude" if tool == "claude-code" else ".codex")
     elif tool == "claude-code":
@@ -266,7 +275,7 @@ def plan(tool: str, scope: str, *, remove: bool, events: str, cwd: str) -> Chang
     if tool not in TOOLS:
         raise InvalidParams(f"Unknown agent tool {tool!r}; use one of: {', '.join(TOOLS)}.")
     path = settings_path(tool, scope, cwd)
-    project = Path(_project_root(cwd)) if scope == "project" else None
+    project = Path(_project_root(cwd)) if scope in ("project", "local") else None
     old = _read_settings(path, project)
     wanted = {} if remove else wanted_entries(tool, events)
     if old is None:

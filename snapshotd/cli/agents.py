@@ -93,6 +93,7 @@ def _what_changed(change: Any, our_handlers: Any, tool: str) -> str:
 @click.argument("tool", type=click.Choice(TOOLS), metavar="claude-code|codex")
 @click.option("--project", "scope", flag_value="project", help="The worktree's settings (.claude/settings.json, .codex/hooks.json).")
 @click.option("--user", "scope", flag_value="user", default=True, help="Your own settings in your home folder (default).")
+@click.option("--local", "scope", flag_value="local", help="Claude Code only: your own settings for the worktree (.claude/settings.local.json, kept out of git).")
 @click.option("--events", type=click.Choice(EVENT_SETS), default="turns", show_default=True, help="turns: before each prompt and after each turn; tools: also after each edit or shell tool.")
 @click.option("--remove", is_flag=True, help="Take snapshotd's hook entries out again.")
 @click.option("--dry-run", is_flag=True, help="Show the change as a diff; write nothing.")
