@@ -28,7 +28,8 @@ NAME = ref_name(WORKTREE, "s")
 
 
 @pytest.fixture
-def repo_path(tmp_path: Path) -> Path:
+def repo_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setattr(index_mod, "SAVE_AFTER", 1)  # every walk writes the saved copy
     path = tmp_path / "r"
     path.mkdir()
     git(path, "init", "-q", "-b", "trunk")
@@ -67,9 +68,14 @@ def answers(store: Store, made: list[Checkpoint]) -> dict:
     }
 
 
+def saved(repo_path: Path) -> Path:
+    return repo_path / ".git" / "snapshotd" / "checkpoint-index"
+
+
 def fresh(repo_path: Path, made: list[Checkpoint]) -> dict:
     """The same answers from an index read from git alone."""
     index_mod.forget(str(repo_path / ".git"))
+    saved(repo_path).unlink(missing_ok=True)
     with repository(str(repo_path / ".git")) as repo:
         return answers(Store(repo), made)
 
@@ -120,3 +126,70 @@ def test_checkpoints_another_process_records_and_drops_are_seen(store: Store, re
     assert after["live"] == [True, False, True, True] and after["list"][0] == out
     assert after["seq"][3] == out and made[3].seq == 4
     assert after == fresh(repo_path, made)
+
+
+def reopened(repo_path: Path, made: list[Checkpoint]) -> dict:
+    """The answers of a new process's index, which starts from the saved copy."""
+    index_mod.forget(str(repo_path / ".git"))
+    with repository(str(repo_path / ".git")) as repo:
+        return answers(Store(repo), made)
+
+
+def test_the_saved_copy_is_private_and_a_new_process_starts_from_it(store: Store, repo_path: Path) -> None:
+    made = [record(store, repo_path, n) for n in range(4)]
+    expected = answers(store, made)
+    assert saved(repo_path).stat().st_mode & 0o777 == 0o600
+    assert (repo_path / ".git" / "snapshotd").stat().st_mode & 0o777 == 0o700
+    assert reopened(repo_path, made) == expected
+
+
+def test_a_stale_saved_copy_is_caught_up_from_the_refs(store: Store, repo_path: Path) -> None:
+    made = [record(store, repo_path, n) for n in range(5)]
+    answers(store, made)
+    copy = saved(repo_path).read_bytes()
+    git(repo_path, "update-ref", NAME, git(repo_path, "rev-parse", f"{NAME}^2"))  # another process drops the newest
+    saved(repo_path).write_bytes(copy)
+    after = reopened(repo_path, made)
+    assert after["live"] == [True, True, True, True, False]
+    assert after == fresh(repo_path, made)
+    git(repo_path, "update-ref", "-d", NAME)
+    saved(repo_path).write_bytes(copy)
+    assert reopened(repo_path, made)["list"] == []
+    assert reopened(repo_path, made) == fresh(repo_path, made)
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "garbage", "empty"])
+def test_a_corrupt_saved_copy_is_ignored_and_rewritten(store: Store, repo_path: Path, damage: str) -> None:
+    made = [record(store, repo_path, n) for n in range(4)]
+    expected = answers(store, made)
+    data = saved(repo_path).read_bytes()
+    broken = {"truncated": data[: len(data) // 2], "flipped": data[:40] + bytes([data[40] ^ 1]) + data[41:],
+              "garbage": b"\x00" * 300, "empty": b""}[damage]
+    saved(repo_path).write_bytes(broken)
+    assert reopened(repo_path, made) == expected
+    assert saved(repo_path).read_bytes() == data  # read from git again, then saved whole
+
+
+def test_a_link_in_place_of_the_copy_is_not_followed(store: Store, repo_path: Path, tmp_path: Path) -> None:
+    made = [record(store, repo_path, n) for n in range(3)]
+    expected = answers(store, made)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.write_bytes(b"keep")
+    saved(repo_path).unlink()
+    saved(repo_path).symlink_to(elsewhere)
+    assert reopened(repo_path, made) == expected
+    assert elsewhere.read_bytes() == b"keep"
+
+
+def test_a_writer_that_died_mid_write_leaves_nothing_in_the_way(store: Store, repo_path: Path) -> None:
+    made = [record(store, repo_path, n) for n in range(3)]
+    answers(store, made)
+    folder = repo_path / ".git" / "snapshotd"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    leftover = folder / f".checkpoint-index-{dead.stdout.strip()}-0000"
+    leftover.write_bytes(b"half a copy")
+    saved(repo_path).unlink()
+    assert reopened(repo_path, made) == fresh(repo_path, made)
+    made.append(record(store, repo_path, 9))
+    reopened(repo_path, made)
+    assert not leftover.exists() and saved(repo_path).exists()

@@ -14,68 +14,30 @@ from __future__ import annotations
 
 import os
 import threading
-from bisect import bisect_left
-from dataclasses import dataclass, field
 
+from snapshotd.store import indexfile
 from snapshotd.store.pins import Pin, SessionChains, read_pin
+from snapshotd.store.sessionindex import SessionIndex
 
-
-@dataclass
-class SessionIndex:
-    """One session's live checkpoints, oldest first, as read from the pin ``head``."""
-
-    head: str | None = None
-    pins: list[str] = field(default_factory=list)
-    checkpoints: list[str] = field(default_factory=list)
-    seqs: list[int] = field(default_factory=list)
-    position: dict[str, int] = field(default_factory=dict)  # checkpoint id -> index in the lists
-    pin_position: dict[str, int] = field(default_factory=dict)
-
-    def __len__(self) -> int:
-        return len(self.pins)
-
-    def truncate(self, keep: int) -> None:
-        """Forget every entry above the oldest ``keep`` (what a rewrite replaced)."""
-        for index in range(keep, len(self.pins)):
-            del self.position[self.checkpoints[index]]
-            del self.pin_position[self.pins[index]]
-        del self.pins[keep:], self.checkpoints[keep:], self.seqs[keep:]
-
-    def append(self, pin: str, checkpoint: str, seq: int) -> None:
-        self.position[checkpoint] = len(self.pins)
-        self.pin_position[pin] = len(self.pins)
-        self.pins.append(pin)
-        self.checkpoints.append(checkpoint)
-        self.seqs.append(seq)
-
-    def newest(self, count: int | None) -> list[str]:
-        """The ids of the newest ``count`` checkpoints (all when None), newest first."""
-        start = 0 if count is None else max(0, len(self.checkpoints) - count)
-        return self.checkpoints[start:][::-1]
-
-    def at_seq(self, seq: int) -> str | None:
-        index = bisect_left(self.seqs, seq)
-        return self.checkpoints[index] if index < len(self.seqs) and self.seqs[index] == seq else None
-
-    def pin_objects(self, start: int) -> list[Pin]:
-        """Pins from ``start`` up, newest first, as :func:`read_pin` would give them (``last_seq`` = seq)."""
-        out = []
-        for index in range(len(self.pins) - 1, start - 1, -1):
-            previous = self.pins[index - 1] if index > 0 else None
-            out.append(Pin(self.pins[index], self.checkpoints[index], previous, self.seqs[index], self.seqs[index]))
-        return out
+SAVE_AFTER = 256  # pins read before the saved copy is written again (and a sixteenth of the index)
 
 
 class StoreIndex:
     """The session indexes of one store, shared by the threads of this process."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str) -> None:
+        self.path = path
         self.lock = threading.Lock()
         self.sessions: dict[str, SessionIndex] = {}
+        self.loaded = False
         self.walked = 0  # pins read since the saved copy was written
 
     def refresh(self, chains: SessionChains, name: str) -> SessionIndex:
         """The session's entry made to match its ref now; call with :attr:`lock` held."""
+        id_bytes = chains.repo.hex_length // 2
+        if not self.loaded:
+            self.sessions = indexfile.load(self.path, id_bytes) | self.sessions
+            self.loaded = True
         target = chains.ref_target(name)
         entry = self.sessions.setdefault(name, SessionIndex())
         head = None if target is None else str(target)
@@ -96,6 +58,9 @@ class StoreIndex:
             entry.append(str(each.id), str(each.checkpoint), each.seq)
         entry.head = head
         self.walked += len(new)
+        if self.walked >= SAVE_AFTER and self.walked >= sum(map(len, self.sessions.values())) // 16:
+            indexfile.save(self.path, self.sessions, id_bytes)
+            self.walked = 0
         return entry
 
 
@@ -109,7 +74,7 @@ def index_of(store_path: str) -> StoreIndex:
     with _INDEXES_LOCK:
         index = _INDEXES.get(key)
         if index is None:
-            index = _INDEXES[key] = StoreIndex()
+            index = _INDEXES[key] = StoreIndex(key)
         return index
 
 
