@@ -17,8 +17,8 @@ compared with git's (``tests/oracle.py``); another thread pings every 20 ms.
 Reported: daemon restarts (0), captures compared with git and the
 differences (0), ping p50/p99/max, requests that failed with anything but a
 clear error about their own worktree (0; a clear one names the worktree's
-path or id, kind ``not_found``, ``not_a_directory`` or
-``path_outside_worktree``), the daemon's RSS and descriptors at start and
+path or id, kind ``not_found``, ``not_a_directory``, ``path_outside_worktree``
+or ``git_error``: a repository deleted under a capture lacks objects), the daemon's RSS and descriptors at start and
 end, the worktrees that went cold at the lowered limit, and tracebacks in the
 daemon's log. Exits 1 when a bound is broken.
 """
@@ -50,7 +50,7 @@ from .common import REPO_ROOT, git, summarize
 sys.path.insert(0, str(REPO_ROOT / "tests"))
 from oracle import oracle_tree
 
-CLEAR_KINDS = {"not_found", "not_a_directory", "path_outside_worktree"}
+CLEAR_KINDS = {"not_found", "not_a_directory", "path_outside_worktree", "git_error"}
 KINDS = ("separate", "submodule", "linked", "plain")
 CALL_TIMEOUT_S = 60.0
 

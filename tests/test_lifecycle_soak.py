@@ -8,6 +8,7 @@ always answered, no traceback in the daemon's log, and a stop within seconds.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from bench.lifecycle_soak import parser, run
 
 def test_a_short_lifecycle_soak_holds_every_bound() -> None:
     report = run(parser().parse_args(["--duration", "15", "--worktrees", "8", "--sessions", "3", "--folders", "12"]))
+    print(json.dumps(report, indent=1))  # shown in full when an assertion below fails
     assert report["restarts"] == 0, report
     assert report["compared_with_git"] > 10 and report["differences"] == 0, report
     assert report["failed_unclear"] == 0, report

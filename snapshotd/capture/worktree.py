@@ -306,6 +306,8 @@ class WorktreeCapture:
         try:
             await task(watcher)
         except Exception as exc:
+            if watcher is not self.watcher or watcher.info != self.info:
+                return  # the worktree was opened at a new place meanwhile: this watch is being replaced
             vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, watcher.vanished)
             if vanished is not None:
                 log.warning("%s", vanished.message)

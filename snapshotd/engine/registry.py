@@ -11,6 +11,7 @@ its watch in the daemon's nursery. Repair talks to it through
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -86,6 +87,7 @@ class Registry:
         self.nursery = nursery if watch else None
         self.on_change = on_change
         self.worktrees: dict[str, WorktreeState] = {}
+        self._opening = threading.Lock()
 
     def open_path(self, path: str) -> WorktreeState:
         """The state of the worktree holding ``path``, opened on first sight.
@@ -94,7 +96,14 @@ class Registry:
         moved) keeps its id and state; :meth:`ensure_watch` then replaces
         the watcher of the old place.
         """
-        info = identify(locate(path), self.records)
+        with self._opening:  # one at a time: two first sights of a folder would both create its store
+            try:
+                info = identify(locate(path), self.records)
+            except OSError as exc:  # its .git or the folder went between looking and opening
+                raise NotFound(
+                    f"The worktree at {path} changed while it was being opened ({exc.strerror}); "
+                    "it may have been moved or deleted."
+                ) from exc
         state = self.worktrees.get(info.id)
         if state is None:
             remove_stale_temp_files(Path(info.state_dir, "tmp"), "index-")
