@@ -141,7 +141,7 @@ def run_once(checkout: Path, path: Path, ids_file: Path, repeat: int, home: Path
         raise SystemExit(f"{checkout} has no .venv: run ./scripts/setup there first.")
     env = {**os.environ, "SNAPSHOTD_HOME": str(home), "PYTHONPATH": str(checkout)}
     done = subprocess.run([str(python), "-c", _WORKLOAD, str(path), str(ids_file), str(repeat)],
-                          env=env, capture_output=True, text=True, check=False)
+                          env=env, cwd=checkout, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"the workload failed in {checkout}:\n{done.stderr}")
     return json.loads(done.stdout.strip().splitlines()[-1])

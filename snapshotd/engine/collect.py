@@ -175,7 +175,7 @@ def _going(store: Store, name: str, options: GcOptions) -> list[str]:
     """
     keep = options.keep or 0
     if options.cutoff is None:
-        return [] if store.count(name) <= keep else store.newest_ids(name)[keep:]
+        return store.past_newest(name, keep)
     ids = store.newest_ids(name)
     return [cp for index, cp in enumerate(ids) if index >= keep and not options.keeps(index, store.load(cp))]
 

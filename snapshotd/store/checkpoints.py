@@ -170,6 +170,11 @@ class Store(SessionChains):
         with self.index.lock:
             return self.index.refresh(self, name).newest(count)
 
+    def past_newest(self, name: str, keep: int) -> list[str]:
+        """The ids of the session's checkpoints but its newest ``keep``, newest first."""
+        with self.index.lock:
+            return self.index.refresh(self, name).past_newest(keep)
+
     def count(self, name: str) -> int:
         """How many checkpoints the session holds."""
         with self.index.lock:

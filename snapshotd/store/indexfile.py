@@ -17,6 +17,7 @@ import hashlib
 import json
 import os
 import secrets
+import struct
 from pathlib import Path
 
 from snapshotd.errors import Untrusted
@@ -44,7 +45,7 @@ def encode(sessions: dict[str, SessionIndex], id_bytes: int) -> bytes:
         parts.append(json.dumps(header).encode() + b"\n")
         parts.append(bytes.fromhex("".join(entry.pins)))
         parts.append(bytes.fromhex("".join(entry.checkpoints)))
-        parts.append(b"".join(seq.to_bytes(SEQ_BYTES, "big") for seq in entry.seqs))
+        parts.append(struct.pack(f">{len(entry.seqs)}Q", *entry.seqs))
     body = b"".join(parts)
     assert all(len(pin) == 2 * id_bytes for entry in sessions.values() for pin in entry.pins[:1])
     return body + hashlib.sha256(body).digest()
@@ -67,14 +68,17 @@ def decode(data: bytes, id_bytes: int) -> dict[str, SessionIndex]:
         if len(seqs) != count * SEQ_BYTES:
             raise ValueError("a session is cut short")
         entry = SessionIndex(head=header["head"])
-        for n in range(count):
-            entry.append(
-                pins[n * id_bytes : (n + 1) * id_bytes].hex(),
-                checkpoints[n * id_bytes : (n + 1) * id_bytes].hex(),
-                int.from_bytes(seqs[n * SEQ_BYTES : (n + 1) * SEQ_BYTES], "big"),
-            )
+        entry.pins, entry.checkpoints = _hex_ids(pins, id_bytes), _hex_ids(checkpoints, id_bytes)
+        entry.seqs = list(struct.unpack(f">{count}Q", seqs))
+        entry.position = dict(zip(entry.checkpoints, range(count), strict=True))
+        entry.pin_position = dict(zip(entry.pins, range(count), strict=True))
         sessions[str(header["name"])] = entry
     return sessions
+
+
+def _hex_ids(raw: bytes, id_bytes: int) -> list[str]:
+    text, width = raw.hex(), 2 * id_bytes
+    return [text[at : at + width] for at in range(0, len(text), width)]
 
 
 def load(store_path: str, id_bytes: int) -> dict[str, SessionIndex]:

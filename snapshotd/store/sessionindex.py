@@ -41,6 +41,10 @@ class SessionIndex:
         start = 0 if count is None else max(0, len(self.checkpoints) - count)
         return self.checkpoints[start:][::-1]
 
+    def past_newest(self, keep: int) -> list[str]:
+        """The ids of every checkpoint but the newest ``keep``, newest first."""
+        return self.checkpoints[: max(0, len(self.checkpoints) - keep)][::-1]
+
     def at_seq(self, seq: int) -> str | None:
         index = bisect_left(self.seqs, seq)
         return self.checkpoints[index] if index < len(self.seqs) and self.seqs[index] == seq else None
