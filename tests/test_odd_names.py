@@ -125,22 +125,26 @@ async def test_odd_names_come_back_through_filters(eng: Engine, tmp_path: Path) 
 async def test_a_file_deleted_before_git_hashes_it_does_not_fail_the_capture(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Fault: a listed file is deleted just before git hashes it; the capture goes on without it."""
+    """Fault: a listed file is deleted just before it is read for git; the capture goes on without it."""
     from snapshotd.capture import checkin
 
     repo = init_repo(tmp_path / "r", (".gitattributes", "* text=auto\n"), ("kept.txt", "kept\r\n"))
     write(repo / "new.txt", "new\r\n")
     write(repo / "doomed.txt", "doomed\r\n")
-    real = checkin.run_git_sync
+    real_copy, real_git = checkin._copy_in, checkin.run_git_sync
     calls: list[list[str]] = []
 
-    def delete_first(target, args, **options):  # type: ignore[no-untyped-def]
-        calls.append(list(args))
-        if args[0] == "update-index" and (repo / "doomed.txt").exists():
+    def delete_first(walker, path, mirror, made):  # type: ignore[no-untyped-def]
+        if path == "doomed.txt":
             (repo / "doomed.txt").unlink()
-        return real(target, args, **options)
+        return real_copy(walker, path, mirror, made)
 
-    monkeypatch.setattr(checkin, "run_git_sync", delete_first)
+    def count(target, args, **options):  # type: ignore[no-untyped-def]
+        calls.append(list(args))
+        return real_git(target, args, **options)
+
+    monkeypatch.setattr(checkin, "_copy_in", delete_first)
+    monkeypatch.setattr(checkin, "run_git_sync", count)
     result = await checkpoint(engine, repo)
     assert [args[0] for args in calls].count("update-index") == 1  # git drops the vanished file (--remove)
     assert_matches_git(repo, result)

@@ -113,10 +113,6 @@ async def test_a_warm_capture_never_reads_through_a_folder_swapped_for_a_link(
     await swapped_for_a_link(watched_engine, shared, tmp_path, exact=False)
 
 
-@pytest.mark.xfail(
-    reason="git update-index opens the files it hashes by path (docs/security.md, what the promises do not cover)",
-    strict=False,
-)
 async def test_git_hashing_through_filters_never_reads_through_a_folder_swapped_for_a_link(
     engine: Engine, shared: Path, tmp_path: Path
 ) -> None:

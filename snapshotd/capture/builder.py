@@ -311,7 +311,9 @@ class TreeBuilder:
                 return []
             self.stats.processes += 1
             try:
-                return hash_through_git(self.info, [item for item, _, _ in self._git_hash], self._kept_attributes())
+                return hash_through_git(
+                    self.info, [item for item, _, _ in self._git_hash], self._kept_attributes(), self.walker
+                )
             except GitError:
                 still = [entry for entry in self._git_hash if self._is_file(entry[0].path)]
                 if attempt or len(still) == len(self._git_hash):
