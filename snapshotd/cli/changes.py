@@ -28,7 +28,8 @@ from snapshotd.cli.options import (
     yes_option,
 )
 from snapshotd.cli.output import print_changes
-from snapshotd.errors import NotFound, SnapshotdError
+from snapshotd.cli.turns import turn_option, turn_range
+from snapshotd.errors import InvalidParams, NotFound, SnapshotdError
 from snapshotd.server.refs import is_reference
 from snapshotd.settings import SAFETY_SESSION
 
@@ -103,20 +104,22 @@ def undo(ctx: click.Context, path: str, dry_run: bool, yes: bool, json_output: b
 
 
 @click.command(cls=PathsAfterDashDash, context_settings=CONTEXT)
-@click.argument("source", metavar="FROM")
+@click.argument("source", metavar="FROM", required=False)
 @click.argument("rest", nargs=-1, metavar="[TO] [PATHS...]")
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
 @click.option("--force", is_flag=True, help="Also take back paths changed since TO.")
+@turn_option
 @ref_session_option
 @yes_option
 @json_option
 @click.pass_context
 def revert(
     ctx: click.Context,
-    source: str,
+    source: str | None,
     rest: tuple[str, ...],
     dry_run: bool,
     force: bool,
+    turn: int | None,
     ref_session: str | None,
     yes: bool,
     json_output: bool,
@@ -124,11 +127,18 @@ def revert(
     """Undo the changes from FROM to TO (default: the session's newest), leaving other work alone.
 
     TO is told from PATHS by its look (a checkpoint reference that is not an
-    existing path); everything after `--` is a path.
+    existing path); everything after `--` is a path. With --turn N, FROM
+    and TO are turn N's first and last checkpoints and the rest are PATHS.
     """
     target = None
     paths = list(rest)
-    if paths and is_reference(paths[0]) and not os.path.exists(paths[0]):
+    if turn is not None:
+        paths = [p for p in (source, *paths) if p is not None]
+        found = turn_range(ctx, os.path.abspath("."), ref_session, turn)
+        source, target = found.start, found.end
+    elif source is None:
+        fail(use_json(ctx), InvalidParams("revert needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns."))
+    elif paths and is_reference(paths[0]) and not os.path.exists(paths[0]):
         target = paths.pop(0)
     paths += paths_after_dash(ctx)
     params = {

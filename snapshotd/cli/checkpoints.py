@@ -19,7 +19,8 @@ from snapshotd.cli.options import (
     use_json,
 )
 from snapshotd.cli.output import checkpoint_line, one_line, print_patch, quote_path, skip_reason
-from snapshotd.errors import NotFound, SnapshotdError
+from snapshotd.cli.turns import no_refs_with_turn, turn_option, turn_range
+from snapshotd.errors import InvalidParams, NotFound, SnapshotdError
 
 _STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 _STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}
@@ -161,32 +162,42 @@ def resolve(ctx: click.Context, checkpoint_id: str, ref_session: str | None, jso
 
 
 @click.command(cls=PathsAfterDashDash, context_settings=CONTEXT)
-@click.argument("source", metavar="FROM")
-@click.argument("target", metavar="[TO]", required=False, default="worktree")
+@click.argument("source", metavar="FROM", required=False)
+@click.argument("target", metavar="[TO]", required=False)
 @click.argument("paths", nargs=-1, metavar="[-- PATHS...]")
 @click.option("--stat", "mode", flag_value="stat", help="Lines added and removed per file.")
 @click.option("--name-status", "mode", flag_value="name-status", default=True, help="One letter and a path per file (default).")
 @click.option("--patch", "mode", flag_value="patch", help="The unified patch.")
 @click.option("-U", "--context", type=click.IntRange(min=0), metavar="N", help="Lines of context in the patch.")
 @click.option("-C", "--path", "path", metavar="PATH", type=click.Path(file_okay=False), help="The worktree, for 'worktree', @ and #N (default: here).")
+@turn_option
 @ref_session_option
 @json_option
 @click.pass_context
 def diff(
     ctx: click.Context,
-    source: str,
-    target: str,
+    source: str | None,
+    target: str | None,
     paths: tuple[str, ...],
     mode: str,
     context: int | None,
     path: str | None,
+    turn: int | None,
     ref_session: str | None,
     json_output: bool,
 ) -> None:
     """Show what changed from FROM to TO (a checkpoint or 'worktree', the default TO).
 
     PATHS (after `--`) limit the comparison to those files and folders.
+    With --turn N, FROM and TO are turn N's first and last checkpoints.
     """
+    if turn is not None:
+        no_refs_with_turn(ctx, [ref for ref in (source, target) if ref is not None])
+        found = turn_range(ctx, os.path.abspath(path or "."), ref_session, turn)
+        source, target = found.start, found.end
+    elif source is None:
+        fail(use_json(ctx), InvalidParams("diff needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns."))
+    target = target or "worktree"
 
     def human(result: dict[str, Any]) -> None:
         if mode == "patch":

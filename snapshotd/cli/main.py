@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from snapshotd.cli import admin, agents, changes, checkpoints, collect
+from snapshotd.cli import admin, agents, changes, checkpoints, collect, turns
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, json_option
 from snapshotd.cli.output import let_output_carry_raw_names
@@ -46,6 +46,7 @@ for _command in (
     checkpoints.show,
     checkpoints.resolve,
     checkpoints.diff,
+    turns.log,
     changes.restore,
     changes.undo,
     changes.revert,

@@ -1,0 +1,108 @@
+"""``snapshotd log`` and ``--turn N``: the turns Claude Code's recorded hooks make, seen and taken back.
+
+Every checkpoint comes from a real ``snapshotd hook claude-code`` process fed
+a recorded payload, against a real daemon; git's own diff of the same two
+checkpoints is the oracle for what a turn changed.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+from daemon_helpers import Daemon, child_env, cli
+from hook_helpers import placed, recorded, run_hook
+from repo_helpers import git, init_repo, write
+
+from snapshotd.cli.turns import age
+
+SESSION = "2f6a9c1e-8b4d-4e0f-9a37-5c1d2e3f4a5b"  # the recorded session's id
+
+
+@pytest.fixture
+def env(sock: Path) -> dict[str, str]:
+    return child_env(sock, SNAPSHOTD_HOOK_BUDGET="60", SNAPSHOTD_HOOK_START_BUDGET="60")
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return init_repo(tmp_path / "project", ("a.txt", "alpha\n"))
+
+
+def hook(repo: Path, env: dict[str, str], name: str, **changes: str) -> None:
+    payload = dict(recorded("claude-code"))[name]
+    run = run_hook("claude-code", placed(payload, repo, **changes), env)
+    assert (run.code, run.stdout) == (0, ""), run
+
+
+def two_turns_and_an_open_one(repo: Path, env: dict[str, str]) -> None:
+    """Turn 1 as recorded (CHANGES added, a.txt edited); turn 2 adds notes.txt; turn 3 has only its prompt."""
+    for name, payload in recorded("claude-code"):
+        if "post-tool-use-bash" in name:
+            subprocess.run(["sh", "-c", payload["tool_input"]["command"]], cwd=repo, check=True)
+        elif "post-tool-use-edit" in name:
+            write(repo / "a.txt", "hello\n")
+        hook(repo, env, name)
+    hook(repo, env, "1-user-prompt-submit.json", prompt="Write notes\nwith two lines\n")
+    write(repo / "notes.txt", "one\ntwo\nthree\n")
+    hook(repo, env, "4-post-tool-use-edit.json")
+    hook(repo, env, "5-stop.json")
+    hook(repo, env, "1-user-prompt-submit.json", prompt="Now tidy up")
+
+
+def test_log_lists_turns_from_real_hook_payloads(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    two_turns_and_an_open_one(repo, env)
+    turns = cli("log", "--json", str(repo), env=env).json()["turns"]
+    assert [(t["turn"], t["prompt"], t["open"]) for t in turns] == [
+        (3, "Now tidy up", True),
+        (2, "Write notes", False),
+        (1, "Add a CHANGES file and fix the greeting in a.txt", False),
+    ]
+    first = turns[2]
+    assert (first["start_seq"], first["end_seq"], first["session"]) == (1, 5, SESSION)
+    assert git(repo, "diff", "--numstat", first["start"], first["end"]).splitlines() == ["1\t0\tCHANGES", "1\t1\ta.txt"]
+    assert (first["files"], first["additions"], first["deletions"]) == (2, 2, 1)
+    assert (turns[1]["files"], turns[1]["additions"], turns[1]["deletions"]) == (1, 3, 0)
+
+    lines = cli("log", str(repo), env=env).stdout.splitlines()
+    assert len(lines) == 3 and lines[0].startswith("turn 3") and lines[0].endswith("Now tidy up (open)")
+    assert lines[1].split()[:6] == ["turn", "2", "#6..#8", "1", "file", "+3"] and lines[1].endswith("Write notes")
+    assert lines[2].split()[:6] == ["turn", "1", "#1..#5", "2", "files", "+2"]
+    assert cli("log", "--limit", "1", "--json", str(repo), env=env).json()["turns"][0]["turn"] == 3
+    assert cli("log", "--session", "other", str(repo), env=env).stdout.startswith("no agent turns")
+
+
+def test_diff_and_revert_of_a_turn_by_number(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    two_turns_and_an_open_one(repo, env)
+    first = cli("log", "--json", str(repo), env=env).json()["turns"][2]
+    names = cli("diff", "--turn", "1", cwd=repo, env=env).stdout.splitlines()
+    assert names == ["A  CHANGES", "M  a.txt"]
+    assert git(repo, "diff", "--name-status", first["start"], first["end"]).splitlines() == ["A\tCHANGES", "M\ta.txt"]
+    assert cli("diff", "--turn", "1", "--session", SESSION, "--stat", cwd=repo, env=env).stdout.splitlines() == [
+        "CHANGES  +1 -0",
+        "a.txt    +1 -1",
+    ]
+    # Taking back turn 2 removes its file and leaves turn 1's work.
+    cli("revert", "--turn", "2", "--yes", cwd=repo, env=env)
+    assert not (repo / "notes.txt").exists()
+    assert (repo / "a.txt").read_text() == "hello\n" and (repo / "CHANGES").exists()
+    # Errors: one sentence each, exit 1, nothing changed.
+    missing = cli("diff", "--turn", "9", cwd=repo, env=env, code=1)
+    assert "There is no turn 9" in missing.stderr
+    both = cli("diff", "--turn", "1", "@", cwd=repo, env=env, code=1)
+    assert "--turn names both checkpoints" in both.stderr
+    assert "needs FROM" in cli("diff", cwd=repo, env=env, code=1).stderr
+
+
+def test_no_turns_says_how_they_are_made(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    cli("checkpoint", "-m", "by hand", str(repo), env=env)
+    assert "snapshotd integrate" in cli("log", str(repo), env=env).stdout
+    assert "no agent turns" in cli("diff", "--turn", "1", cwd=repo, env=env, code=1).stderr
+
+
+def test_age_as_people_say_it() -> None:
+    assert age("2026-01-01T00:00:00Z", now=1767225600 + 30) == "just now"
+    assert age("2026-01-01T00:00:00Z", now=1767225600 + 60) == "1 minute ago"
+    assert age("2026-01-01T00:00:00Z", now=1767225600 + 7200) == "2 hours ago"
+    assert age("2026-01-01T00:00:00.123Z", now=1767225600 + 86400 * 3) == "3 days ago"
