@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from snapshotd.agents.jsonedit import hook_handlers
+
 EVENT_KEYS = {
     "PreToolUse": "pre_tool_use",
     "PermissionRequest": "permission_request",
@@ -75,21 +77,12 @@ def hook_hash(event: str, matcher: str | None, handler: dict[str, Any]) -> str:
 
 def entries(hooks_path: Path, text: str, is_ours: Any) -> list[Entry]:
     """Keys and hashes of the handlers in ``text`` (the hooks file at ``hooks_path``) for which ``is_ours(handler)``."""
-    try:
-        hooks = json.loads(text).get("hooks", {})
-    except (ValueError, AttributeError):
-        return []
     found = []
-    for event, groups in hooks.items() if isinstance(hooks, dict) else ():
-        if event not in EVENT_KEYS or not isinstance(groups, list):
-            continue
-        for g, group in enumerate(groups):
-            handlers = group.get("hooks") if isinstance(group, dict) else None
-            for h, handler in enumerate(handlers if isinstance(handlers, list) else []):
-                if isinstance(handler, dict) and handler.get("type") == "command" and is_ours(handler):
-                    matcher = group.get("matcher") if isinstance(group.get("matcher"), str) else None
-                    key = f"{hooks_path}:{EVENT_KEYS[event]}:{g}:{h}"
-                    found.append(Entry(key, hook_hash(event, matcher, handler), event))
+    for event, g, group, h, handler in hook_handlers(text):
+        if event in EVENT_KEYS and isinstance(handler, dict) and handler.get("type") == "command" and is_ours(handler):
+            matcher = group.get("matcher") if isinstance(group.get("matcher"), str) else None
+            key = f"{hooks_path}:{EVENT_KEYS[event]}:{g}:{h}"
+            found.append(Entry(key, hook_hash(event, matcher, handler), event))
     return found
 
 

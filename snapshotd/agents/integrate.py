@@ -91,16 +91,7 @@ def is_ours(hook: Any, tool: str) -> bool:
 
 def our_handlers(text: str, tool: str) -> list[tuple[str, int, dict[str, Any]]]:
     """(event, group index, handler) of each of snapshotd's handlers in a settings text (none if it is not JSON)."""
-    try:
-        hooks = json.loads(text).get("hooks", {})
-    except (ValueError, AttributeError):
-        return []
-    found = []
-    for event, groups in hooks.items() if isinstance(hooks, dict) else ():
-        for g, group in enumerate(groups if isinstance(groups, list) else []):
-            handlers = group.get("hooks") if isinstance(group, dict) else None
-            found += [(event, g, h) for h in (handlers if isinstance(handlers, list) else []) if _is_ours(h, tool)]
-    return found
+    return [(event, g, handler) for event, g, _, _, handler in jsonedit.hook_handlers(text) if _is_ours(handler, tool)]
 
 
 def read_settings(path: Path, project: Path | None) -> str | None:

@@ -11,6 +11,7 @@ that, so this module locates values by their offsets in the text
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -182,3 +183,21 @@ def remove_child(text: str, container: Node, index: int) -> str:
     if len(children) > 1:
         return text[: container.child_start(0)] + text[container.child_start(1) :]
     return text[: container.start + 1] + text[container.end - 1 :]
+
+
+def hook_handlers(text: str) -> Iterator[tuple[str, int, dict[str, Any], int, Any]]:
+    """(event, group index, group, handler index, handler) of every hook handler in a settings text.
+
+    The same walk of ``{"hooks": {EVENT: [{"matcher"?, "hooks": [handler…]}]}}``
+    serves Claude Code's and Codex's files; a text that is not JSON, or not of
+    that shape, has none.
+    """
+    try:
+        hooks = json.loads(text).get("hooks", {})
+    except (ValueError, AttributeError):
+        return
+    for event, groups in hooks.items() if isinstance(hooks, dict) else ():
+        for g, group in enumerate(groups if isinstance(groups, list) else []):
+            handlers = group.get("hooks") if isinstance(group, dict) else None
+            for h, handler in enumerate(handlers if isinstance(handlers, list) else []):
+                yield event, g, group, h, handler
