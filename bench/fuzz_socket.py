@@ -8,9 +8,12 @@ git repository, then runs at once: clients calling every method (but
 surrogates, NUL, very long paths, huge numbers), clients sending random
 bytes and malformed JSON, slow clients that send a byte at a time, clients
 that pipeline big diffs and never read, and clients that only hold idle
-connections. A sampler reads the daemon's VmRSS and ``/proc/<pid>/fd``
-every half second and pings it. Exits 1 if the daemon dies, stops
-answering ping, or goes over the bounds; prints a JSON summary either way.
+connections, a client that subscribes again and again on one connection
+(past the per-connection cap), and a renamer that moves a tree of many
+folders in and out of the worktree. A sampler reads the daemon's VmRSS and
+``/proc/<pid>/fd`` every half second and pings it. Exits 1 if the daemon
+dies, stops answering ping, goes over the bounds (ping p99 included), or logs
+a traceback; prints a JSON summary either way.
 """
 
 from __future__ import annotations
@@ -211,6 +214,58 @@ def churn(fuzz: Fuzz) -> None:
         fuzz.stop.wait(0.2)
 
 
+def subscriber(fuzz: Fuzz) -> None:
+    """Subscribes on one connection over and over, reading the answers: the cap must hold."""
+    line = encode_message({"jsonrpc": "2.0", "id": 1, "method": "subscribe", "params": {"path": str(fuzz.repo)}})
+    while not fuzz.stop.is_set():
+        with contextlib.suppress(OSError), connect(fuzz) as conn:
+            conn.settimeout(5)
+            buffer = bytearray()
+            for _ in range(20):
+                conn.sendall(line * 100)
+                fuzz.count(fuzz.sent, "subscribe (loop)", 100)
+                read_replies(conn, fuzz, buffer)
+                if fuzz.stop.is_set():
+                    return
+
+
+def make_tree(root: Path, folders: int) -> None:
+    """``folders`` folders, ten to a level, with a file in every tenth."""
+    made = 0
+    level = [root]
+    root.mkdir()
+    while made < folders:
+        below = []
+        for parent in level:
+            for n in range(10):
+                if made >= folders:
+                    break
+                child = parent / f"d{n}"
+                child.mkdir()
+                if made % 10 == 0:
+                    (child / "f.txt").write_text("x\n")
+                below.append(child)
+                made += 1
+        level = below
+
+
+def renamer(fuzz: Fuzz, outside: Path) -> None:
+    """Moves a large tree into the worktree and out again, as a neighbour might, every few seconds."""
+    inside = fuzz.repo / "bigtree"
+    while not fuzz.stop.is_set():
+        with contextlib.suppress(OSError):
+            os.rename(outside, inside)
+            fuzz.count(fuzz.sent, "tree moved in")
+            fuzz.stop.wait(3)
+            os.rename(inside, outside)
+        fuzz.stop.wait(3)
+
+
+def percentile(values: list[float], share: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))] if ordered else 0.0
+
+
 def sample(pid: int) -> tuple[int, int]:
     rss = 0
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -231,11 +286,16 @@ def make_repo(repo: Path) -> None:
     )
 
 
-def run(duration: float, rss_bound_mib: int, fd_bound: int, seed: int) -> dict[str, Any]:
+def run(
+    duration: float, rss_bound_mib: int, fd_bound: int, seed: int, tree_folders: int = 20_000, ping_p99_ms: float = 100.0
+) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="snapshotd-fuzz-") as tmp:
         root = Path(tmp)
         sock, repo = root / "run" / "s.sock", root / "repo"
         make_repo(repo)
+        outside = root / "bigtree"
+        if tree_folders:
+            make_tree(outside, tree_folders)
         env = dict(os.environ, SNAPSHOTD_HOME=str(root / "home"), HOME=str(root), XDG_CONFIG_HOME=str(root / "cfg"))
         env.pop("SNAPSHOTD_SOCKET", None)
         with open(root / "daemon.log", "wb") as log:
@@ -258,9 +318,14 @@ def run(duration: float, rss_bound_mib: int, fd_bound: int, seed: int) -> dict[s
             workers += [threading.Thread(target=hog, args=(fuzz, n), daemon=True) for n in range(3)]
             workers += [threading.Thread(target=idler, args=(fuzz, 200), daemon=True)]
             workers += [threading.Thread(target=churn, args=(fuzz,), daemon=True)]
+            workers += [threading.Thread(target=subscriber, args=(fuzz,), daemon=True)]
+            if tree_folders:
+                workers += [threading.Thread(target=renamer, args=(fuzz, outside), daemon=True)]
             for worker in workers:
                 worker.start()
-            max_rss = max_fds = pings = 0
+            max_rss = max_fds = 0
+            first_rss, first_fds = sample(proc.pid)
+            ping_ms: list[float] = []
             end = time.monotonic() + duration
             while time.monotonic() < end:
                 if proc.poll() is not None:
@@ -268,19 +333,28 @@ def run(duration: float, rss_bound_mib: int, fd_bound: int, seed: int) -> dict[s
                     break
                 rss, fds = sample(proc.pid)
                 max_rss, max_fds = max(max_rss, rss), max(max_fds, fds)
-                if pings % 10 == 0:
-                    try:
-                        with Client(str(sock), timeout=PING_TIMEOUT_S) as client:
-                            client.call("ping")
-                    except (OSError, ConnectionError) as exc:
-                        summary["failures"].append(f"ping failed: {exc!r}")
-                        break
-                pings += 1
+                started = time.monotonic()
+                try:
+                    with Client(str(sock), timeout=PING_TIMEOUT_S) as client:
+                        client.call("ping")
+                except (OSError, ConnectionError) as exc:
+                    summary["failures"].append(f"ping failed: {exc!r}")
+                    break
+                ping_ms.append((time.monotonic() - started) * 1000)
                 time.sleep(0.5)
             fuzz.stop.set()
+            last_rss, last_fds = sample(proc.pid)
+            log_text = (root / "daemon.log").read_text(errors="replace")
             summary.update(
+                rss_mib={"start": round(first_rss / 1024, 1), "max": round(max_rss / 1024, 1),
+                         "end": round(last_rss / 1024, 1)},
+                fds={"start": first_fds, "max": max_fds, "end": last_fds},
                 max_rss_mib=round(max_rss / 1024, 1),
                 max_fds=max_fds,
+                pings=len(ping_ms),
+                ping_ms={"p50": round(percentile(ping_ms, 0.5), 1), "p99": round(percentile(ping_ms, 0.99), 1),
+                         "max": round(max(ping_ms, default=0.0), 1)},
+                log_tracebacks=log_text.count("Traceback"),
                 requests_sent=sum(fuzz.sent.values()),
                 sent_by_method=dict(fuzz.sent),
                 replies_by_kind=dict(fuzz.outcomes),
@@ -290,7 +364,11 @@ def run(duration: float, rss_bound_mib: int, fd_bound: int, seed: int) -> dict[s
                 summary["failures"].append(f"RSS reached {max_rss} KiB, over {rss_bound_mib} MiB")
             if max_fds > fd_bound:
                 summary["failures"].append(f"{max_fds} descriptors open, over {fd_bound}")
-            if summary["internal_errors"]:
+            if percentile(ping_ms, 0.99) > ping_p99_ms:
+                summary["failures"].append(f"ping p99 {percentile(ping_ms, 0.99):.1f} ms, over {ping_p99_ms:g} ms")
+            if summary["log_tracebacks"]:
+                summary["failures"].append(f"{summary['log_tracebacks']} tracebacks in the daemon's log")
+            if summary["internal_errors"] or summary["log_tracebacks"]:
                 summary["failures"].append(f"{summary['internal_errors']} internal errors")
                 summary["log_tail"] = (root / "daemon.log").read_text(errors="replace")[-4000:]
         finally:
@@ -310,10 +388,12 @@ def main() -> int:
     parser.add_argument("--duration", type=float, default=600.0, help="seconds to fuzz (default 600)")
     parser.add_argument("--rss-bound-mib", type=int, default=400, help="fail above this RSS (default 400)")
     parser.add_argument("--fd-bound", type=int, default=1500, help="fail above this many descriptors")
+    parser.add_argument("--tree-folders", type=int, default=20_000, help="folders of the tree moved in and out (0: none)")
+    parser.add_argument("--ping-p99-ms", type=float, default=100.0, help="fail when ping's p99 is above this")
     parser.add_argument("--seed", type=int, default=int(time.time()))
     parser.add_argument("--json", type=Path, help="also write the summary here")
     args = parser.parse_args()
-    summary = run(args.duration, args.rss_bound_mib, args.fd_bound, args.seed)
+    summary = run(args.duration, args.rss_bound_mib, args.fd_bound, args.seed, args.tree_folders, args.ping_p99_ms)
     text = json.dumps(summary, indent=2, sort_keys=True)
     print(text)
     if args.json:
