@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from snapshotd.cli.health import print_status
 from snapshotd.cli.launcher import Runner, os_message
 from snapshotd.cli.options import CONTEXT, invoke, json_option
 from snapshotd.cli.output import short_id
@@ -88,24 +89,14 @@ def _problem(wt: dict[str, Any]) -> None:
 
 
 @click.command(context_settings=CONTEXT)
+@click.option("-v", "--verbose", is_flag=True, help="Also the daemon's counters.")
 @json_option
 @click.pass_context
-def status(ctx: click.Context, json_output: bool) -> None:
-    """Show the daemon's worktrees and counters."""
+def status(ctx: click.Context, verbose: bool, json_output: bool) -> None:
+    """A table of the daemon's worktrees and one health line (--verbose adds the counters)."""
 
     def human(result: dict[str, Any]) -> None:
-        spawn_info = result.get("spawn", {})
-        helper = "native posix_spawn" if spawn_info.get("native") else f"fallback ({spawn_info.get('error')})"
-        click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}  spawn: {helper}")
-        for wt in result["worktrees"]:
-            watching = click.style("watching", fg="green") if wt["watching"] else "not watching"
-            click.echo(f"{wt['id']}  {wt['kind']:<5} {watching:<12} {wt['path']}")
-            _problem(wt)
-        counters = result["counters"]
-        if counters:
-            width = max(len(key) for key in counters)
-            for key in sorted(counters):
-                click.echo(f"  {key.ljust(width)}  {counters[key]}")
+        print_status(ctx, result, verbose)
 
     invoke(ctx, "status", {}, human)
 

@@ -1,0 +1,85 @@
+"""What ``status`` prints for people: a table of worktrees and one health line.
+
+The table reads the ``status`` result and, for each worktree that is there,
+its checkpoints (``list``): how many, and how long ago the newest was taken.
+The counters are printed only with ``--verbose``; ``--json`` is the method's
+result, unchanged.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from snapshotd.cli.output import one_line
+from snapshotd.cli.turns import age
+from snapshotd.errors import SnapshotdError
+
+WARNING_CHARS = 60
+"""A warning longer than this is cut in the table; ``--json`` carries it whole."""
+
+
+def _state(wt: dict[str, Any]) -> str:
+    """watching (a warm watcher), cold (each capture scans) or the presence when it is not here."""
+    if wt.get("presence") not in (None, "here"):
+        return str(wt["presence"])
+    return "watching" if wt.get("watching") else "cold"
+
+
+def _warning(wt: dict[str, Any]) -> str:
+    text = one_line(str(wt.get("problem") or wt.get("watch_error") or ""))
+    return text if len(text) <= WARNING_CHARS else text[: WARNING_CHARS - 1] + "…"
+
+
+def _checkpoints(ctx: click.Context, wt: dict[str, Any]) -> tuple[str, str]:
+    """The worktree's checkpoint count and the age of its newest, or dashes when they cannot be read."""
+    if wt.get("presence") not in (None, "here"):
+        return "-", "-"
+    try:
+        found = ctx.obj.call("list", {"worktree": wt["id"]})["checkpoints"]
+    except SnapshotdError:
+        return "-", "-"
+    newest = max((cp["created_at"] for cp in found), default=None)
+    return str(len(found)), age(newest) if newest else "never"
+
+
+def health_line(result: dict[str, Any]) -> str:
+    """One line: all well, or how many worktrees need a look and whether captures run cold."""
+    worktrees = result["worktrees"]
+    gone = sum(1 for wt in worktrees if _state(wt) not in ("watching", "cold"))
+    cold = sum(1 for wt in worktrees if _state(wt) == "cold")
+    spawn = result.get("spawn", {})
+    notes = []
+    if gone:
+        notes.append(f"{gone} worktree{'s' if gone != 1 else ''} not where recorded (see warnings; `snapshotd repair`)")
+    if cold:
+        notes.append(f"{cold} captured cold (no watcher: each checkpoint scans)")
+    if not spawn.get("native", True):
+        notes.append(f"git runs through the fallback spawner ({spawn.get('error')})")
+    count = f"{len(worktrees)} worktree{'s' if len(worktrees) != 1 else ''}"
+    if not notes:
+        return click.style("ok", fg="green") + f": {count}, all watched"
+    return click.style("attention", fg="yellow") + f": {count}; " + "; ".join(notes)
+
+
+def print_status(ctx: click.Context, result: dict[str, Any], verbose: bool) -> None:
+    """The version line, the table of worktrees, the health line, and with ``verbose`` the counters."""
+    click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}")
+    rows = [("ID", "PATH", "KIND", "STATE", "CHECKPOINTS", "LAST CAPTURE", "WARNINGS")]
+    for wt in result["worktrees"]:
+        count, last = _checkpoints(ctx, wt)
+        rows.append((wt["id"], one_line(wt["path"]), wt["kind"], _state(wt), count, last, _warning(wt)))
+    if len(rows) > 1:
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        for row in rows:
+            cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+            click.echo("  ".join([*cells, row[-1]]).rstrip())
+    else:
+        click.echo("no worktrees open yet (a checkpoint opens one)")
+    click.echo(health_line(result))
+    counters = result["counters"]
+    if verbose and counters:
+        width = max(len(key) for key in counters)
+        for key in sorted(counters):
+            click.echo(f"  {key.ljust(width)}  {counters[key]}")

@@ -1,0 +1,54 @@
+"""``status`` for people: a table of worktrees and one health line; counters only when asked.
+
+A real daemon with a git worktree and a plain folder; ``--json`` stays the
+method's result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon_helpers import Daemon, child_env, cli
+from repo_helpers import init_repo, write
+
+from snapshotd.cli.health import health_line
+
+
+def test_status_is_a_table_with_a_health_line(daemon: Daemon, sock: Path, tmp_path: Path) -> None:
+    env = child_env(sock)
+    repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
+    cli("checkpoint", str(repo), env=env)
+    write(repo / "a.txt", "beta\n")
+    cli("checkpoint", str(repo), env=env)
+    plain = tmp_path / "plain"
+    write(plain / "notes.txt", "not a git worktree\n")
+    cli("checkpoint", str(plain), env=env)
+
+    status = cli("status", "--json", env=env).json()
+    assert {"worktrees", "counters", "spawn", "version", "pid"} <= set(status)
+    by_path = {wt["path"]: wt for wt in status["worktrees"]}
+
+    lines = cli("status", env=env).stdout.splitlines()
+    assert lines[0].startswith("snapshotd ") and f"pid {daemon.pid}" in lines[0]
+    assert lines[1].split() == ["ID", "PATH", "KIND", "STATE", "CHECKPOINTS", "LAST", "CAPTURE", "WARNINGS"]
+    rows = {line.split()[1]: line for line in lines[2:-1]}
+    assert set(rows) == {str(repo), str(plain)}
+    assert rows[str(repo)].split()[:5] == [by_path[str(repo)]["id"], str(repo), "git", "watching", "2"]
+    assert "just now" in rows[str(repo)]
+    assert rows[str(plain)].split()[2:5] == ["plain", "watching", "1"]
+    assert lines[-1] == "ok: 2 worktrees, all watched"
+    # The counters only with --verbose; the same keys as --json.
+    assert not any("processes_started" in line for line in lines)
+    verbose = cli("status", "--verbose", env=env).stdout.splitlines()
+    assert verbose[1 : len(lines)] == lines[1:]
+    assert {line.strip().rsplit(None, 1)[0].strip() for line in verbose[len(lines) :]} >= set(status["counters"])
+
+
+def test_health_line_names_what_needs_a_look() -> None:
+    here = {"id": "a", "path": "/p", "kind": "git", "watching": True, "presence": "here"}
+    gone = {**here, "presence": "gone", "problem": "The worktree was deleted."}
+    cold = {**here, "watching": False, "watch_error": "no inotify"}
+    result = {"worktrees": [here, gone, cold], "spawn": {"native": True}}
+    line = health_line(result)
+    assert "3 worktrees" in line and "1 worktree not where recorded" in line and "1 captured cold" in line
+    assert health_line({"worktrees": [here], "spawn": {"native": True}}).endswith("1 worktree, all watched")
