@@ -260,7 +260,7 @@ def test_restore_dry_run_paths_and_everything(daemon: Daemon, env: dict[str, str
     assert (one["written"], one["deleted"]) == (["a.txt"], [])
     safety = one["safety_checkpoint"]
     assert set(safety) == CHECKPOINT_KEYS
-    assert safety["label"] == f"before restore {cp['id']}"
+    assert safety["label"] == f"before restore {cp['id'][:12]}"
     assert (repo / "a.txt").read_text() == "alpha\n"
     assert (repo / "new.txt").exists() and not (repo / "src" / "b.py").exists()
 

@@ -167,3 +167,23 @@ def test_the_man_pages_synopsis_has_every_command_and_its_yes_and_dry_run() -> N
         for flag, roff in (("-y", r"\-y"), ("--dry-run", r"\-\-dry\-run")):
             if flag in options:
                 assert roff in blocks[name], f"the SYNOPSIS of snapshotd {name} lacks {flag}"
+
+
+def test_safety_labels_name_checkpoints_by_12_digits_and_list_keeps_its_columns(
+    daemon: Daemon, env: dict[str, str], tmp_path: Path
+) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
+    first = cli("checkpoint", "--json", "--session", "s", str(repo), env=env).json()["checkpoint"]
+    write(repo / "a.txt", "beta\n")
+    second = cli("checkpoint", "--json", "--session", "s", str(repo), env=env).json()["checkpoint"]
+    cli("revert", first["id"], second["id"], "--yes", cwd=repo, env=env)
+    cli("restore", second["id"], "--yes", cwd=repo, env=env)
+    safety = cli("list", "--json", "--session", "snapshotd:safety", str(repo), env=env).json()["checkpoints"]
+    assert [cp["label"] for cp in safety] == [
+        f"before restore {second['id'][:12]}",
+        f"before revert {first['id'][:12]}..{second['id'][:12]}",
+    ]
+    lines = cli("list", str(repo), env=env).stdout.splitlines()
+    labels = ["before restore", "before revert", "", ""]
+    starts = {line.index(label) if label else len(line) for line, label in zip(lines, labels, strict=True)}
+    assert len(starts) == 1, lines  # every label starts in the same column, after the longest session

@@ -92,7 +92,7 @@ def test_diff_and_revert_of_a_turn_by_number(daemon: Daemon, env: dict[str, str]
     assert "There is no turn 9" in missing.stderr
     both = cli("diff", "--turn", "1", "@", cwd=repo, env=env, code=1)
     assert "--turn names both checkpoints" in both.stderr
-    assert "needs FROM" in cli("diff", cwd=repo, env=env, code=1).stderr
+    assert "needs FROM" in cli("diff", cwd=repo, env=env, code=2).stderr
 
 
 def test_no_turns_says_how_they_are_made(daemon: Daemon, env: dict[str, str], repo: Path) -> None:

@@ -223,7 +223,7 @@ async def round_trip(engine: Engine, wt: Path, out: Path) -> None:
     assert "skipped" not in result, result["skipped"]
     safety = result["safety_checkpoint"]
     assert safety is not None and safety["tree"] == tree_b
-    assert safety["label"] == f"before restore {cp_a['id']}"
+    assert safety["label"] == f"before restore {cp_a['id'][:12]}"
     assert not any(ignored(p) for p in result["written"] + result["deleted"])
     assert "keep.txt" not in result["written"]
     assert {"plain.txt", "dir2file/a.txt", "file2dir", "tolink.txt", "bin.dat"} <= set(
@@ -1012,7 +1012,7 @@ async def test_kill_during_a_large_restore(engine, tmp_path):
     assert mid["tree"] == oracle_tree(wt)
 
     listed = (await fresh.call("list", {"path": str(wt)}))["checkpoints"]
-    safety = [c for c in listed if c["label"] == f"before restore {cp_old['id']}"]
+    safety = [c for c in listed if c["label"] == f"before restore {cp_old['id'][:12]}"]
     assert [c["tree"] for c in safety] == [new_tree]
     # Back to the state before the interrupted restore: only the files it
     # already replaced are written again.

@@ -29,7 +29,7 @@ from snapshotd.cli.options import (
 )
 from snapshotd.cli.output import print_changes
 from snapshotd.cli.turns import turn_option, turn_range
-from snapshotd.errors import InvalidParams, NotFound, SnapshotdError
+from snapshotd.errors import NotFound, SnapshotdError
 from snapshotd.server.refs import is_reference
 from snapshotd.settings import SAFETY_SESSION
 
@@ -137,7 +137,7 @@ def revert(
         found = turn_range(ctx, os.path.abspath("."), ref_session, turn)
         source, target = found.start, found.end
     elif source is None:
-        fail(use_json(ctx), InvalidParams("revert needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns."))
+        raise click.UsageError("revert needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns.")
     elif paths and is_reference(paths[0]) and not os.path.exists(paths[0]):
         target = paths.pop(0)
     paths += paths_after_dash(ctx)

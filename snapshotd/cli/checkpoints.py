@@ -20,7 +20,7 @@ from snapshotd.cli.options import (
 )
 from snapshotd.cli.output import checkpoint_line, one_line, print_patch, quote_path, skip_reason
 from snapshotd.cli.turns import no_refs_with_turn, turn_option, turn_range
-from snapshotd.errors import InvalidParams, NotFound, SnapshotdError
+from snapshotd.errors import NotFound, SnapshotdError
 
 _STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 _STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}
@@ -81,8 +81,9 @@ def list_(ctx: click.Context, path: str, session: str | None, limit: int | None,
     def human(result: dict[str, Any]) -> None:
         if not result["checkpoints"] and limit != 0:  # --limit 0 asks for none, it does not find none
             click.echo("no checkpoints")
+        width = max((len(one_line(cp.get("session") or "-")) for cp in result["checkpoints"]), default=12)
         for cp in result["checkpoints"]:
-            click.echo(checkpoint_line(cp))
+            click.echo(checkpoint_line(cp, max(width, 12)))
 
     invoke(ctx, "list", {"path": os.path.abspath(path), "session": session, "limit": limit}, human)
 
@@ -196,7 +197,7 @@ def diff(
         found = turn_range(ctx, os.path.abspath(path or "."), ref_session, turn)
         source, target = found.start, found.end
     elif source is None:
-        fail(use_json(ctx), InvalidParams("diff needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns."))
+        raise click.UsageError("diff needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns.")
     target = target or "worktree"
 
     def human(result: dict[str, Any]) -> None:

@@ -126,13 +126,14 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
 
 
-def checkpoint_line(cp: dict[str, Any]) -> str:
+def checkpoint_line(cp: dict[str, Any], session_width: int = 12) -> str:
+    """One checkpoint on one line; ``session_width`` aligns the label column across a listing."""
     mark = "" if cp.get("changed", True) else click.style(" (unchanged)", dim=True)
     label = one_line(cp.get("label") or "")
     session = one_line(cp.get("session") or "-")
     return (
         f"{click.style(short_id(cp['id']), fg='yellow')}  #{cp['seq']:<4} {cp['created_at'][:19].replace('T', ' ')}"
-        f"  {session:<12} {label}{mark}"
+        f"  {session:<{session_width}} {label}{mark}"
     )
 
 

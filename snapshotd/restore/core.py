@@ -39,6 +39,9 @@ __all__ = ["RestoreOptions", "RevertOptions", "SafetyHooks", "recover", "run_res
 
 PlanMaker = Callable[[Repository, str], Plan]
 
+LABEL_ID_DIGITS = 12
+"""A safety checkpoint's label names the checkpoints by this many digits, as ``list`` prints them."""
+
 
 @dataclass(frozen=True)
 class RestoreOptions:
@@ -103,7 +106,7 @@ async def run_restore(info: WorktreeInfo, options: RestoreOptions, hooks: Safety
             )
         return plan_restore(repo, current, checkpoint.tree, paths, info.path)
 
-    job = _Job(plan, options.dry_run, f"before restore {checkpoint.id}", report_kept=True, paths=paths)
+    job = _Job(plan, options.dry_run, f"before restore {checkpoint.id[:LABEL_ID_DIGITS]}", report_kept=True, paths=paths)
     return await _with_safety(info, job, hooks)
 
 
@@ -115,7 +118,7 @@ async def run_revert(info: WorktreeInfo, options: RevertOptions, hooks: SafetyHo
             repo, current, options.start.tree, options.end.tree, options.paths, options.force, info.path
         )
 
-    job = _Job(plan, options.dry_run, f"before revert {options.start.id}..{options.end.id}")
+    job = _Job(plan, options.dry_run, f"before revert {options.start.id[:LABEL_ID_DIGITS]}..{options.end.id[:LABEL_ID_DIGITS]}")
     return await _with_safety(info, job, hooks)
 
 
