@@ -187,3 +187,15 @@ def test_safety_labels_name_checkpoints_by_12_digits_and_list_keeps_its_columns(
     labels = ["before restore", "before revert", "", ""]
     starts = {line.index(label) if label else len(line) for line, label in zip(lines, labels, strict=True)}
     assert len(starts) == 1, lines  # every label starts in the same column, after the longest session
+
+
+def test_diff_of_an_id_against_its_worktree_works_from_any_folder(
+    daemon: Daemon, env: dict[str, str], tmp_path: Path
+) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
+    other = init_repo(tmp_path / "other", ("o.txt", "o\n"))
+    cp = checkpoint(repo, env)
+    write(repo / "a.txt", "changed\n")
+    for folder in (tmp_path, other):  # a plain folder, and another repository
+        assert cli("diff", cp["id"][:12], cwd=folder, env=env).stdout.splitlines() == ["M  a.txt"]
+    assert cli("diff", cp["id"], cwd=repo, env=env).stdout.splitlines() == ["M  a.txt"]

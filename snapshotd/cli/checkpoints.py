@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 
+from snapshotd.cli.confirm import call_or_fail
 from snapshotd.cli.options import (
     CONTEXT,
     PathsAfterDashDash,
@@ -21,6 +22,7 @@ from snapshotd.cli.options import (
 from snapshotd.cli.output import checkpoint_line, one_line, print_patch, quote_path, skip_reason
 from snapshotd.cli.turns import no_refs_with_turn, turn_option, turn_range
 from snapshotd.errors import NotFound, SnapshotdError
+from snapshotd.server.refs import is_relative
 
 _STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 _STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}
@@ -219,4 +221,9 @@ def diff(
         "path": os.path.abspath(path or ".") if needs_worktree or path else None,
         **reference_params([source, target], ref_session, path),
     }
+    named = [ref for ref in (source, target) if ref != "worktree"]
+    if needs_worktree and path is None and named and not is_relative(named[0]):
+        # An id compares with its own worktree from any folder, as restore acts on it.
+        found = call_or_fail(ctx, "resolve", {"checkpoint": named[0]})["checkpoint"]
+        params = {**params, "path": None, "worktree": found["worktree"]}
     invoke(ctx, "diff", params, human, progress="comparing")
