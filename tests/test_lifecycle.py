@@ -142,3 +142,49 @@ async def test_a_capture_of_a_worktree_deleted_meanwhile_names_it_and_repair(tmp
         await capture.take()
     assert capture.to_wire()["presence"] == "gone"
     capture.close()
+
+
+async def test_a_capture_of_a_worktree_deleted_and_made_anew_meanwhile_is_a_clear_not_found(tmp_path, monkeypatch):
+    """Fault: the worktree is deleted while its cold capture runs, and made anew before anyone looks again.
+
+    The worktree is there when the failure is looked into, so it did not vanish; what was
+    missing mid-capture still names the worktree, never an internal error.
+    """
+    from snapshotd.capture import core as core_mod
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    capture = WorktreeCapture(
+        identify(locate(str(repo)), Records(tmp_path / "home")), lock=trio.Lock(), counters=Counter(),
+        size_cap=size_cap(None),
+    )
+    real_seed = core_mod._seed
+
+    def deleted_then_made_anew(*args, **kwargs):  # type: ignore[no-untyped-def]
+        shutil.rmtree(repo)
+        try:
+            return real_seed(*args, **kwargs)
+        finally:
+            init_repo(repo, ("a.txt", "a again\n"))
+
+    monkeypatch.setattr(core_mod, "_seed", deleted_then_made_anew)
+    with pytest.raises(NotFound, match=r"changed while it was captured .*No such file or directory.*checkpoint it again"):
+        await capture.take()
+    monkeypatch.setattr(core_mod, "_seed", real_seed)
+    assert (await capture.take()).tree == oracle_tree(repo)  # and the next capture is of the new one
+    capture.close()
+
+
+def test_a_git_that_could_not_start_in_a_gone_folder_is_the_worktree_s_doing_a_missing_file_elsewhere_is_not(tmp_path):
+    from snapshotd.capture import presence
+    from snapshotd.errors import GitError
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    info = identify(locate(str(repo)), Records(tmp_path / "home"))
+    try:
+        raise GitError("could not start git: No such file or directory") from FileNotFoundError(2, "No such file")
+    except GitError as exc:
+        assert presence.went_missing(exc, info) == "git could not start there: No such file or directory"
+    inside = FileNotFoundError(2, "No such file", str(repo / ".git" / "index"))
+    assert presence.went_missing(inside, info) == f"No such file or directory: {repo / '.git' / 'index'}"
+    assert presence.went_missing(FileNotFoundError(2, "No such file", "/etc/elsewhere"), info) is None
+    assert presence.went_missing(PermissionError(13, "denied", str(repo)), info) is None

@@ -11,7 +11,9 @@ The watcher tells moved from deleted (its root's own ``IN_MOVE_SELF`` or
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from dataclasses import dataclass
 
 from snapshotd.store.identity import WorktreeInfo
@@ -66,3 +68,30 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
         f"The worktree {info.id} is no longer at {info.path} ({what}); "
         "if it moved, run 'snapshotd repair NEW_PATH' to keep its checkpoints.",
     )
+
+
+_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ESTALE)
+
+
+def went_missing(exc: BaseException, info: WorktreeInfo) -> str | None:
+    """What of ``info``'s worktree was missing when ``exc`` happened (None when that was not the cause).
+
+    Looks down ``exc``'s chain for a missing file or folder in the worktree or
+    its git folder, or a git that could not start (its folder, the worktree,
+    gone: git itself is on PATH).
+    """
+    places = [p.rstrip("/") + "/" for p in (info.path, info.git_dir) if p]
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return None
+        if isinstance(seen, OSError) and seen.errno in _MISSING:
+            name = os.fsdecode(seen.filename) if seen.filename is not None else None
+            if name is None and shutil.which("git") is None:
+                return None  # no git at all: not the worktree's doing
+            if name is not None and not any((name + "/").startswith(place) for place in places):
+                return None
+            what = os.strerror(seen.errno)
+            return f"{what}: {name}" if name else f"git could not start there: {what}"
+        seen = seen.__cause__ or seen.__context__
+    return None

@@ -146,6 +146,12 @@ class WorktreeCapture:
             if vanished is not None:
                 self._vanish(vanished, self.watcher)
                 raise NotFound(vanished.message) from exc
+        replaced = presence.went_missing(exc, self.info)
+        if replaced is not None:  # there again now: deleted and made anew, or moved away and back, meanwhile
+            raise NotFound(
+                f"The worktree {self.info.id} at {self.info.path} changed while it was captured "
+                f"({replaced}); it was deleted, moved or made anew meanwhile: checkpoint it again."
+            ) from exc
 
     async def _take(self, exact: bool) -> CaptureResult:
         self.last_activity = time.monotonic()
