@@ -188,3 +188,11 @@ def test_a_git_that_could_not_start_in_a_gone_folder_is_the_worktree_s_doing_a_m
     assert presence.went_missing(inside, info) == f"No such file or directory: {repo / '.git' / 'index'}"
     assert presence.went_missing(FileNotFoundError(2, "No such file", "/etc/elsewhere"), info) is None
     assert presence.went_missing(PermissionError(13, "denied", str(repo)), info) is None
+    try:  # git's start failed in a nursery: the cause is inside an exception group
+        raise GitError("could not start git") from ExceptionGroup("spawn", [FileNotFoundError(2, "No such file")])
+    except GitError as exc:
+        assert presence.went_missing(exc, info) == "git could not start there: No such file or directory"
+    moved = identify(locate(str(init_repo(tmp_path / "r2", ("a.txt", "a\n")))), Records(tmp_path / "home"))
+    at_old_place = FileNotFoundError(2, "No such file", str(repo / ".git"))
+    assert presence.went_missing(at_old_place, moved) is None
+    assert presence.went_missing(at_old_place, moved, info) == f"No such file or directory: {repo / '.git'}"

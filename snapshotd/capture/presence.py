@@ -73,18 +73,23 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ESTALE)
 
 
-def went_missing(exc: BaseException, info: WorktreeInfo) -> str | None:
-    """What of ``info``'s worktree was missing when ``exc`` happened (None when that was not the cause).
+def went_missing(exc: BaseException, *infos: WorktreeInfo) -> str | None:
+    """What of the worktree was missing when ``exc`` happened (None when that was not the cause).
 
-    Looks down ``exc``'s chain for a missing file or folder in the worktree or
-    its git folder, or a git that could not start (its folder, the worktree,
-    gone: git itself is on PATH).
+    Looks down ``exc``'s chain (and into exception groups) for a missing file
+    or folder in the worktree or its git folder, at any of the places
+    ``infos`` give (a worktree moved while it was captured has two), or a git
+    that could not start (its folder, the worktree, gone: git itself is on PATH).
     """
-    places = [p.rstrip("/") + "/" for p in (info.path, info.git_dir) if p]
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
+    places = [p.rstrip("/") + "/" for info in infos for p in (info.path, info.git_dir) if p]
+    pending: list[BaseException] = [exc]
+    for _ in range(16):
+        if not pending:
             return None
+        seen = pending.pop()
+        if isinstance(seen, BaseExceptionGroup):
+            pending.extend(seen.exceptions)
+            continue
         if isinstance(seen, OSError) and seen.errno in _MISSING:
             name = os.fsdecode(seen.filename) if seen.filename is not None else None
             if name is None and shutil.which("git") is None:
@@ -93,5 +98,16 @@ def went_missing(exc: BaseException, info: WorktreeInfo) -> str | None:
                 return None
             what = os.strerror(seen.errno)
             return f"{what}: {name}" if name else f"git could not start there: {what}"
-        seen = seen.__cause__ or seen.__context__
+        pending.extend(e for e in (seen.__cause__ or seen.__context__,) if e is not None)
     return None
+
+
+def changed_while_captured(exc: BaseException, info: WorktreeInfo, opened: WorktreeInfo | None) -> str | None:
+    """The sentence for work on ``info`` that failed on something of it gone missing (None: not that)."""
+    missing = went_missing(exc, info, *([opened] if opened is not None else []))
+    if missing is None:
+        return None
+    return (
+        f"The worktree {info.id} at {info.path} changed while it was captured ({missing}); "
+        "it was deleted, moved or made anew meanwhile: checkpoint it again."
+    )

@@ -125,33 +125,28 @@ class WorktreeCapture:
         A capture that fails because the worktree vanished meanwhile says so
         (``not_found``, naming the worktree and ``repair``).
         """
+        opened = self.info  # a worktree moved meanwhile is at a new place by the time it fails
         try:
             return await self._take(exact)
         except Exception as exc:
-            await self.raise_if_vanished(exc)
+            await self.raise_if_vanished(exc, opened)
             missing = missing_object_error(exc, self.info.store_dir, self.info.path)
             if missing is not None:
                 raise missing from exc
             raise
 
-    async def raise_if_vanished(self, exc: Exception) -> None:
-        """After ``exc``: ``not_found`` naming the worktree and ``repair`` if it vanished.
-
-        Looked at twice, as ``rm -rf`` takes the root last.
-        """
+    async def raise_if_vanished(self, exc: Exception, opened: WorktreeInfo | None = None) -> None:
+        """After ``exc``: ``not_found`` naming the worktree if it vanished (looked at twice: ``rm -rf``
+        takes the root last) or changed under the work, begun at ``opened``."""
         for attempt in range(2):
-            if attempt:
-                await trio.sleep(VANISH_GRACE_S)
+            await trio.sleep(VANISH_GRACE_S * attempt)
             vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, limiter=thread_limiter)
             if vanished is not None:
                 self._vanish(vanished, self.watcher)
                 raise NotFound(vanished.message) from exc
-        replaced = presence.went_missing(exc, self.info)
-        if replaced is not None:  # there again now: deleted and made anew, or moved away and back, meanwhile
-            raise NotFound(
-                f"The worktree {self.info.id} at {self.info.path} changed while it was captured "
-                f"({replaced}); it was deleted, moved or made anew meanwhile: checkpoint it again."
-            ) from exc
+        message = presence.changed_while_captured(exc, self.info, opened)
+        if message is not None:  # there again now: deleted and made anew, or moved away and back, meanwhile
+            raise NotFound(message) from exc
 
     async def _take(self, exact: bool) -> CaptureResult:
         self.last_activity = time.monotonic()
