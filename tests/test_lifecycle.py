@@ -196,3 +196,13 @@ def test_a_git_that_could_not_start_in_a_gone_folder_is_the_worktree_s_doing_a_m
     at_old_place = FileNotFoundError(2, "No such file", str(repo / ".git"))
     assert presence.went_missing(at_old_place, moved) is None
     assert presence.went_missing(at_old_place, moved, info) == f"No such file or directory: {repo / '.git'}"
+
+
+def test_a_git_run_in_a_folder_gone_meanwhile_names_the_folder_not_an_internal_git_error(tmp_path):
+    from snapshotd.git.process import GitTarget, run_git_sync
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    gone = tmp_path / "gone"
+    with pytest.raises(NotFound, match=r"git could not start in .*gone: that folder is gone.*snapshotd repair"):
+        run_git_sync(GitTarget(git_dir=str(repo / ".git"), work_tree=str(gone)), ["status", "--porcelain"])
+    assert run_git_sync(GitTarget(git_dir=str(repo / ".git"), work_tree=str(repo)), ["rev-parse", "HEAD"])

@@ -23,7 +23,7 @@ from typing import TypedDict, Unpack
 
 import trio
 
-from snapshotd.errors import GitError, SpawnTimeout
+from snapshotd.errors import GitError, NotFound, SpawnTimeout
 from snapshotd.git import spawn
 
 # Variables a user may set that decide which configuration git reads; every
@@ -147,6 +147,11 @@ class _Call:
                 f"git {self.args[0]} did not finish within {GIT_TIMEOUT_S:.0f} s and was stopped"
             ) from exc
         except OSError as exc:
+            if not os.path.isdir(self.cwd):  # the folder it runs in went away: the worktree's doing, say so
+                raise NotFound(
+                    f"git could not start in {self.cwd}: that folder is gone (deleted or moved meanwhile); "
+                    "check the path, or run 'snapshotd repair NEW_PATH' if the worktree moved."
+                ) from exc
             raise GitError(f"could not start git: {exc.strerror or exc}") from exc
 
 
