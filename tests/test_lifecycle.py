@@ -206,3 +206,28 @@ def test_a_git_run_in_a_folder_gone_meanwhile_names_the_folder_not_an_internal_g
     with pytest.raises(NotFound, match=r"git could not start in .*gone: that folder is gone.*snapshotd repair"):
         run_git_sync(GitTarget(git_dir=str(repo / ".git"), work_tree=str(gone)), ["status", "--porcelain"])
     assert run_git_sync(GitTarget(git_dir=str(repo / ".git"), work_tree=str(repo)), ["rev-parse", "HEAD"])
+
+
+async def test_a_cold_worktree_made_anew_while_its_work_failed_is_not_found_whatever_the_error(tmp_path, monkeypatch):
+    """Fault: a cold worktree (no watch) is deleted and made anew while its capture fails for a reason that
+    names no missing path (a ref's lock, say); it is not the worktree the request found, so not_found."""
+    from snapshotd.capture import core as core_mod
+    from snapshotd.errors import GitError
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    capture = WorktreeCapture(
+        identify(locate(str(repo)), Records(tmp_path / "home")), lock=trio.Lock(), counters=Counter(),
+        size_cap=size_cap(None),
+    )
+    await capture.ensure_watch(None, lambda paths, overflow: None)  # cold: this engine does not watch
+    await capture.take()
+
+    def made_anew_then_failed(*args, **kwargs):  # type: ignore[no-untyped-def]
+        shutil.rmtree(repo)
+        init_repo(repo, ("a.txt", "a again\n"))
+        raise GitError("Could not update refs/snapshotd/x: failed to lock file for writing: ")
+
+    monkeypatch.setattr(core_mod, "_seed", made_anew_then_failed)
+    with pytest.raises(NotFound, match=r"no longer at .*snapshotd repair"):
+        await capture.take()
+    capture.close()

@@ -253,15 +253,15 @@ class WorktreeCapture:
     async def ensure_watch(self, nursery: trio.Nursery | None, on_change: OnChange) -> None:
         """Watch the worktree where it is now (again, after it moved); no nursery means no watching.
 
-        ``on_change`` hears every batch of changed paths (for subscriptions).
-        """
+        ``on_change`` hears every batch of changed paths (for subscriptions)."""
         if self.watcher is not None and self.watched != self.info:
             self.forget_watch()
-        if self.watched != self.info:  # opened at a new place: whatever happened at the old one is past
-            self.vanished, self.failure, self._backoff, self._retry_at = None, None, 0.0, 0.0
+        if self.watched != self.info:  # opened at a new place (or cold): whatever happened before is past
+            self.vanished, self.failure, self._backoff, self._retry_at, self._root = None, None, 0.0, 0.0, None
+        if self._root is None:  # the root as this request finds it: one made anew later is not this one
+            self._root = await trio.to_thread.run_sync(presence.root_id, self.info.path, limiter=thread_limiter)
         if nursery is None or self.watcher is not None or time.monotonic() < self._retry_at:
             return
-        self._root = await trio.to_thread.run_sync(presence.root_id, self.info.path, limiter=thread_limiter)
         self.vanished = None
 
         def changed(paths: set[str], overflow: bool) -> None:
