@@ -147,8 +147,9 @@ async def test_a_capture_of_a_worktree_deleted_meanwhile_names_it_and_repair(tmp
 async def test_a_capture_of_a_worktree_deleted_and_made_anew_meanwhile_is_a_clear_not_found(tmp_path, monkeypatch):
     """Fault: the worktree is deleted while its cold capture runs, and made anew before anyone looks again.
 
-    The worktree is there when the failure is looked into, so it did not vanish; what was
-    missing mid-capture still names the worktree, never an internal error.
+    The folder made anew is another worktree (its git dir holds no id, or another), even when
+    it was given the freed inode back: the capture is not_found naming the worktree, never an
+    internal error, and the folder found anew is captured as itself.
     """
     from snapshotd.capture import core as core_mod
 
@@ -167,11 +168,15 @@ async def test_a_capture_of_a_worktree_deleted_and_made_anew_meanwhile_is_a_clea
             init_repo(repo, ("a.txt", "a again\n"))
 
     monkeypatch.setattr(core_mod, "_seed", deleted_then_made_anew)
-    with pytest.raises(NotFound, match=r"changed while it was captured .*No such file or directory.*checkpoint it again"):
+    with pytest.raises(NotFound, match=r"no longer at .*snapshotd repair"):
         await capture.take()
     monkeypatch.setattr(core_mod, "_seed", real_seed)
-    assert (await capture.take()).tree == oracle_tree(repo)  # and the next capture is of the new one
+    anew = identify(locate(str(repo)), Records(tmp_path / "home"))
+    assert anew.id != capture.info.id
+    again = WorktreeCapture(anew, lock=trio.Lock(), counters=Counter(), size_cap=size_cap(None))
+    assert (await again.take()).tree == oracle_tree(repo)  # and the folder found anew is captured as itself
     capture.close()
+    again.close()
 
 
 def test_a_git_that_could_not_start_in_a_gone_folder_is_the_worktree_s_doing_a_missing_file_elsewhere_is_not(tmp_path):
@@ -231,3 +236,19 @@ async def test_a_cold_worktree_made_anew_while_its_work_failed_is_not_found_what
     with pytest.raises(NotFound, match=r"no longer at .*snapshotd repair"):
         await capture.take()
     capture.close()
+
+
+def test_a_worktree_made_anew_on_the_freed_inode_is_not_the_one_opened(tmp_path):
+    """Fault: the filesystem gives a folder made anew the inode of the one deleted (ext4 does, often);
+    the presence check must still find the worktree it opened gone, by the id its git dir no longer holds."""
+    from snapshotd.capture import presence
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    info = identify(locate(str(repo)), Records(tmp_path / "home"))
+    assert presence.check(info, presence.root_id(str(repo))) is None
+    shutil.rmtree(repo)
+    init_repo(repo, ("a.txt", "a again\n"))
+    reused = presence.root_id(str(repo))  # as if the freed inode was handed back
+    vanished = presence.check(info, reused)
+    assert vanished is not None and vanished.how == presence.GONE
+    assert f"no longer at {repo}" in vanished.message

@@ -2,9 +2,11 @@
 
 An agent server creates and deletes worktrees all day; one that vanishes
 must cost its own captures only. The worktree's root folder is known by its
-device and inode when its watch starts: a check (on a worker thread, from the
-worktree's supervisor and after a failed capture) finds it gone when the path
-no longer holds that folder, or a git worktree no longer holds its git dir.
+device and inode when a request first finds it: a check (on a worker thread,
+from the worktree's supervisor and after a failed capture) finds it gone when
+the path no longer holds that folder, a git worktree no longer holds its git
+dir, or its git dir no longer holds its id (a folder made anew can be given
+the freed inode back, so the inode alone cannot tell).
 The watcher tells moved from deleted (its root's own ``IN_MOVE_SELF`` or
 ``IN_DELETE_SELF``); without it the worktree is only known to be gone.
 """
@@ -15,8 +17,10 @@ import errno
 import os
 import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 from snapshotd.store.identity import WorktreeInfo
+from snapshotd.store.statedir import read_id_of, state_folder
 
 MOVED = "moved"
 GONE = "gone"
@@ -53,7 +57,7 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
     """
     now = root_id(info.path)
     missing_git = info.git_dir is not None and not os.path.isdir(info.git_dir)
-    if now is not None and (opened is None or now == opened) and not missing_git:
+    if now is not None and (opened is None or now == opened) and not missing_git and _keeps_its_id(info):
         return None  # here (perhaps moved away and back)
     how = MOVED if hint == MOVED else GONE
     if how == MOVED:
@@ -68,6 +72,13 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
         f"The worktree {info.id} is no longer at {info.path} ({what}); "
         "if it moved, run 'snapshotd repair NEW_PATH' to keep its checkpoints.",
     )
+
+
+def _keeps_its_id(info: WorktreeInfo) -> bool:
+    """Whether a git worktree whose id lives in its git dir still has that id there (always, for others)."""
+    if info.git_dir is None or Path(info.state_dir) != state_folder(info.git_dir):
+        return True
+    return read_id_of(info.git_dir) == info.id
 
 
 _MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ESTALE)
