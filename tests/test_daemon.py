@@ -268,6 +268,36 @@ async def test_one_new_file_is_not_reported_as_overflow(daemon: Daemon, sock: Pa
         assert note["params"]["overflow"] is False
 
 
+async def test_a_subscription_with_checkpoints_hears_each_checkpoint_and_safety_checkpoint(
+    daemon: Daemon, sock: Path, repo: Path
+) -> None:
+    async with AsyncClient.connect(str(sock)) as client, AsyncClient.connect(str(sock)) as plain:
+        subscription = (await client.call("subscribe", path=str(repo), checkpoints=True))["subscription"]
+        await plain.call("subscribe", path=str(repo))
+        first = (await client.call("checkpoint", path=str(repo), session="s1", label="one"))["checkpoint"]
+        write(repo / "later.txt", "later\n")
+        second = (await client.call("checkpoint", path=str(repo), session="s1"))["checkpoint"]
+        safety = (await client.call("restore", checkpoint=first["id"]))["safety_checkpoint"]
+        heard: list[dict] = []
+        with trio.fail_after(10):
+            async for note in client.notifications():
+                if note["method"] == "checkpoint":
+                    heard.append(note["params"])
+                if len(heard) == 3:
+                    break
+        assert [n["checkpoint"]["id"] for n in heard] == [first["id"], second["id"], safety["id"]]
+        assert {n["subscription"] for n in heard} == {subscription}
+        assert heard[2]["checkpoint"]["session"] == "snapshotd:safety"
+        await trio.sleep(0.3)
+        methods = set()
+        while True:
+            try:
+                methods.add(plain.notifications().receive_nowait()["method"])
+            except trio.WouldBlock:
+                break
+        assert "checkpoint" not in methods  # only those who ask hear of checkpoints
+
+
 # --------------------------------------------------------------------------
 # Load and misbehaving clients.
 

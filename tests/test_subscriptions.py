@@ -9,6 +9,7 @@ import trio
 
 from snapshotd.engine.subscriptions import (
     MAX_PER_CONNECTION,
+    NOTIFY_MAX_CHECKPOINTS,
     NOTIFY_MAX_PATHS,
     Subscriptions,
     require_connection,
@@ -24,9 +25,11 @@ class Connection:
         self.room = room
         self.closers: list[Any] = []
 
-    async def notify(self, method: str, params: dict[str, Any], *, fallback: dict[str, Any]) -> bool:
+    async def notify(
+        self, method: str, params: dict[str, Any], *, fallback: dict[str, Any], fallback_method: str | None = None
+    ) -> bool:
         if self.room == 0:
-            self.sent.append((method, fallback))
+            self.sent.append((fallback_method or method, fallback))
             return False
         self.room -= 1
         self.sent.append((method, params))
@@ -122,3 +125,37 @@ async def test_one_connection_holds_at_most_the_cap_and_an_ended_one_frees_its_p
             hub.subscribe("wt_b", greedy, nursery)
         hub.close()
     assert hub.by_worktree == {}
+
+
+async def test_checkpoints_go_only_to_subscriptions_that_asked_after_their_paths() -> None:
+    hub = Subscriptions()
+    asked, plain = Connection(), Connection()
+    async with trio.open_nursery() as nursery:
+        sub = hub.subscribe("wt_a", asked, nursery, checkpoints=True)
+        hub.subscribe("wt_a", plain, nursery)
+        hub.changed("wt_a", {"a.txt"}, False)
+        hub.recorded("wt_a", {"id": "c1"})
+        hub.with_safety_told("wt_a", {"safety_checkpoint": {"id": "c2"}, "written": []})
+        hub.with_safety_told("wt_a", {"safety_checkpoint": None})
+        await settle()
+        hub.close()
+    head = {"subscription": sub.id, "worktree": "wt_a"}
+    assert asked.sent == [
+        ("changed", {**head, "paths": ["a.txt"], "overflow": False}),
+        ("checkpoint", {**head, "checkpoint": {"id": "c1"}}),
+        ("checkpoint", {**head, "checkpoint": {"id": "c2"}}),
+    ]
+    assert [method for method, _ in plain.sent] == ["changed"]
+
+
+async def test_past_the_checkpoint_cap_changed_says_overflow() -> None:
+    hub = Subscriptions()
+    conn = Connection()
+    async with trio.open_nursery() as nursery:
+        hub.subscribe("wt_a", conn, nursery, checkpoints=True)
+        for number in range(NOTIFY_MAX_CHECKPOINTS + 5):
+            hub.recorded("wt_a", {"id": f"c{number}"})
+        await settle()
+        hub.close()
+    assert conn.sent[0][0] == "changed" and conn.sent[0][1]["overflow"] is True
+    assert len(conn.sent) == 1 + NOTIFY_MAX_CHECKPOINTS

@@ -133,9 +133,10 @@ class Engine:
 
     async def _subscribe(self, params: dict[str, Any], session: Any) -> dict[str, Any]:
         nursery = require_connection(session, self.nursery)
+        checkpoints = optional_bool(params, "checkpoints")
         state = await self._resolve(params)
         assert state is not None
-        return {"subscription": self.subscriptions.subscribe(state.info.id, session, nursery).id}
+        return {"subscription": self.subscriptions.subscribe(state.info.id, session, nursery, checkpoints=checkpoints).id}
 
     async def _unsubscribe(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         self.subscriptions.unsubscribe(optional_str(params, "subscription"))
@@ -177,6 +178,7 @@ class Engine:
                 await state.capture.raise_if_vanished(exc)  # deleted between the capture and the record
                 raise
         result.stats.ms = (time.perf_counter() - started) * 1000
+        self.subscriptions.recorded(state.info.id, checkpoint.to_wire())
         return CheckpointResult(checkpoint, result.stats)
 
     # --- reading checkpoints ---------------------------------------------------
@@ -265,7 +267,7 @@ class Engine:
         options = restore_mod.RestoreOptions(checkpoint, rel_paths, dry_run)
         async with target.lock:
             outcome = await restore_mod.run_restore(target.info, options, self._safety_hooks(target))
-        return outcome.to_wire()
+        return self.subscriptions.with_safety_told(target.info.id, outcome.to_wire())
 
     async def _revert(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         paths = optional_path_list(params, "paths")
@@ -289,7 +291,7 @@ class Engine:
         options = restore_mod.RevertOptions(source, target_cp, rel_paths, dry_run, force)
         async with state.lock:
             outcome = await restore_mod.run_revert(state.info, options, self._safety_hooks(state))
-        return outcome.to_wire()
+        return self.subscriptions.with_safety_told(state.info.id, outcome.to_wire())
 
     # --- delete and gc -----------------------------------------------------------
 

@@ -3,6 +3,10 @@
 The registry hands every batch the watchers see to :meth:`Subscriptions.changed`;
 each subscription collects paths (up to a cap, then only ``overflow``) and
 its own task sends them after a short debounce, on the connection that asked.
+A subscription made with ``checkpoints`` also hears of every checkpoint the
+daemon records in the worktree (:meth:`Subscriptions.recorded`), one
+``checkpoint`` notification each, so a timeline can show it as it lands: the
+store's refs live in the git folder, whose changes are never reported.
 One connection holds at most :data:`MAX_PER_CONNECTION` subscriptions: each
 costs a task and its pending set, so a client cannot grow the daemon without
 bound by subscribing in a loop.
@@ -19,6 +23,8 @@ from snapshotd.errors import NotFound, TooLarge, Unsupported
 
 NOTIFY_DEBOUNCE_S = 0.05
 NOTIFY_MAX_PATHS = 1000
+NOTIFY_MAX_CHECKPOINTS = 100
+"""Checkpoints one subscription holds unsent; past it they are dropped and ``changed`` says ``overflow``."""
 MAX_PER_CONNECTION = 1000
 
 
@@ -29,8 +35,11 @@ class Subscription:
     id: str
     worktree: str
     session: Any
+    checkpoints: bool = False
     pending: set[str] = field(default_factory=set)
+    touched: bool = False  # changed() was called since the last send
     overflow: bool = False
+    recorded: list[dict[str, Any]] = field(default_factory=list)
     wake: trio.Event = field(default_factory=trio.Event)
     cancel: trio.CancelScope = field(default_factory=trio.CancelScope)
 
@@ -58,10 +67,30 @@ class Subscriptions:
             else:
                 subscription.pending |= paths
             subscription.overflow |= overflow
+            subscription.touched = True
             subscription.wake.set()
 
-    def subscribe(self, worktree_id: str, session: Any, nursery: trio.Nursery) -> Subscription:
-        """A new subscription to the worktree's changes, sent on ``session`` by a task in ``nursery``."""
+    def recorded(self, worktree_id: str, checkpoint: dict[str, Any]) -> None:
+        """Hand a checkpoint just recorded (its wire form) to the worktree's subscriptions that asked for them."""
+        for subscription in self.by_worktree.get(worktree_id, {}).values():
+            if not subscription.checkpoints:
+                continue
+            if len(subscription.recorded) >= NOTIFY_MAX_CHECKPOINTS:
+                subscription.overflow = subscription.touched = True
+            else:
+                subscription.recorded.append(checkpoint)
+            subscription.wake.set()
+
+    def with_safety_told(self, worktree_id: str, result: dict[str, Any]) -> dict[str, Any]:
+        """A restore's or revert's ``result``, its safety checkpoint (if any) handed to :meth:`recorded` first."""
+        if result.get("safety_checkpoint"):
+            self.recorded(worktree_id, result["safety_checkpoint"])
+        return result
+
+    def subscribe(
+        self, worktree_id: str, session: Any, nursery: trio.Nursery, *, checkpoints: bool = False
+    ) -> Subscription:
+        """A new subscription to the worktree's changes (and checkpoints), sent on ``session`` by a task in ``nursery``."""
         held = self._per_session.get(id(session), 0)
         if held >= MAX_PER_CONNECTION:
             raise TooLarge(
@@ -69,7 +98,9 @@ class Subscriptions:
                 "unsubscribe from some first."
             )
         self._per_session[id(session)] = held + 1
-        subscription = Subscription(id=f"sub_{next(self._ids)}", worktree=worktree_id, session=session)
+        subscription = Subscription(
+            id=f"sub_{next(self._ids)}", worktree=worktree_id, session=session, checkpoints=checkpoints
+        )
         self.by_worktree.setdefault(worktree_id, {})[subscription.id] = subscription
         session.on_close(subscription.cancel.cancel)
         nursery.start_soon(self._notify_loop, subscription)
@@ -96,6 +127,7 @@ class Subscriptions:
         A subscriber too far behind (its connection's notification budget is
         full) is not buffered for: it gets one last ``changed`` with
         ``overflow`` and ``dropped`` true and no paths, and the subscription ends.
+        Checkpoints go after the paths gathered with them, oldest first.
         """
         with subscription.cancel:
             try:
@@ -104,13 +136,21 @@ class Subscriptions:
                     await trio.sleep(NOTIFY_DEBOUNCE_S)
                     subscription.wake = trio.Event()
                     paths, overflow = sorted(subscription.pending), subscription.overflow
+                    touched, recorded = subscription.touched, subscription.recorded
                     subscription.pending, subscription.overflow = set(), False
+                    subscription.touched, subscription.recorded = False, []
                     head = {"subscription": subscription.id, "worktree": subscription.worktree}
-                    sent = await subscription.session.notify(
-                        "changed",
-                        {**head, "paths": paths, "overflow": overflow},
-                        fallback={**head, "paths": [], "overflow": True, "dropped": True},
+                    fallback = {**head, "paths": [], "overflow": True, "dropped": True}
+                    sent = not touched or await subscription.session.notify(
+                        "changed", {**head, "paths": paths, "overflow": overflow}, fallback=fallback
                     )
+                    for checkpoint in recorded:
+                        if not sent:
+                            break
+                        sent = await subscription.session.notify(
+                            "checkpoint", {**head, "checkpoint": checkpoint},
+                            fallback=fallback, fallback_method="changed",
+                        )
                     if not sent:
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -78,12 +78,17 @@ class Connection:
     # Session ---------------------------------------------------------------
 
     async def notify(
-        self, method: str, params: dict[str, Any], fallback: dict[str, Any] | None = None
+        self,
+        method: str,
+        params: dict[str, Any],
+        fallback: dict[str, Any] | None = None,
+        fallback_method: str | None = None,
     ) -> bool:
         """Queue a notification; False when the client has gone or is too far behind.
 
         A client behind by more than the notification budget gets ``fallback``
-        (a short notice) instead, if given; the caller should then stop.
+        (a short notice, sent as ``fallback_method``, default ``method``)
+        instead, if given; the caller should then stop.
         """
         data = encode_message(notification_message(method, params))
         await trio.lowlevel.checkpoint()
@@ -95,7 +100,7 @@ class Connection:
             return True
         log.warning("a client fell %d bytes of notifications behind", self._notes_bytes)
         if fallback is not None:
-            self._queue_note(encode_message(notification_message(method, fallback)))
+            self._queue_note(encode_message(notification_message(fallback_method or method, fallback)))
         return False
 
     def on_close(self, callback: Callable[[], None]) -> None:

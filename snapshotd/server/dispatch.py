@@ -33,12 +33,16 @@ class Session(Protocol):
     """One client connection, as the service sees it."""
 
     async def notify(
-        self, method: str, params: dict[str, Any], fallback: dict[str, Any] | None = None
+        self,
+        method: str,
+        params: dict[str, Any],
+        fallback: dict[str, Any] | None = None,
+        fallback_method: str | None = None,
     ) -> bool:
         """Queue a notification for this client; False once it has gone or fell behind.
 
         A client too far behind gets the short ``fallback`` params instead
-        (when given), and the caller should send it nothing more.
+        (when given, as ``fallback_method``), and the caller should send it nothing more.
         """
         ...
 
