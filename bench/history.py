@@ -11,7 +11,9 @@ the rounds alternate the order) a child process runs the engine in-process
 times, as the median wall time and the mean CPU per call (the process's
 threads and reaped git processes, from ``/proc/self/stat``): the first
 ``show`` of the oldest checkpoint (whatever the process must read once), then
-``checkpoint`` after a one-file edit, ``list`` of the newest 20, ``show`` and
+``checkpoint`` after a one-file edit, ``list`` of the newest 20 and of all
+(what the ``status`` table read per worktree before the counts came with
+``status``), ``status``, ``show`` and
 ``diff`` (oldest to newest) of the oldest, ``restore`` of the oldest, ``gc``
 with nothing to drop, a dry-run ``gc`` that would drop the 10 oldest, and
 ``delete`` of the newest checkpoint. The store is left as it was built, up to
@@ -82,6 +84,8 @@ async def main(path, ids_file, repeat):
             walls.append(await checkpoint())
         out["checkpoint"] = {"wall_ms": statistics.median(walls), "cpu_ms": (cpu_s() - cpu) * 1000 / repeat}
         await timed("list 20", "list", {"path": path, "session": "bench", "limit": 20})
+        await timed("list all", "list", {"path": path})
+        await timed("status", "status", {})
         await timed("show oldest", "show", {"checkpoint": oldest})
         await timed("diff oldest", "diff", {"from": oldest, "to": newest})
         await timed("restore oldest", "restore", {"checkpoint": oldest, "path": path})

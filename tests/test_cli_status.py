@@ -52,3 +52,22 @@ def test_health_line_names_what_needs_a_look() -> None:
     line = health_line(result)
     assert "3 worktrees" in line and "1 worktree not where recorded" in line and "1 captured cold" in line
     assert health_line({"worktrees": [here], "spawn": {"native": True}}).endswith("1 worktree, all watched")
+
+
+def test_status_counts_from_the_index_without_listing(daemon: Daemon, sock: Path, tmp_path: Path) -> None:
+    """Each worktree's count and newest time come with ``status``; the table asks for no ``list``."""
+    env = child_env(sock)
+    repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
+    for n, session in enumerate(["one", "one", "two"]):
+        write(repo / "a.txt", f"edit {n}\n")
+        cli("checkpoint", str(repo), "--session", session, env=env)
+    listed = cli("list", str(repo), "--json", env=env).json()["checkpoints"]
+    worktree = cli("status", "--json", env=env).json()["worktrees"][0]
+    assert worktree["checkpoint_count"] == len(listed) == 3
+    assert worktree["last_checkpoint_at"] == max(cp["created_at"] for cp in listed)
+
+    cli("delete", listed[0]["id"], "--yes", env=env)
+    lists_before = cli("status", "--json", env=env).json()["counters"].get("calls.list", 0)
+    table = cli("status", env=env).stdout.splitlines()
+    assert table[2].split()[4] == "2"
+    assert cli("status", "--json", env=env).json()["counters"].get("calls.list", 0) == lists_before

@@ -266,8 +266,16 @@ export interface RepairResult {
   moved: Move[];
 }
 
+export interface StatusWorktree extends Worktree {
+  /** Its checkpoints in every session (safety ones included); null when its store cannot be read now. */
+  checkpoint_count: number | null;
+  /** When the newest was taken (ISO 8601), or null. */
+  last_checkpoint_at: string | null;
+  [field: string]: unknown;
+}
+
 export interface StatusResult {
-  worktrees: Worktree[];
+  worktrees: StatusWorktree[];
   counters: Record<string, number>;
   spawn?: { native: boolean; error: string | null };
   version?: string;

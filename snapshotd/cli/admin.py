@@ -96,7 +96,7 @@ def status(ctx: click.Context, verbose: bool, json_output: bool) -> None:
     """A table of the daemon's worktrees and one health line (--verbose adds the counters)."""
 
     def human(result: dict[str, Any]) -> None:
-        print_status(ctx, result, verbose)
+        print_status(result, verbose)
 
     invoke(ctx, "status", {}, human)
 

@@ -1,9 +1,9 @@
 """What ``status`` prints for people: a table of worktrees and one health line.
 
-The table reads the ``status`` result and, for each worktree that is there,
-its checkpoints (``list``): how many, and how long ago the newest was taken.
-The counters are printed only with ``--verbose``; ``--json`` is the method's
-result, unchanged.
+The table is the ``status`` result alone: each worktree carries its
+checkpoint count and when its newest was taken, read from the store's index,
+so a large store costs no more than a small one. The counters are printed
+only with ``--verbose``; ``--json`` is the method's result, unchanged.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import click
 
 from snapshotd.cli.output import one_line
 from snapshotd.cli.turns import age
-from snapshotd.errors import SnapshotdError
 
 WARNING_CHARS = 60
 """A warning longer than this is cut in the table; ``--json`` carries it whole."""
@@ -32,16 +31,13 @@ def _warning(wt: dict[str, Any]) -> str:
     return text if len(text) <= WARNING_CHARS else text[: WARNING_CHARS - 1] + "…"
 
 
-def _checkpoints(ctx: click.Context, wt: dict[str, Any]) -> tuple[str, str]:
-    """The worktree's checkpoint count and the age of its newest, or dashes when they cannot be read."""
-    if wt.get("presence") not in (None, "here"):
+def _checkpoints(wt: dict[str, Any]) -> tuple[str, str]:
+    """The worktree's checkpoint count and the age of its newest, or dashes when they could not be read."""
+    count = wt.get("checkpoint_count")
+    if wt.get("presence") not in (None, "here") or count is None:
         return "-", "-"
-    try:
-        found = ctx.obj.call("list", {"worktree": wt["id"]})["checkpoints"]
-    except SnapshotdError:
-        return "-", "-"
-    newest = max((cp["created_at"] for cp in found), default=None)
-    return str(len(found)), age(newest) if newest else "never"
+    newest = wt.get("last_checkpoint_at")
+    return str(count), age(newest) if newest else "never"
 
 
 def health_line(result: dict[str, Any]) -> str:
@@ -63,12 +59,12 @@ def health_line(result: dict[str, Any]) -> str:
     return click.style("attention", fg="yellow") + f": {count}; " + "; ".join(notes)
 
 
-def print_status(ctx: click.Context, result: dict[str, Any], verbose: bool) -> None:
+def print_status(result: dict[str, Any], verbose: bool) -> None:
     """The version line, the table of worktrees, the health line, and with ``verbose`` the counters."""
     click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}")
     rows = [("ID", "PATH", "KIND", "STATE", "CHECKPOINTS", "LAST CAPTURE", "WARNINGS")]
     for wt in result["worktrees"]:
-        count, last = _checkpoints(ctx, wt)
+        count, last = _checkpoints(wt)
         rows.append((wt["id"], one_line(wt["path"]), wt["kind"], _state(wt), count, last, _warning(wt)))
     if len(rows) > 1:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]

@@ -383,7 +383,7 @@ class Engine:
             for name, count in state.capture.watch_counters().items():
                 counters[name] = counters.get(name, 0) + count
         return {
-            "worktrees": [await self.registry.wire_worktree(state) for state in states],
+            "worktrees": [await self.registry.wire_worktree(state, summary=True) for state in states],
             "counters": counters,
             "spawn": {"native": spawn.NATIVE, "error": spawn.NATIVE_ERROR},
             "version": VERSION,

@@ -205,6 +205,20 @@ def list_checkpoints(info: WorktreeInfo, options: ListOptions) -> CheckpointList
     return CheckpointList(found)
 
 
+def checkpoint_summary(info: WorktreeInfo) -> dict[str, Any]:
+    """``checkpoint_count`` and ``last_checkpoint_at`` of a worktree for ``status``, from the store's index.
+
+    Both are None when the store cannot be read now (a worktree gone, say):
+    ``status`` reports, it does not fail.
+    """
+    try:
+        with repository(info.store_dir) as repo:
+            count, newest = Store(repo).summary(info.id)
+    except (pygit2.GitError, OSError, SnapshotdError):
+        return {"checkpoint_count": None, "last_checkpoint_at": None}
+    return {"checkpoint_count": count, "last_checkpoint_at": newest}
+
+
 # --- diff --------------------------------------------------------------------
 
 

@@ -23,6 +23,7 @@ import trio
 from snapshotd.capture.checkpoint import broad_folder, refuse_unknown_broad_folder
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.engine.reads import checkpoint_summary
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
 from snapshotd.fsutil import remove_stale_temp_files
 from snapshotd.git.repository import read_head
@@ -186,12 +187,18 @@ class Registry:
                     continue
         return states
 
-    async def wire_worktree(self, state: WorktreeState) -> dict[str, Any]:
-        """The worktree as the contract shows it; HEAD is read on a worker thread."""
+    async def wire_worktree(self, state: WorktreeState, *, summary: bool = False) -> dict[str, Any]:
+        """The worktree as the contract shows it; HEAD is read on a worker thread.
+
+        ``summary`` adds ``checkpoint_count`` and ``last_checkpoint_at`` (for
+        ``status``), read from the store's index at the cost of its sessions.
+        """
         head, branch = await trio.to_thread.run_sync(worktree_head, state.info, limiter=thread_limiter)
         wire = state.info.to_wire(head, branch, state.capture.watching)
         wire["watch_error"] = state.capture.watch_error
         wire.update(state.capture.to_wire())
+        if summary:
+            wire.update(await trio.to_thread.run_sync(checkpoint_summary, state.info, limiter=thread_limiter))
         return wire
 
     def close(self) -> None:

@@ -207,6 +207,23 @@ class Store(SessionChains):
             out.append(checkpoint)
         return out
 
+    def summary(self, worktree_id: str) -> tuple[int, str | None]:
+        """How many checkpoints the worktree holds and when its newest was taken, every session counted.
+
+        The counts come from the index and one commit is read per session (its
+        newest), so this costs the sessions, not the checkpoints.
+        """
+        total, newest = 0, None
+        for name in self.session_refs(worktree_id):
+            with self.index.lock:
+                entry = self.index.refresh(self, name)
+                head = entry.checkpoints[-1] if entry.checkpoints else None
+                total += len(entry)
+            if head is not None:
+                created_at = self.load(head).created_at
+                newest = created_at if newest is None else max(newest, created_at)
+        return total, newest
+
     def is_live(self, checkpoint: Checkpoint) -> bool:
         """True while the checkpoint is still pinned (not deleted or collected)."""
         with self.index.lock:
