@@ -1,4 +1,4 @@
-"""Worktree-relative paths: turning a client's path into a tree path, and selecting by paths.
+"""Worktree-relative paths: turning a client's path into a tree path, selecting by paths, quoting.
 
 Everything here is lexical: symlinks are never resolved, so the answer depends
 only on the strings, and a path is judged the same way whatever the disk holds
@@ -14,7 +14,14 @@ from collections.abc import Iterator, Sequence
 
 from snapshotd.errors import InvalidParams, PathOutsideWorktree
 
-__all__ = ["could_match_under", "folders_above", "is_git_dir_name", "path_matches", "to_worktree_relative"]
+__all__ = [
+    "could_match_under",
+    "folders_above",
+    "is_git_dir_name",
+    "path_matches",
+    "quote_path",
+    "to_worktree_relative",
+]
 
 
 def is_git_dir_name(name: str) -> bool:
@@ -114,3 +121,23 @@ def folders_above(path: str) -> Iterator[str]:
     parts = path.split("/")
     for depth in range(1, len(parts)):
         yield "/".join(parts[:depth])
+
+
+_C_ESCAPES = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 34: '\\"', 92: "\\\\"}
+
+
+def quote_path(name: str) -> str:
+    """A file name as git prints it with ``core.quotePath`` (its default): in quotes when it must be.
+
+    A name holding a control character, a double quote, a backslash or any
+    byte of 0x7f or more (UTF-8, or a name that is not UTF-8) is written in
+    double quotes with C escapes and octal bytes, as ``git diff --name-status``
+    writes it; any other name is written as it is.
+    """
+    raw = os.fsencode(name)
+    if not any(byte < 0x20 or byte in (0x22, 0x5C) or byte >= 0x7F for byte in raw):
+        return name
+    body = "".join(
+        _C_ESCAPES.get(byte) or (chr(byte) if 0x20 <= byte < 0x7F else f"\\{byte:03o}") for byte in raw
+    )
+    return f'"{body}"'

@@ -213,6 +213,48 @@ def test_renames_can_be_turned_off(changed: tuple[Path, str, str]) -> None:
     assert not any(f["status"] == "renamed" for f in files.values())
 
 
+def test_symlinks_and_gitlinks_moved_unchanged_are_renames_as_in_git(tmp_path: Path) -> None:
+    """libgit2 pairs regular files only; git also pairs identical symlinks and gitlinks (R100)."""
+    wt = new_repo(tmp_path)
+    (wt / "b").mkdir()
+    (wt / "b" / "link").symlink_to("t")  # two identical links: the one of the same base name goes first
+    (wt / "b" / "other").symlink_to("t")
+    (wt / "tab\there").symlink_to("q\"uoted")
+    (wt / "edited").symlink_to("before")
+    (wt / "tofile").symlink_to("same text")
+    (wt / "plain.txt").write_text("moved too\n")
+    nested_repo(wt / "sub1", "first")
+    old = write_tree(wt)
+    (wt / "z").mkdir()
+    (wt / "a").mkdir()
+    (wt / "b" / "link").rename(wt / "z" / "link")
+    (wt / "b" / "other").rename(wt / "a" / "ln")
+    (wt / "tab\there").rename(wt / "new\nname")
+    (wt / "edited").unlink()
+    (wt / "edited2").symlink_to("after")  # moved and changed: a deletion and an addition
+    (wt / "tofile").unlink()
+    (wt / "tofile2").write_text("same text")  # the link's text as a file: not a rename of it
+    (wt / "plain.txt").rename(wt / "plain2.txt")
+    (wt / "sub1").rename(wt / "sub2")
+    new = write_tree(wt)
+
+    files = ours(wt, old, new)["files"]
+    assert files == oracle(wt, old, new)
+    renames = {f["old_path"]: f["path"] for f in files if f["status"] == "renamed"}
+    assert renames == {
+        "b/link": "a/ln", "b/other": "z/link", "tab\there": "new\nname",
+        "plain.txt": "plain2.txt", "sub1": "sub2",
+    }  # fmt: skip
+    patch = ours(wt, old, new, patch=True)["patch"]
+    assert without_similarity(patch) == without_similarity(
+        git(wt, "diff-tree", "-r", "-M", "-p", "--no-color", old, new).decode()
+    )
+    # A path on either side selects the rename, as for files.
+    assert [f["path"] for f in ours(wt, old, new, paths=["sub1"])["files"]] == ["sub2"]
+    turned_off = {f["path"]: f["status"] for f in ours(wt, old, new, find_renames=False)["files"]}
+    assert turned_off["sub1"] == "deleted" and turned_off["sub2"] == "added"
+
+
 def test_patch_matches_git(changed: tuple[Path, str, str]) -> None:
     wt, old, new = changed
     result = ours(wt, old, new, patch=True)

@@ -8,7 +8,6 @@ bytes.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import threading
@@ -18,6 +17,8 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import click
+
+from snapshotd.paths import quote_path
 
 
 @contextmanager
@@ -66,26 +67,6 @@ def let_output_carry_raw_names() -> None:
             with suppress(ValueError, OSError):
                 reconfigure(errors="surrogateescape")
 
-
-
-_C_ESCAPES = {7: "\\a", 8: "\\b", 9: "\\t", 10: "\\n", 11: "\\v", 12: "\\f", 13: "\\r", 34: '\\"', 92: "\\\\"}
-
-
-def quote_path(name: str) -> str:
-    """A file name as git prints it with ``core.quotePath`` (its default): in quotes when it must be.
-
-    A name holding a control character, a double quote, a backslash or any
-    byte of 0x80 or more (UTF-8, or a name that is not UTF-8) is written in
-    double quotes with C escapes and octal bytes, as ``git diff --name-status``
-    writes it; any other name is written as it is.
-    """
-    raw = os.fsencode(name)
-    if not any(byte < 0x20 or byte in (0x22, 0x5C) or byte >= 0x7F for byte in raw):
-        return name
-    body = "".join(
-        _C_ESCAPES.get(byte) or (chr(byte) if 0x20 <= byte < 0x7F else f"\\{byte:03o}") for byte in raw
-    )
-    return f'"{body}"'
 
 
 def plural(count: int, noun: str) -> str:

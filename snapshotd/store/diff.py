@@ -1,7 +1,9 @@
 """Tree-to-tree diffs as the protocol's FileChange records, and git-style patches.
 
 The diff is computed in-process with libgit2 (pygit2): rename detection with
-``find_similar`` (renames only, git's default threshold), type changes between
+``find_similar`` (renames only, git's default threshold), plus the exact
+renames of symlinks and gitlinks that libgit2 leaves out and git finds
+(:mod:`snapshotd.store.renames`), type changes between
 file, symlink and gitlink kept as one ``type_changed`` record. libgit2 prints a
 type change as a mode change with no hunks and counts no lines for it, whereas
 git shows the old side deleted and the new side added; so line counts and
@@ -32,6 +34,7 @@ from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import Repository
 from snapshotd.paths import path_matches
 from snapshotd.store.changes import DiffRequest, Entry, FileChange, TreeDiff
+from snapshotd.store.renames import exact_rename_patch, exact_renames
 
 __all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "diff_trees", "load_tree"]
 
@@ -210,17 +213,20 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
         return []
     if request.find_renames:
         diff.find_similar(flags=DiffFind.FIND_RENAMES)
+    deltas = list(diff.deltas)
+    exact = exact_renames(deltas) if request.find_renames else {}
+    renamed_away = set(exact.values())
 
     selected: list[tuple[int, pygit2.DiffDelta, str, str]] = []
-    for index, delta in enumerate(diff.deltas):
-        if delta.status not in _STATUS:
+    for index, delta in enumerate(deltas):
+        if delta.status not in _STATUS or index in renamed_away:
             continue
         new_path = os.fsdecode(delta.new_file.raw_path)
-        old_path = os.fsdecode(delta.old_file.raw_path)
+        old_path = os.fsdecode(deltas[exact[index]].old_file.raw_path if index in exact else delta.old_file.raw_path)
+        renamed = delta.status == DeltaStatus.RENAMED or index in exact
         path = old_path if delta.status == DeltaStatus.DELETED else new_path
         if request.paths is not None and not (
-            path_matches(path, request.paths)
-            or (delta.status == DeltaStatus.RENAMED and path_matches(old_path, request.paths))
+            path_matches(path, request.paths) or (renamed and path_matches(old_path, request.paths))
         ):
             continue
         selected.append((index, delta, path, old_path))
@@ -232,6 +238,15 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
 
     def entry(index: int, delta: pygit2.DiffDelta, path: str, old_path: str) -> Entry:
         def make() -> tuple[FileChange, str]:
+            if index in exact:
+                source = deltas[exact[index]].old_file
+                change = FileChange(
+                    path=path, old_path=old_path, status="renamed",
+                    old_mode=_mode(source.mode), new_mode=_mode(delta.new_file.mode),
+                    old_oid=_oid(source.id), new_oid=_oid(delta.new_file.id),
+                    binary=False, additions=0, deletions=0,
+                )  # fmt: skip
+                return change, exact_rename_patch(old_path, path) if request.patch else ""
             if delta.status == DeltaStatus.TYPECHANGE:
                 parts = split[path]
             else:
