@@ -11,6 +11,7 @@ from __future__ import annotations
 import errno
 import os
 import shlex
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
 PARSE_ERROR = -32700
@@ -224,6 +225,67 @@ def missing_object_error(exc: BaseException, store: str, worktree: str) -> GitEr
         f"The repository {store} of the worktree {worktree} lacks the object {key}, so it cannot be "
         "captured; 'git fsck' there says what else is missing."
     )
+
+
+# --- push and fetch: git's words about a remote, as one sentence ------------------
+
+_AUTH_SIGNS = ("authentication failed", "permission denied", "could not read username", "could not read password",
+               "terminal prompts disabled", "host key verification failed", "returned error: 401", "returned error: 403")
+_MISSING_BASE_SIGNS = ("shallow update not allowed", "bad object", "missing object", "did not receive expected object")
+_UNREACHABLE_SIGNS = ("unable to connect", "could not resolve", "connection refused", "timed out", "no route to host",
+                      "network is unreachable", "does not appear to be a git repository", "repository not found",
+                      "could not read from remote repository", "unable to access")
+# Reasons git gives a rejected ref that only say another ref of the same atomic push failed.
+_COLLATERAL = ("atomic push failed", "atomic transaction failed")
+
+
+def transfer_error(doing: str, remote: str, detail: str, rejected: Sequence[tuple[str, str]] = ()) -> GitError:
+    """The one sentence for a failed ``push`` or ``fetch`` of checkpoints, from git's own words.
+
+    ``detail`` is git's standard error; ``rejected`` the (ref, reason) pairs a
+    push's porcelain output named. ``data.reason`` says which case it is:
+    ``rejected``, ``missing_base``, ``auth``, ``unreachable`` or ``failed``.
+    """
+    text = " ".join(detail.lower().split())
+    real = [(ref, why) for ref, why in rejected if why not in _COLLATERAL] or list(rejected)
+    reasons = " ".join(why for _, why in real)
+    if any(sign in reasons or sign in text for sign in _MISSING_BASE_SIGNS):
+        return GitError(
+            f"The remote {remote} lacks commits these checkpoints are based on and this repository cannot send "
+            "them (it is shallow or partial): push their branch there first, or run 'git fetch --unshallow'.",
+            reason="missing_base", remote=remote,
+        )
+    if real:
+        names = ", ".join(f"{ref} ({why})" for ref, why in real[:3]) + (f" and {len(real) - 3} more" if len(real) > 3 else "")
+        return GitError(
+            f"The remote {remote} refused {names}: it changed since this machine last pushed, so nothing was "
+            "pushed; run 'snapshotd fetch' first to keep its checkpoints here, then 'snapshotd push --force' "
+            "to replace it with this machine's.",
+            reason="rejected", remote=remote, refs=[ref for ref, _ in real],
+        )
+    if any(sign in text for sign in _AUTH_SIGNS):
+        return GitError(
+            f"The remote {remote} refused the credentials git offered, so nothing was {doing}; check them with "
+            "'git ls-remote' (snapshotd uses git's own credential helpers and ssh agent, never a prompt).",
+            reason="auth", remote=remote,
+        )
+    if any(sign in text for sign in _UNREACHABLE_SIGNS):
+        return GitError(
+            f"The remote {remote} cannot be reached (git says: {_last_line(detail)}), so nothing was {doing}; "
+            "check its URL with 'git remote -v' and the network, then try again.",
+            reason="unreachable", remote=remote,
+        )
+    return GitError(
+        f"git could not {'push to' if doing == 'pushed' else 'fetch from'} the remote {remote}: "
+        f"{_last_line(detail) or 'no reason given'}.",
+        reason="failed", remote=remote,
+    )
+
+
+def _last_line(detail: str) -> str:
+    lines = [line.strip() for line in detail.splitlines() if line.strip() and not line.startswith("hint:")]
+    fatal = [line for line in lines if line.startswith(("fatal:", "error:"))]
+    return (fatal[0] if fatal else lines[-1] if lines else "").removeprefix("fatal: ").removeprefix("error: ")
 
 
 # --- internal: restore -------------------------------------------------------

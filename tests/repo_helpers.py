@@ -18,8 +18,9 @@ from oracle import clean_git_env
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures" / "repos"
 
-# Refs the daemon owns; everything else in a repository belongs to the user.
+# Refs the daemon owns (its own, and those it fetched); everything else in a repository belongs to the user.
 SNAPSHOTD_REFS = "refs/snapshotd/"
+FETCHED_REFS = "refs/snapshotd-remote/"
 
 
 def git_run(
@@ -188,7 +189,7 @@ def user_refs(repo: str | Path) -> dict[str, str]:
     refs: dict[str, str] = {}
     for line in out.splitlines():
         name, _, oid = line.partition(" ")
-        if not name.startswith(SNAPSHOTD_REFS):
+        if not name.startswith((SNAPSHOTD_REFS, FETCHED_REFS)):
             refs[name] = oid
     return refs
 

@@ -75,19 +75,27 @@ def checkpoint(
 @click.argument("path", default=".", type=click.Path(file_okay=False))
 @click.option("--session", metavar="S", help="Only this session's checkpoints.")
 @click.option("--limit", type=click.IntRange(min=0), metavar="N", help="At most N, newest first.")
+@click.option(
+    "--remote", is_flag=False, flag_value="", default=None, metavar="[REMOTE]",
+    help="Also the checkpoints fetched from REMOTE (from every remote when no name follows).",
+)
 @json_option
 @click.pass_context
-def list_(ctx: click.Context, path: str, session: str | None, limit: int | None, json_output: bool) -> None:
+def list_(
+    ctx: click.Context, path: str, session: str | None, limit: int | None, remote: str | None, json_output: bool
+) -> None:
     """List the checkpoints of the worktree holding PATH, newest first."""
 
     def human(result: dict[str, Any]) -> None:
         if not result["checkpoints"] and limit != 0:  # --limit 0 asks for none, it does not find none
-            click.echo("no checkpoints")
+            click.echo("no checkpoints" if remote is None else "no checkpoints here or fetched; 'snapshotd fetch' brings a remote's")
         width = max((len(one_line(cp.get("session") or "-")) for cp in result["checkpoints"]), default=12)
         for cp in result["checkpoints"]:
-            click.echo(checkpoint_line(cp, max(width, 12)))
+            origin = f"  {click.style(cp['remote'] + ' ' + cp['worktree'], fg='cyan')}" if "remote" in cp else ""
+            click.echo(checkpoint_line(cp, max(width, 12)) + origin)
 
-    invoke(ctx, "list", {"path": os.path.abspath(path), "session": session, "limit": limit}, human)
+    params = {"path": os.path.abspath(path), "session": session, "limit": limit, "remote": True if remote == "" else remote}
+    invoke(ctx, "list", params, human)
 
 
 def _session_name(session: str | None) -> str:
@@ -225,5 +233,6 @@ def diff(
     if needs_worktree and path is None and named and not is_relative(named[0]):
         # An id compares with its own worktree from any folder, as restore acts on it.
         found = call_or_fail(ctx, "resolve", {"checkpoint": named[0]})["checkpoint"]
-        params = {**params, "path": None, "worktree": found["worktree"]}
+        if "remote" not in found:  # a fetched one's worktree is on another machine: it compares with this one
+            params = {**params, "path": None, "worktree": found["worktree"]}
     invoke(ctx, "diff", params, human, progress="comparing")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from snapshotd.cli import admin, agents, changes, checkpoints, collect, turns
+from snapshotd.cli import admin, agents, changes, checkpoints, collect, transfer, turns
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, json_option
 from snapshotd.cli.output import let_output_carry_raw_names
@@ -52,6 +52,8 @@ for _command in (
     changes.revert,
     collect.delete,
     collect.gc,
+    transfer.push,
+    transfer.fetch,
     admin.serve,
     admin.status,
     admin.verify,

@@ -20,7 +20,7 @@ import trio
 
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult, refuse_broad_folder
 from snapshotd.capture.state import CaptureResult
-from snapshotd.engine import collect, reads
+from snapshotd.engine import collect, reads, transfer
 from snapshotd.engine.disk import disk_refusals
 from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
 from snapshotd.engine.repair import repair
@@ -67,6 +67,7 @@ class Engine:
         )
         self.worktrees = self.registry.worktrees
         self.started = time.monotonic()
+        self.transfers = transfer.Transfers(self.registry)
         self._on_shutdown: Callable[[], None] | None = None
         self._handlers: dict[str, Callable[[dict[str, Any], Any], Awaitable[dict[str, Any]]]] = {
             "ping": self._ping,
@@ -87,6 +88,8 @@ class Engine:
             "subscribe": self._subscribe,
             "unsubscribe": self._unsubscribe,
             "verify": self._verify,
+            "push": self.transfers.push,
+            "fetch": self.transfers.fetch,
         }
 
     # --- the service face ------------------------------------------------------
@@ -202,8 +205,8 @@ class Engine:
     async def _show(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         ref = ref_param(params)
         preferred = await self._resolve(params, required=False)
-        _, checkpoint = await trio.to_thread.run_sync(self._find, ref, preferred, limiter=thread_limiter)
-        return reads.ShownCheckpoint(checkpoint).to_wire()
+        store, checkpoint = await trio.to_thread.run_sync(self._find, ref, preferred, limiter=thread_limiter)
+        return {"checkpoint": await trio.to_thread.run_sync(transfer.remote_wire, store, checkpoint)}
 
     # --- diff --------------------------------------------------------------------
 
@@ -222,10 +225,8 @@ class Engine:
         options = reads.DiffOptions.from_params(params)
         preferred = await self._resolve(params, required=False)
         if preferred is None and options.checkpoint_sides:
-            _, checkpoint = await trio.to_thread.run_sync(
-                self._find, options.checkpoint_sides[0], None, limiter=thread_limiter
-            )
-            preferred = await trio.to_thread.run_sync(self.registry.by_id, checkpoint.worktree, limiter=thread_limiter)
+            store, checkpoint = await trio.to_thread.run_sync(self._find, options.checkpoint_sides[0], None, limiter=thread_limiter)
+            preferred = await trio.to_thread.run_sync(self.transfers.owner, store, checkpoint, limiter=thread_limiter)
         old = await self._tree_of(options.source, preferred, "from")
         new = await self._tree_of(options.target, preferred, "to")
         worktree = preferred.info if preferred is not None else None
@@ -254,6 +255,7 @@ class Engine:
         ref = ref_param(params)
         target = await self._resolve(params, required=False)
         store, checkpoint = await trio.to_thread.run_sync(self._find, ref, target, limiter=thread_limiter)
+        await trio.to_thread.run_sync(transfer.refuse_remote_restore, store, checkpoint, target and target.info.id, allow_other)
         if target is None:
             target = await trio.to_thread.run_sync(self.registry.by_id, checkpoint.worktree, limiter=thread_limiter)
         if target.info.id != checkpoint.worktree and not allow_other:

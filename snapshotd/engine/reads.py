@@ -7,6 +7,7 @@ here. Every function here blocks (pygit2) and runs on a worker thread.
 
 from __future__ import annotations
 
+import heapq
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,8 +35,9 @@ from snapshotd.server.refs import (
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store import diff as diff_mod, lookup
 from snapshotd.store.changes import TreeDiff
-from snapshotd.store.checkpoints import Checkpoint, Store
+from snapshotd.store.checkpoints import Checkpoint, Store, session_key
 from snapshotd.store.identity import Records, WorktreeInfo
+from snapshotd.store.remotes import iter_remote, remote_key
 
 WORKTREE = "worktree"  # the side of a diff that means the worktree as it is now
 DEFAULT_CONTEXT = 3
@@ -172,37 +174,64 @@ class ListOptions:
 
     session: str | None
     limit: int | None
+    remote: str | bool | None = None  # also those fetched: from the remote with this key, or from all (True)
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> ListOptions:
-        return cls(session=validate_session(params.get("session")), limit=optional_int(params, "limit", min=0))
+        session, limit = validate_session(params.get("session")), optional_int(params, "limit", min=0)
+        return cls(session, limit, remote_choice(params.get("remote")))
 
 
 @dataclass(frozen=True)
 class CheckpointList:
-    """The checkpoints ``list`` found, newest first."""
+    """The checkpoints ``list`` found, newest first, and the remote each was fetched from (if any)."""
 
     checkpoints: list[Checkpoint]
+    remotes: list[str | None] | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"checkpoints": [checkpoint.to_wire() for checkpoint in self.checkpoints]}
+        remotes = self.remotes or [None] * len(self.checkpoints)
+        return {
+            "checkpoints": [
+                checkpoint.to_wire() | ({"remote": remote} if remote is not None else {})
+                for checkpoint, remote in zip(self.checkpoints, remotes, strict=True)
+            ]
+        }
 
 
-@dataclass(frozen=True)
-class ShownCheckpoint:
-    """The checkpoint ``show`` found."""
-
-    checkpoint: Checkpoint
-
-    def to_wire(self) -> dict[str, Any]:
-        return {"checkpoint": self.checkpoint.to_wire()}
+def remote_choice(value: object) -> str | bool | None:
+    """The ``remote`` param of ``list``: absent (None), a remote's name or URL (its key), or ``true`` for all."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        return True
+    if not isinstance(value, str) or not value:
+        raise InvalidParams("'remote' must be a remote's name, a URL, or true for every remote.")
+    return remote_key(value)
 
 
 def list_checkpoints(info: WorktreeInfo, options: ListOptions) -> CheckpointList:
-    """The worktree's checkpoints, newest first, as ``options`` select them."""
+    """The worktree's checkpoints, newest first, as ``options`` select them, with the fetched ones asked for."""
     with repository(info.store_dir) as repo:
-        found = Store(repo).list(info.id, options.session, options.limit, all_sessions=options.session is None)
-    return CheckpointList(found)
+        store = Store(repo)
+        found = store.list(info.id, options.session, options.limit, all_sessions=options.session is None)
+        if options.remote is None:
+            return CheckpointList(found)
+        local = {cp.id for cp in found}  # a machine's own checkpoints fetched back are listed once
+        pairs = [(None, cp) for cp in found] + [pair for pair in _fetched(store, options) if pair[1].id not in local]
+    count = len(pairs) if options.limit is None else options.limit
+    ordered = heapq.nlargest(count, pairs, key=lambda pair: (pair[1].created_at, pair[1].seq))
+    return CheckpointList([cp for _, cp in ordered], [remote for remote, _ in ordered])
+
+
+def _fetched(store: Store, options: ListOptions) -> list[tuple[str | None, Checkpoint]]:
+    """(remote, checkpoint) fetched from one remote (or all), each ref's newest ``limit``, of ``session`` if given."""
+    key = None if options.remote is True else str(options.remote)
+    wanted = None if options.session is None else session_key(options.session)
+    return [
+        (remote, cp) for remote, cp in iter_remote(store, key, options.limit)
+        if wanted is None or session_key(cp.session) == wanted
+    ]
 
 
 def checkpoint_summary(info: WorktreeInfo) -> dict[str, Any]:

@@ -11,6 +11,9 @@ machine. Nothing a repository's configuration names is ever run: no hooks, no
 fetch would run ``core.sshCommand`` or ``remote.*.uploadpack``): git older
 than 2.45 ignores ``GIT_NO_LAZY_FETCH``, so ``GIT_ALLOW_PROTOCOL`` names no
 protocol at all, which stops every transport before it starts a program.
+The one exception is ``push`` and ``fetch`` of checkpoints, asked for by the
+user: :func:`transport_env` lets git reach the remote with the user's own
+authentication (credential helpers, the ssh agent), never a terminal prompt.
 """
 
 from __future__ import annotations
@@ -37,6 +40,23 @@ _KEPT_VARIABLES = (
     "GIT_CONFIG_NOSYSTEM",
     "GIT_EXEC_PATH",
     "TMPDIR",
+)
+
+# What a push or fetch of checkpoints may use to reach a remote and authenticate, besides the above.
+TRANSPORT_PROTOCOLS = "file:git:ssh:http:https"
+_AUTH_VARIABLES = (
+    "SSH_AUTH_SOCK",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_ASKPASS",
+    "SSH_ASKPASS",
+    "http_proxy",
+    "https_proxy",
+    "HTTPS_PROXY",
+    "no_proxy",
+    "NO_PROXY",
+    "all_proxy",
+    "ALL_PROXY",
 )
 
 GIT_TIMEOUT_S = 600.0
@@ -70,6 +90,17 @@ def git_env(target: GitTarget, index_file: str | None = None) -> dict[str, str]:
         env["GIT_WORK_TREE"] = target.work_tree
     if index_file is not None:
         env["GIT_INDEX_FILE"] = index_file
+    return env
+
+
+def transport_env() -> dict[str, str]:
+    """What a push or fetch adds to :func:`git_env`: the transports, and the user's means of authentication.
+
+    Prompts stay off (``GIT_TERMINAL_PROMPT=0``): the daemon has no terminal,
+    so a missing credential fails at once with git's own message.
+    """
+    env = {name: os.environ[name] for name in _AUTH_VARIABLES if name in os.environ}
+    env["GIT_ALLOW_PROTOCOL"] = TRANSPORT_PROTOCOLS
     return env
 
 
@@ -124,12 +155,13 @@ class _Call:
 
     async def run(self) -> bytes:
         """Run it on the trio loop, at most as many at once as the pool allows; its standard output."""
+        return self.output(await self.completed())
+
+    async def completed(self) -> spawn.Completed:
+        """Run it on the trio loop under the pool; its exit status and both outputs, whatever the status."""
         async with _pool:
             with self.errors():
-                result = await spawn.run(
-                    self.argv, cwd=self.cwd, env=self.env, input=self.input, timeout=GIT_TIMEOUT_S
-                )
-        return self.output(result)
+                return await spawn.run(self.argv, cwd=self.cwd, env=self.env, input=self.input, timeout=GIT_TIMEOUT_S)
 
     def run_sync(self) -> bytes:
         """Run it in the calling thread (the blocking face); its standard output."""
@@ -158,6 +190,11 @@ class _Call:
 async def run_git(target: GitTarget, args: Sequence[str], **options: Unpack[GitOptions]) -> bytes:
     """Run one git command and return its standard output, or raise GitError."""
     return await _Call.make(target, args, options).run()
+
+
+async def run_git_completed(target: GitTarget, args: Sequence[str], **options: Unpack[GitOptions]) -> spawn.Completed:
+    """:func:`run_git` for a caller that reads git's standard error itself (push and fetch): never raises on a status."""
+    return await _Call.make(target, args, options).completed()
 
 
 def run_git_sync(target: GitTarget, args: Sequence[str], **options: Unpack[GitOptions]) -> bytes:

@@ -230,6 +230,11 @@ class Store(SessionChains):
             entry = self.index.refresh(self, ref_name(checkpoint.worktree, checkpoint.session))
             return checkpoint.id in entry.position
 
+    def holds(self, name: str, checkpoint_id: str) -> bool:
+        """True while the chain of the ref ``name`` (a session's, or a fetched one) pins ``checkpoint_id``."""
+        with self.index.lock:
+            return checkpoint_id in self.index.refresh(self, name).position
+
     # --- writing -----------------------------------------------------------
 
     def record(

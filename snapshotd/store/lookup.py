@@ -4,7 +4,8 @@ Each lookup reads as little as it can: a prefix is looked up as an object
 (git's own list of matching objects only when it is ambiguous), a session's
 newest is its ref's head pin, and counting back or finding a seq reads the
 session's index (:mod:`snapshotd.store.index`), never its whole chain. A prefix matches
-checkpoints only, never another object of the repository.
+checkpoints only, never another object of the repository; one fetched from a
+remote counts too (:mod:`snapshotd.store.remotes`).
 """
 
 from __future__ import annotations
@@ -14,15 +15,19 @@ import os
 from snapshotd.errors import NotFound
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.store.checkpoints import Checkpoint, Store, ref_name
+from snapshotd.store.remotes import remote_of
 
 
 def _checkpoint_at(store: Store, object_id: str) -> Checkpoint | None:
-    """The live checkpoint ``object_id`` is, or None for any other object (or a deleted checkpoint)."""
+    """The live checkpoint ``object_id`` is, or None for any other object (or a deleted checkpoint).
+
+    A checkpoint fetched from a remote is live while its fetched ref pins it.
+    """
     try:
         checkpoint = store.load(object_id)
     except NotFound:
         return None
-    return checkpoint if store.is_live(checkpoint) else None
+    return checkpoint if store.is_live(checkpoint) or remote_of(store, checkpoint) else None
 
 
 def _objects_with_prefix(store: Store, prefix: str) -> list[str]:
