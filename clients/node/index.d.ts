@@ -178,6 +178,21 @@ export interface RepairParams {
 
 export type RemoteParams = WorktreeTarget & { remote?: string | null };
 
+export type PushParams = RemoteParams & {
+  /** Replace what the last fetch saw on the remote (after another machine moved a ref). */
+  force?: boolean;
+  /** From now on also push after every checkpoint of this worktree (the daemon, batched), or stop. */
+  background?: boolean;
+};
+
+export interface BackgroundPush {
+  pending: boolean;
+  in_flight: boolean;
+  pushes: number;
+  last_push_at: string | null;
+  last_error: string | null;
+}
+
 // --- results ------------------------------------------------------------------
 
 export interface PingResult {
@@ -282,6 +297,8 @@ export interface StatusResult {
   pid?: number;
   size_cap?: number;
   home?: string;
+  /** Per worktree id whose background push is on. */
+  background_push?: Record<string, BackgroundPush>;
 }
 
 export interface VerifyDifference {
@@ -300,11 +317,15 @@ export interface PushResult {
   remote: string;
   pushed: string[];
   up_to_date: string[];
+  /** Present when the push set the worktree's background push. */
+  background?: boolean;
 }
 
 export interface FetchResult {
   remote: string;
   fetched: string[];
+  /** Fetched refs removed because the remote no longer has them. */
+  gone?: string[];
 }
 
 export type EmptyResult = Record<string, never>;
@@ -384,7 +405,7 @@ export class Snapshotd {
   repair(params?: RepairParams): Promise<RepairResult>;
   status(): Promise<StatusResult>;
   verify(target: string | WorktreeTarget): Promise<VerifyResult>;
-  push(params: RemoteParams): Promise<PushResult>;
+  push(params: PushParams): Promise<PushResult>;
   fetch(params: RemoteParams): Promise<FetchResult>;
   subscribe(target: string | WorktreeTarget): Promise<Subscription>;
   unsubscribe(subscription: string): Promise<EmptyResult>;

@@ -59,6 +59,14 @@ def health_line(result: dict[str, Any]) -> str:
     return click.style("attention", fg="yellow") + f": {count}; " + "; ".join(notes)
 
 
+def background_push_line(worktree: str, push: dict[str, Any]) -> str:
+    """One worktree's background push: in flight or pending, the last push, and the last error in red."""
+    state = "pushing" if push["in_flight"] else "pending" if push["pending"] else "idle"
+    last = (push.get("last_push_at") or "never")[:19].replace("T", " ")
+    line = f"background push {worktree}: {state}, last pushed {last}"
+    return line + (click.style(f"; last error: {push['last_error']}", fg="red") if push.get("last_error") else "")
+
+
 def print_status(result: dict[str, Any], verbose: bool) -> None:
     """The version line, the table of worktrees, the health line, and with ``verbose`` the counters."""
     click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}")
@@ -74,6 +82,8 @@ def print_status(result: dict[str, Any], verbose: bool) -> None:
     else:
         click.echo("no worktrees open yet (a checkpoint opens one)")
     click.echo(health_line(result))
+    for worktree, push in (result.get("background_push") or {}).items():
+        click.echo(background_push_line(worktree, push))
     counters = result["counters"]
     if verbose and counters:
         width = max(len(key) for key in counters)

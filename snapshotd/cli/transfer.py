@@ -28,9 +28,13 @@ def _refs(names: list[str]) -> str:
 @click.command(context_settings=CONTEXT)
 @click.argument("where", nargs=-1, metavar="[PATH] [REMOTE]")
 @click.option("--force", is_flag=True, help="Replace what the last fetch saw on the remote (after 'snapshotd fetch').")
+@click.option(
+    "--background/--no-background", default=None,
+    help="From now on also push after every checkpoint of this worktree (the daemon does, batched), or stop.",
+)
 @json_option
 @click.pass_context
-def push(ctx: click.Context, where: tuple[str, ...], force: bool, json_output: bool) -> None:
+def push(ctx: click.Context, where: tuple[str, ...], force: bool, background: bool | None, json_output: bool) -> None:
     """Send the checkpoints of the worktree holding PATH to REMOTE (default: snapshotd.remote, the upstream, origin).
 
     Only refs/snapshotd/<worktree>/<session> move on the remote, each only
@@ -43,8 +47,10 @@ def push(ctx: click.Context, where: tuple[str, ...], force: bool, json_output: b
             click.echo(f"pushed {len(result['pushed'])} session(s) to {result['remote']}: {_refs(result['pushed'])}")
         else:
             click.echo(f"{result['remote']} is up to date ({len(result['up_to_date'])} session(s))")
+        if "background" in result:
+            click.echo("pushing after every checkpoint from now on" if result["background"] else "background push off")
 
-    params = {"path": os.path.abspath(path), "remote": remote, "force": force or None}
+    params = {"path": os.path.abspath(path), "remote": remote, "force": force or None, "background": background}
     invoke(ctx, "push", params, human, progress="pushing")
 
 

@@ -25,12 +25,7 @@ from snapshotd.engine.disk import disk_refusals
 from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
 from snapshotd.engine.repair import repair
 from snapshotd.engine.subscriptions import Subscriptions, require_connection
-from snapshotd.errors import (
-    InvalidParams,
-    MethodNotFound,
-    Unsupported,
-    WorktreeMismatch,
-)
+from snapshotd.errors import InvalidParams, MethodNotFound, Unsupported, WorktreeMismatch
 from snapshotd.git import spawn
 from snapshotd.git.repository import Repository, repository
 from snapshotd.paths import to_worktree_relative
@@ -67,7 +62,7 @@ class Engine:
         )
         self.worktrees = self.registry.worktrees
         self.started = time.monotonic()
-        self.transfers = transfer.Transfers(self.registry)
+        self.transfers = transfer.Transfers(self.registry, self.subscriptions, nursery)
         self._on_shutdown: Callable[[], None] | None = None
         self._handlers: dict[str, Callable[[dict[str, Any], Any], Awaitable[dict[str, Any]]]] = {
             "ping": self._ping,
@@ -392,6 +387,7 @@ class Engine:
             "pid": os.getpid(),
             "size_cap": self.size_cap,
             "home": str(self.home),
+            "background_push": self.transfers.background.status(),
         }
 
     async def _shutdown(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:

@@ -14,6 +14,7 @@ bound by subscribing in a loop.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +59,7 @@ class Subscriptions:
         self.by_worktree: dict[str, dict[str, Subscription]] = {}
         self._ids = iter(range(1, 1 << 62))
         self._per_session: dict[int, int] = {}  # id(session) -> its live subscriptions
+        self.on_recorded: list[Callable[[str], None]] = []  # told the worktree id of every checkpoint recorded
 
     def changed(self, worktree_id: str, paths: set[str], overflow: bool) -> None:
         """Hand a batch of changed paths to every subscription of the worktree."""
@@ -72,6 +74,8 @@ class Subscriptions:
 
     def recorded(self, worktree_id: str, checkpoint: dict[str, Any]) -> None:
         """Hand a checkpoint just recorded (its wire form) to the worktree's subscriptions that asked for them."""
+        for listener in self.on_recorded:
+            listener(worktree_id)
         for subscription in self.by_worktree.get(worktree_id, {}).values():
             if not subscription.checkpoints:
                 continue

@@ -2,7 +2,8 @@
 
 Which remote: the one named (a remote's name or a URL), else the setting
 ``snapshotd.remote``, else the upstream remote of the worktree's branch, else
-``origin``, else the only remote there is. A push sends each of the
+``origin``, else the only remote there is. A plain folder's store is
+snapshotd's own: the first remote named for it is kept as its ``snapshotd.remote``. A push sends each of the
 worktree's session refs whose value differs from what this machine last
 pushed there, leased on that value (:mod:`snapshotd.store.remotes`); with
 ``force``, leased on what the last fetch saw instead, to replace a ref
@@ -18,10 +19,12 @@ from typing import Any
 
 import trio
 
+from snapshotd.engine.autopush import BackgroundPush, set_background
 from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
+from snapshotd.engine.subscriptions import Subscriptions
 from snapshotd.errors import NotFound, WorktreeMismatch
 from snapshotd.git import transport
-from snapshotd.git.process import GitTarget
+from snapshotd.git.process import GitTarget, run_git
 from snapshotd.git.repository import repository
 from snapshotd.server.params import optional_bool, optional_str
 from snapshotd.store.checkpoints import REF_ROOT, Checkpoint, Store
@@ -65,11 +68,14 @@ async def resolve_remote(info: WorktreeInfo, given: str | None, branch: str | No
     """The remote a push or fetch of ``info`` talks to (see the module's docstring)."""
     settings = await transport.config_values(git_target(info), _SETTINGS)
     names = [name[len("remote.") : -len(".url")] for name, _ in settings if name.startswith("remote.")]
-    if given is not None:
-        if given in names or _looks_like_url(given):
-            return Remote.of(given)
-        raise NotFound(f"There is no remote named {given!r} for {info.path}; 'git remote -v' lists them, or give a URL.")
     configured = [value for name, value in settings if name == "snapshotd.remote"]
+    if given is not None:
+        if not (given in names or _looks_like_url(given)):
+            raise NotFound(f"There is no remote named {given!r} for {info.path}; 'git remote -v' lists them, or give a URL.")
+        remote = Remote.of(given)
+        if info.kind == "plain" and not configured:  # a plain folder's store is snapshotd's: it keeps the URL
+            await run_git(git_target(info), ["config", "snapshotd.remote", given])
+        return remote
     upstream = [value for name, value in settings if branch is not None and name == f"branch.{branch}.remote"]
     for choice in (configured[-1:] + [u for u in upstream[-1:] if u != "."]):
         return Remote.of(choice)
@@ -117,11 +123,22 @@ def fetched_values(info: WorktreeInfo, key: str) -> dict[str, str]:
 
 
 class Transfers:
-    """The engine's pushes and fetches: one at a time per store."""
+    """The engine's pushes and fetches (one at a time per store), and its background pushes."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, subscriptions: Subscriptions, nursery: trio.Nursery | None) -> None:
         self.registry = registry
         self.locks: dict[str, trio.Lock] = {}
+        self.background = BackgroundPush(self._push_in_background, nursery)
+        subscriptions.on_recorded.append(self._recorded)
+
+    def _recorded(self, worktree_id: str) -> None:
+        state = self.registry.worktrees.get(worktree_id)
+        if state is not None:
+            self.background.checkpointed(state.info)
+
+    async def _push_in_background(self, info: WorktreeInfo) -> None:
+        _, branch = await trio.to_thread.run_sync(worktree_head, info, limiter=thread_limiter)
+        await self._send(info, await resolve_remote(info, None, branch), force=False)
 
     def lock(self, info: WorktreeInfo) -> trio.Lock:
         return self.locks.setdefault(info.store_dir, trio.Lock())
@@ -140,9 +157,18 @@ class Transfers:
         return self.registry.by_id(checkpoint.worktree)
 
     async def push(self, params: Mapping[str, Any], _session: Any = None) -> dict[str, Any]:
-        """Push the worktree's checkpoint refs; the result names the refs sent and those already there."""
+        """Push the worktree's checkpoint refs; the result names the refs sent and those already there.
+
+        ``background`` (a bool) turns the worktree's push after each checkpoint on or off first.
+        """
         info, remote = await self._remote(params)
-        force = optional_bool(params, "force")
+        background = None if params.get("background") is None else optional_bool(params, "background")
+        if background is not None:
+            await trio.to_thread.run_sync(set_background, info, background, limiter=thread_limiter)
+        result = await self._send(info, remote, optional_bool(params, "force"))
+        return result if background is None else {**result, "background": background}
+
+    async def _send(self, info: WorktreeInfo, remote: Remote, force: bool) -> dict[str, Any]:
         async with self.lock(info):
             plan = await trio.to_thread.run_sync(plan_push, info, remote, force, limiter=thread_limiter)
             report = await transport.push(git_target(info), remote.argument, plan.updates)

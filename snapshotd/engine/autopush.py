@@ -1,0 +1,147 @@
+"""Background push: after a checkpoint, a worktree whose setting asks for it is pushed, batched.
+
+The setting is per worktree, in its state folder (``push.json``, 0600), set by
+``push`` with ``background``. At most one push per worktree is in flight: a
+checkpoint recorded meanwhile only marks the worktree pending, and the next
+push carries everything since, so the backlog is one flag, never copies. A
+capture never waits for it: the pusher is its own task and takes no
+worktree lock. A failure is kept for ``status`` and retried with the next
+checkpoint, no sooner than a back-off (2 s, doubling up to 5 minutes), so a
+remote that is down costs one failed push per back-off, not one per capture.
+Only a daemon (an engine with a nursery) pushes in the background.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from snapshotd.errors import SnapshotdError, Untrusted
+from snapshotd.fsutil import (
+    atomic_write,
+    checked_private_folder,
+    open_private_folder,
+    read_private_file,
+)
+from snapshotd.store.identity import WorktreeInfo
+from snapshotd.store.pins import now_iso
+from snapshotd.threads import thread_limiter
+
+log = logging.getLogger(__name__)
+
+SETTING = "push.json"
+MAX_SETTING_BYTES = 4096
+BACKOFF_S = (2.0, 300.0)
+AT_ONCE = 2  # background pushes in flight across all worktrees
+
+
+def background_enabled(info: WorktreeInfo) -> bool:
+    """Whether the worktree's setting asks for a push after each checkpoint (no setting: no)."""
+    try:
+        fd = open_private_folder(info.state_dir, 1, create=False)
+    except (OSError, Untrusted):
+        return False
+    try:
+        setting = json.loads(read_private_file(fd, SETTING, MAX_SETTING_BYTES))
+    except (OSError, ValueError):
+        return False
+    finally:
+        os.close(fd)
+    return isinstance(setting, dict) and setting.get("background") is True
+
+
+def set_background(info: WorktreeInfo, on: bool) -> None:
+    """Turn the worktree's background push on or off."""
+    folder = checked_private_folder(info.state_dir, 1)
+    atomic_write(os.path.join(folder, SETTING), json.dumps({"background": on}).encode(), 0o600)
+
+
+@dataclass
+class PushState:
+    """One worktree's background push, as ``status`` shows it."""
+
+    pending: bool = False
+    running: bool = False  # a task serves the worktree now
+    in_flight: bool = False
+    enabled: bool = False
+    pushes: int = 0
+    failures: int = 0  # in a row
+    last_push_at: str | None = None
+    last_error: str | None = None
+    retry_at: float = 0.0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "pending": self.pending,
+            "in_flight": self.in_flight,
+            "pushes": self.pushes,
+            "last_push_at": self.last_push_at,
+            "last_error": self.last_error,
+        }
+
+
+class BackgroundPush:
+    """The pushers of the worktrees whose setting asks for one; ``push`` sends one worktree's checkpoints."""
+
+    def __init__(self, push: Callable[[WorktreeInfo], Awaitable[Any]], nursery: trio.Nursery | None) -> None:
+        self.push = push
+        self.nursery = nursery
+        self.states: dict[str, PushState] = {}
+        self.limiter = trio.CapacityLimiter(AT_ONCE)
+
+    def checkpointed(self, info: WorktreeInfo) -> None:
+        """A checkpoint of ``info`` was recorded: mark it pending, and start its pusher if none runs."""
+        if self.nursery is None:
+            return
+        state = self.states.setdefault(info.id, PushState())
+        state.pending = True
+        if not state.running:
+            state.running = True
+            self.nursery.start_soon(self._serve, info, state)
+
+    def status(self) -> dict[str, Any]:
+        """Per worktree id with background push on: pending, in flight, pushes, the last push and error."""
+        return {worktree: state.to_wire() for worktree, state in self.states.items() if state.enabled}
+
+    async def _serve(self, info: WorktreeInfo, state: PushState) -> None:
+        try:
+            while state.pending:
+                state.enabled = await trio.to_thread.run_sync(background_enabled, info, limiter=thread_limiter)
+                if not state.enabled:
+                    state.pending = False
+                    break
+                await trio.sleep(max(0.0, state.retry_at - time.monotonic()))
+                state.pending = False  # what is recorded from here on waits for the next push
+                async with self.limiter:
+                    await self._push_once(info, state)
+        finally:
+            state.running = False
+
+    async def _push_once(self, info: WorktreeInfo, state: PushState) -> None:
+        state.in_flight = True
+        try:
+            await self.push(info)
+        except SnapshotdError as exc:
+            self._failed(state, exc.message)
+        except Exception as exc:
+            log.exception("the background push of %s failed", info.path)
+            self._failed(state, f"{type(exc).__name__}: {exc}")
+        else:
+            state.pushes += 1
+            state.failures = 0
+            state.last_push_at, state.last_error, state.retry_at = now_iso(), None, 0.0
+        finally:
+            state.in_flight = False
+
+    @staticmethod
+    def _failed(state: PushState, message: str) -> None:
+        state.failures += 1
+        state.last_error = message
+        state.retry_at = time.monotonic() + min(BACKOFF_S[1], BACKOFF_S[0] * 2 ** (state.failures - 1))
