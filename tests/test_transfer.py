@@ -99,6 +99,11 @@ def test_a_checkpoint_pushed_by_a_restores_on_b_byte_for_byte_through_git_daemon
             files = {f["path"]: f["status"] for f in b.call("diff", **{"from": made["id"], "to": "worktree"})["files"]}
             assert files["bin.dat"] == "deleted" and files["gone.txt"] == "added"
 
+            assert b.call("resolve", checkpoint="agent@{origin}")["checkpoint"]["id"] == made["id"]
+            assert b.call("resolve", checkpoint="@{origin}")["checkpoint"]["id"] == made["id"]
+            assert _error(b, "resolve", checkpoint="agent@{origin}~1").kind == "not_found"
+            assert made["id"] in b.cli("show", "agent@{origin}").stdout
+
             refused = _error(b, "restore", checkpoint=made["id"])
             assert refused.kind == "worktree_mismatch" and "allow_other_worktree" in refused.message
             assert "fetched from the remote origin" in refused.message
@@ -224,6 +229,34 @@ def test_each_failure_of_a_remote_is_one_sentence(tmp_path: Path, daemon: Any) -
     with pytest.raises(SnapshotdError) as caught:
         call(daemon.socket, "push", {"path": str(lonely)})
     assert caught.value.kind == "not_found" and "snapshotd.remote" in caught.value.message
+
+
+def test_a_plain_folder_pushes_its_own_store_to_a_url_and_keeps_it(tmp_path: Path, daemon: Any) -> None:
+    bare = tmp_path / "plain.git"
+    git(tmp_path, "init", "-q", "--bare", str(bare))
+    folder, other = tmp_path / "notes", tmp_path / "elsewhere"
+    write(folder / "a.txt", "plain\n")
+    other.mkdir()
+    made = call(daemon.socket, "checkpoint", {"path": str(folder)})["checkpoint"]
+    first = call(daemon.socket, "push", {"path": str(folder), "remote": bare.as_uri()})
+    assert first["pushed"] == [f"refs/snapshotd/{made['worktree']}/default"]
+    assert set(remote_refs(bare.as_uri(), tmp_path)) == set(first["pushed"])
+    write(folder / "a.txt", "plain, later\n")
+    later = call(daemon.socket, "checkpoint", {"path": str(folder)})["checkpoint"]
+    assert call(daemon.socket, "push", {"path": str(folder)})["remote"] == bare.as_uri()  # the URL it kept
+    call(daemon.socket, "fetch", {"path": str(other), "remote": bare.as_uri()})
+    listed = call(daemon.socket, "list", {"path": str(other), "remote": bare.as_uri()})["checkpoints"]
+    assert [cp["id"] for cp in listed] == [later["id"], made["id"]]
+    call(daemon.socket, "restore", {"checkpoint": later["id"], "path": str(other), "allow_other_worktree": True})
+    assert (other / "a.txt").read_bytes() == b"plain, later\n"
+
+
+def test_a_remote_reference_parses_and_a_session_with_a_colon_is_still_a_session() -> None:
+    from snapshotd.server.refs import RemoteHead, SessionHead, parse_ref
+
+    assert parse_ref("agent@{origin}~2") == RemoteHead("agent@{origin}~2", "origin", parse_ref("agent@").session, 2)
+    assert isinstance(parse_ref("@{origin}"), RemoteHead) and parse_ref("@{origin}~").back == 1
+    assert isinstance(parse_ref("snapshotd:safety@~1"), SessionHead)
 
 
 @pytest.mark.parametrize(

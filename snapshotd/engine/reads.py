@@ -27,6 +27,7 @@ from snapshotd.server.params import (
 from snapshotd.server.refs import (
     CheckpointRef,
     IdPrefix,
+    RemoteHead,
     SessionHead,
     SessionSeq,
     parse_ref,
@@ -37,7 +38,7 @@ from snapshotd.store import diff as diff_mod, lookup
 from snapshotd.store.changes import TreeDiff
 from snapshotd.store.checkpoints import Checkpoint, Store, session_key
 from snapshotd.store.identity import Records, WorktreeInfo
-from snapshotd.store.remotes import iter_remote, remote_key
+from snapshotd.store.remotes import back_from_remote_head, iter_remote, remote_key
 
 WORKTREE = "worktree"  # the side of a diff that means the worktree as it is now
 DEFAULT_CONTEXT = 3
@@ -84,6 +85,9 @@ def find_checkpoint(ref: CheckpointRef, store_dirs: Iterable[str], worktree: Wor
             "(on the command line, run it inside the worktree)."
         )
     store = Store(open_repository(worktree.store_dir))
+    if isinstance(ref, RemoteHead):
+        found = back_from_remote_head(store, remote_key(ref.remote), ref.session.name, ref.session.named, ref.back)
+        return FoundCheckpoint(store, found)
     if isinstance(ref, SessionHead):
         session = ref.session.name if ref.session.named else _newest_session(store, worktree)
         return FoundCheckpoint(store, lookup.back_from_head(store, worktree.id, session, ref.back))

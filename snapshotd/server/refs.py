@@ -5,7 +5,8 @@ of at least 7 hex digits; ``@``, the newest checkpoint of a session in a
 worktree, and ``@~N``, N before it; ``#N``, the checkpoint with seq N;
 ``SESSION@`` and ``SESSION@~N`` name the session inline. Without a session
 (inline or the ``session`` param) ``@`` and ``#N`` mean the worktree's
-newest session. What a reference names is found in one place,
+newest session. ``@{REMOTE}``, ``SESSION@{REMOTE}`` and ``SESSION@{REMOTE}~N``
+count in what was fetched from REMOTE instead (another machine's worktree). What a reference names is found in one place,
 :func:`snapshotd.engine.reads.find_checkpoint`.
 """
 
@@ -24,7 +25,8 @@ MAX_HEX = 64  # a SHA-256 id; a SHA-1 store finds no longer prefix than its 40
 _HEX = re.compile(r"^[0-9a-fA-F]+$")
 _BACK = re.compile(r"^~(\d*)$")
 _SEQ = re.compile(r"^#(\d+)$")
-SYNTAX = "an id (7 or more hex digits), @, @~N, #N, SESSION@ or SESSION@~N"
+_REMOTE = re.compile(r"^\{([^{}\s]+)\}(~\d*)?$")
+SYNTAX = "an id (7 or more hex digits), @, @~N, #N, SESSION@, SESSION@~N or SESSION@{REMOTE}~N"
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,19 @@ class SessionSeq:
     relative = True
 
 
-CheckpointRef: TypeAlias = IdPrefix | SessionHead | SessionSeq
+@dataclass(frozen=True)
+class RemoteHead:
+    """``@{REMOTE}``, ``SESSION@{REMOTE}~N``: ``back`` before the newest fetched from ``remote`` (in the session)."""
+
+    text: str
+    remote: str
+    session: SessionChoice
+    back: int
+
+    relative = True  # counted in the fetched refs of the worktree's store
+
+
+CheckpointRef: TypeAlias = IdPrefix | SessionHead | SessionSeq | RemoteHead
 
 
 def _number(text: str, whole: str, name: str) -> int:
@@ -104,6 +118,12 @@ def parse_ref(value: object, name: str = "checkpoint", session: SessionChoice | 
             raise InvalidParams(f"{text!r} names no checkpoint: seq numbers start at 1.", param=name)
         return SessionSeq(text, choice, number)
     inline, at, tail = text.rpartition("@")
+    remote = _REMOTE.match(tail) if at else None
+    if remote:
+        steps = remote.group(2) or ""
+        count = 0 if not steps else (_number(steps[1:], text, name) if steps[1:] else 1)
+        named = SessionChoice(validate_session(inline, name), named=True) if inline else choice
+        return RemoteHead(text, remote.group(1), named, count)
     back = _BACK.match(tail) if at else None
     if at and (tail == "" or back):
         steps = 0 if tail == "" else (_number(back.group(1), text, name) if back and back.group(1) else 1)

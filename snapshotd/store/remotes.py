@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Iterator
 
-from snapshotd.errors import Untrusted
+from snapshotd.errors import Ambiguous, NotFound, Untrusted
 from snapshotd.fsutil import (
     atomic_write,
     checked_private_folder,
@@ -77,6 +77,34 @@ def iter_remote(store: Store, key: str | None, limit: int | None) -> Iterator[tu
     for name in remote_refs(store, key):
         for checkpoint in store.iter_session(name, limit):
             yield local_name(name)[0], checkpoint
+
+
+def back_from_remote_head(store: Store, key: str, session: str | None, named: bool, back: int) -> Checkpoint:
+    """``SESSION@{REMOTE}~N``: ``back`` before the newest of the session fetched from ``key``.
+
+    Without a session, the session whose newest fetched checkpoint is newest.
+    A session fetched from two worktrees of the remote is ambiguous: the
+    reference names no worktree, so the candidates are their newest.
+    """
+    wanted = f"/{session_key(session)}" if named else None
+    heads = []
+    for name in remote_refs(store, key):
+        if wanted is None or name.endswith(wanted):
+            newest = store.newest_ids(name, 1)
+            if newest:
+                heads.append((store.load(newest[0]), name))
+    heads.sort(key=lambda pair: (pair[0].created_at, pair[0].seq), reverse=True)
+    where = f"session {session!r}" if named and session is not None else "the default session" if named else "the newest session"
+    if not heads:
+        what = f"no checkpoint of {where}" if named else "no checkpoint"
+        raise NotFound(f"There is {what} fetched from the remote {key}; 'snapshotd fetch {key}' brings its checkpoints.")
+    if named and len({cp.worktree for cp, _ in heads}) > 1:
+        shown = ", ".join(f"{cp.id[:12]} of worktree {cp.worktree}" for cp, _ in heads[:5])
+        raise Ambiguous(f"{where.capitalize()} was fetched from {len(heads)} worktrees of {key}: {shown}; name one by id.")
+    ids = store.newest_ids(heads[0][1], back + 1)
+    if len(ids) <= back:
+        raise NotFound(f"{where.capitalize()} fetched from {key} holds {len(ids)} checkpoint(s), so none is {back} before its newest.")
+    return store.load(ids[back])
 
 
 # --- what this machine last pushed ------------------------------------------------
