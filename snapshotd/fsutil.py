@@ -15,7 +15,24 @@ import stat
 from collections.abc import Iterator
 from pathlib import Path
 
-from snapshotd.errors import Untrusted
+from snapshotd.errors import NotFound, Untrusted
+
+MISSING_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ESTALE)
+"""What looking at a path that was there a moment ago fails with once it is gone (or a folder above it is)."""
+
+
+def changed_while_opened(worktree: str, exc: OSError) -> NotFound:
+    """``not_found`` for a worktree whose folder, ``.git`` or git dir went while it was found or checked.
+
+    An agent server deletes worktrees all day: the path is gone, which is no
+    question of who owns it nor of what kind of file it is.
+    """
+    name = os.fsdecode(exc.filename) if exc.filename is not None else None
+    what = f"{exc.strerror}: {name}" if name else (exc.strerror or type(exc).__name__)
+    return NotFound(
+        f"The worktree at {worktree} changed while it was being opened ({what}); it may have been moved or deleted.",
+        path=worktree,
+    )
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:

@@ -13,12 +13,12 @@ The watcher tells moved from deleted (its root's own ``IN_MOVE_SELF`` or
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from snapshotd.fsutil import MISSING_ERRNOS
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.store.statedir import read_id_of, state_folder
 
@@ -81,9 +81,6 @@ def _keeps_its_id(info: WorktreeInfo) -> bool:
     return read_id_of(info.git_dir) == info.id
 
 
-_MISSING = (errno.ENOENT, errno.ENOTDIR, errno.ESTALE)
-
-
 def went_missing(exc: BaseException, *infos: WorktreeInfo) -> str | None:
     """What of the worktree was missing when ``exc`` happened (None when that was not the cause).
 
@@ -101,7 +98,7 @@ def went_missing(exc: BaseException, *infos: WorktreeInfo) -> str | None:
         if isinstance(seen, BaseExceptionGroup):
             pending.extend(seen.exceptions)
             continue
-        if isinstance(seen, OSError) and seen.errno in _MISSING:
+        if isinstance(seen, OSError) and seen.errno in MISSING_ERRNOS:
             name = os.fsdecode(seen.filename) if seen.filename is not None else None
             if name is None and shutil.which("git") is None:
                 return None  # no git at all: not the worktree's doing

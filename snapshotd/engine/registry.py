@@ -25,7 +25,7 @@ from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.engine.reads import checkpoint_summary
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
-from snapshotd.fsutil import remove_stale_temp_files
+from snapshotd.fsutil import changed_while_opened, remove_stale_temp_files
 from snapshotd.git.repository import read_head
 from snapshotd.restore.core import recover
 from snapshotd.server.params import optional_path, optional_str
@@ -101,10 +101,7 @@ class Registry:
             try:
                 info = identify(locate(path), self.records)
             except OSError as exc:  # its .git or the folder went between looking and opening
-                raise NotFound(
-                    f"The worktree at {path} changed while it was being opened ({exc.strerror}); "
-                    "it may have been moved or deleted."
-                ) from exc
+                raise changed_while_opened(path, exc) from exc
         state = self.worktrees.get(info.id)
         if state is None:
             remove_stale_temp_files(Path(info.state_dir, "tmp"), "index-")

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 import pygit2
 
 from snapshotd.errors import Untrusted
+from snapshotd.fsutil import MISSING_ERRNOS, changed_while_opened
 from snapshotd.git.config import protected_config_values
 
 __all__ = ["check_repository_owner", "check_store_owner", "trusted_uids"]
@@ -41,12 +42,18 @@ def trusted_uids() -> frozenset[int]:
     return frozenset({ROOT_UID, int(sudo_uid)}) if sudo_uid.isdigit() else frozenset({ROOT_UID})
 
 
-def _foreign_owner(paths: Sequence[str], trusted: frozenset[int]) -> tuple[str, int | None] | None:
-    """The first path not owned by a trusted uid, with its owner (None when it cannot be read)."""
+def _foreign_owner(root: str, paths: Sequence[str], trusted: frozenset[int]) -> tuple[str, int | None] | None:
+    """The first path not owned by a trusted uid, with its owner (None when it cannot be read).
+
+    A path gone since the caller saw it (``rm -rf`` of the worktree under way)
+    has no owner to judge: the worktree ``root`` is ``not_found``.
+    """
     for path in paths:
         try:
             owner = os.lstat(path).st_uid
-        except OSError:
+        except OSError as exc:
+            if exc.errno in MISSING_ERRNOS:
+                raise changed_while_opened(root, exc) from exc
             return path, None
         if owner not in trusted:
             return path, owner
@@ -84,9 +91,11 @@ def check_repository_owner(root: str, paths: Sequence[str]) -> None:
     """Refuse the repository of worktree ``root`` unless ``paths`` (its folders and files) are the user's.
 
     ``root`` (a real path) is what ``safe.directory`` must name to allow it
-    anyway. Raises :class:`~snapshotd.errors.Untrusted` with the remedy.
+    anyway. Raises :class:`~snapshotd.errors.Untrusted` with the remedy, and
+    :class:`~snapshotd.errors.NotFound` naming ``root`` when one of ``paths``
+    is gone by the time it is looked at.
     """
-    foreign = _foreign_owner(paths, trusted_uids())
+    foreign = _foreign_owner(root, paths, trusted_uids())
     if foreign is None or _listed_as_safe(root):
         return
     path, owner = foreign
@@ -105,7 +114,7 @@ def check_store_owner(git_dir: str) -> None:
     user at the same path, so the git dir and its config must still be the
     user's. ``safe.directory`` names a worktree, so for a ``.git`` folder it
     is asked about the folder holding it. What does not exist is left for the
-    opening to report.
+    opening to report; what goes between looking and checking is ``not_found``.
     """
     real = os.path.realpath(git_dir)
     root = os.path.dirname(real) if os.path.basename(real) == ".git" else real

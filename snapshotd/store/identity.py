@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -119,9 +120,11 @@ def is_git_directory(folder: Path) -> bool:
 def locate(path: str) -> Located:
     """Find the worktree holding ``path`` the way git discovers it (a ``.git`` above it)."""
     real = os.path.realpath(path)
-    if not os.path.exists(real):
-        raise NotFound(f"The path {path} does not exist.")
-    if not os.path.isdir(real):
+    try:
+        mode = os.stat(real).st_mode  # one look: a folder deleted between two is not called a file
+    except OSError:
+        raise NotFound(f"The path {path} does not exist.") from None
+    if not stat.S_ISDIR(mode):
         raise NotADirectory(f"The path {path} is not a folder.")
     parts = Path(real).parts
     if ".git" in parts:

@@ -1,0 +1,167 @@
+"""A worktree deleted while it is being checked is ``not_found`` naming it, never another user's.
+
+The ownership rule (:mod:`snapshotd.git.ownership`) and the walk that finds a
+worktree look at paths that existed a moment before; ``rm -rf`` (an agent
+server deletes worktrees all day) can take one between the look and the
+check. Each test deletes the worktree at that moment, from inside the call
+that looks at the path, and expects ``not_found`` naming the worktree: an
+ownership refusal ("belongs to an owner it cannot read") or "not a folder"
+would send the user after a problem they do not have.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from repo_helpers import git, init_repo
+
+from snapshotd.engine.core import Engine
+from snapshotd.errors import NotFound, SnapshotdError
+from snapshotd.git import ownership
+from snapshotd.git.repository import open_repository
+from snapshotd.store import identity
+from snapshotd.store.identity import Records, check_still_trusted, identify, locate
+
+
+class _Stand_in:
+    """A module (``os``, ``os.path``) as one module of snapshotd sees it, some functions replaced.
+
+    The rest of the process, the test's own calls included, keeps the real ones.
+    """
+
+    def __init__(self, real: ModuleType | _Stand_in, **replaced: object) -> None:
+        self._real, self._replaced = real, replaced
+
+    def __getattr__(self, attr: str) -> object:
+        return self._replaced[attr] if attr in self._replaced else getattr(self._real, attr)
+
+
+def deleting_after(real: Callable[..., object], trigger: Path, doomed: Path, met: list[str], *, before: bool) -> Callable[..., object]:
+    """``real``, except that its first call on ``trigger`` deletes ``doomed`` (``before`` or after it looks)."""
+
+    def deleting(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        hit = os.fspath(path) == str(trigger) and not met
+        if hit:
+            met.append(os.fspath(path))
+            if before:
+                shutil.rmtree(doomed)
+        result = real(path, *args, **kwargs)
+        if hit and not before:
+            shutil.rmtree(doomed)
+        return result
+
+    return deleting
+
+
+def delete_on(monkeypatch: pytest.MonkeyPatch, module: ModuleType, name: str, trigger: Path, doomed: Path) -> list[str]:
+    """Make ``module``'s ``os.<name>`` of the path ``trigger`` first delete ``doomed`` (once); the calls it met."""
+    met: list[str] = []
+    replaced = deleting_after(getattr(os, name), trigger, doomed, met, before=True)
+    monkeypatch.setattr(module, "os", _Stand_in(os, **{name: replaced}))
+    return met
+
+
+def linked_worktree(tmp_path: Path) -> tuple[Path, Path]:
+    """A repository and a linked worktree of it; the worktree's path and its admin folder."""
+    main = init_repo(tmp_path / "main", ("a.txt", "a\n"))
+    linked = tmp_path / "linked"
+    git(main, "worktree", "add", "-q", "-b", "side", str(linked))
+    return linked, main / ".git" / "worktrees" / "linked"
+
+
+def assert_not_found_naming(caught: pytest.ExceptionInfo[SnapshotdError], worktree: Path) -> None:
+    assert isinstance(caught.value, NotFound), caught.value
+    assert str(worktree) in caught.value.message
+    assert "not yours" not in caught.value.message
+
+
+def test_a_git_folder_deleted_as_its_owner_is_checked_is_not_found(tmp_path, monkeypatch):
+    """Fault: ``rm -rf`` takes ``.git`` after the walk saw ``.git/HEAD`` and before its owner is read."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    met = delete_on(monkeypatch, ownership, "lstat", repo / ".git", repo / ".git")
+    with pytest.raises(SnapshotdError) as caught:
+        locate(str(repo))
+    assert met
+    assert_not_found_naming(caught, repo)
+
+
+@pytest.mark.parametrize("vanishing", [".git file", "admin folder", "worktree"])
+def test_a_linked_worktree_deleted_as_its_owner_is_checked_is_not_found(tmp_path, monkeypatch, vanishing):
+    """Fault: the ``.git`` file, the admin folder or the whole worktree goes as its owner is read."""
+    linked, admin = linked_worktree(tmp_path)
+    trigger, doomed = {
+        ".git file": (linked / ".git", linked),
+        "admin folder": (admin, admin),
+        "worktree": (linked, linked),
+    }[vanishing]
+    if vanishing == ".git file":
+        doomed = linked  # rm -rf of the worktree: the .git file first
+    met = delete_on(monkeypatch, ownership, "lstat", trigger, doomed)
+    with pytest.raises(SnapshotdError) as caught:
+        locate(str(linked))
+    assert met
+    assert_not_found_naming(caught, linked)
+
+
+def test_a_store_deleted_between_looking_and_checking_its_owner_is_not_found(tmp_path, monkeypatch):
+    """Fault: the git dir's ``config`` is there when looked for and gone when its owner is read."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    met = delete_on(monkeypatch, ownership, "lstat", repo / ".git" / "config", repo / ".git")
+    with pytest.raises(SnapshotdError) as caught:
+        open_repository(str(repo / ".git"))
+    assert met
+    assert_not_found_naming(caught, repo)
+
+
+def test_an_open_worktree_deleted_while_asked_for_by_id_is_not_found(tmp_path, monkeypatch):
+    """Fault: a worktree already open, asked for by its id, has its git dir deleted as the rule runs again."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    info = identify(locate(str(repo)), Records(tmp_path / "home"))
+    met = delete_on(monkeypatch, ownership, "lstat", repo / ".git", repo)
+    with pytest.raises(SnapshotdError) as caught:
+        check_still_trusted(info)
+    assert met
+    assert_not_found_naming(caught, repo)
+
+
+async def test_a_worktree_deleted_just_after_it_was_found_to_exist_is_not_found_not_a_file(tmp_path, monkeypatch):
+    """Fault: the folder asked about is deleted just after the first look found it (the walk's ``exists``
+    or ``stat``); a second look must not call the path that is gone "not a folder"."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    met: list[str] = []
+    after = {"before": False}
+    path = _Stand_in(os.path, exists=deleting_after(os.path.exists, repo, repo, met, **after))
+    monkeypatch.setattr(identity, "os", _Stand_in(os, path=path, stat=deleting_after(os.stat, repo, repo, met, **after)))
+    engine = Engine()
+    try:
+        with pytest.raises(SnapshotdError) as caught:
+            await engine.call("checkpoint", {"path": str(repo)})
+    finally:
+        await engine.aclose()
+    assert met
+    assert_not_found_naming(caught, repo)
+
+
+@pytest.mark.parametrize("method", ["checkpoint", "list"])
+async def test_a_request_whose_worktree_goes_mid_check_is_not_found_naming_it(tmp_path, monkeypatch, method):
+    """The soak's case end to end: ``rm -rf`` takes ``.git`` while a request checks its owner."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    engine = Engine()
+    try:
+        await engine.call("checkpoint", {"path": str(repo)})
+        met = delete_on(monkeypatch, ownership, "lstat", repo / ".git", repo / ".git")
+        with pytest.raises(SnapshotdError) as caught:
+            await engine.call(method, {"path": str(repo)})
+        assert met
+        assert_not_found_naming(caught, repo)
+        shutil.rmtree(repo)
+        init_repo(repo, ("a.txt", "made anew\n"))
+        done = await engine.call("checkpoint", {"path": str(repo)})  # and the daemon goes on with the new one
+        assert done["checkpoint"]["tree"]
+    finally:
+        await engine.aclose()
