@@ -15,8 +15,9 @@ checkpoint them, a share of those under the worktree's lock with the tree
 compared with git's (``tests/oracle.py``); another thread pings every 20 ms.
 
 Reported: daemon restarts (0), captures compared with git and the
-differences (0), ping p50/p99/max, requests that failed with anything but a
-clear error about their own worktree (0; a clear one names the worktree's
+differences (0), ping p50/p99/max, failed requests by kind, the requests that
+failed with anything but a clear error about their own worktree (0, each with
+its whole sentence; a clear one names the worktree's
 path or id, kind ``not_found``, ``not_a_directory``, ``path_outside_worktree``
 or ``git_error``: a repository deleted under a capture lacks objects), the daemon's RSS and descriptors at start and
 end, the worktrees that went cold at the lowered limit, and tracebacks in the
@@ -209,6 +210,7 @@ class Soak:
         except SnapshotdError as error:
             kind = error.to_dict().get("data", {}).get("kind")
             about_it = str(path) in error.message or any(i in error.message for i in slot.ids)
+            self.count(f"failed_kind.{kind or 'internal'}")
             if kind in CLEAR_KINDS and about_it and not verify:
                 self.count("failed.clear")
             else:
@@ -306,10 +308,20 @@ def daemon_watches(pid: int) -> int:
     return held
 
 
+def load_average() -> list[float]:
+    """The machine's 1, 5 and 15 minute load averages (empty where /proc has none)."""
+    try:
+        with open("/proc/loadavg") as loadavg:
+            return [float(part) for part in loadavg.read().split()[:3]]
+    except OSError:
+        return []
+
+
 def run(options: argparse.Namespace) -> dict[str, Any]:
     """One soak in a fresh folder; the report (``ok`` says whether every bound held)."""
     root = Path(tempfile.mkdtemp(prefix="soak-"))
     soak = Soak(root, options)
+    load_start = load_average()
     try:
         soak.prepare()
         soak.start_daemon()
@@ -346,6 +358,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         "requests": soak.counts["requests"],
         "failed_clear": soak.counts["failed.clear"],
         "failed_unclear": soak.counts["failed.unclear"],
+        "failed_by_kind": {k[12:]: v for k, v in sorted(soak.counts.items()) if k.startswith("failed_kind.")},
         "ping_ms": summarize(soak.pings),
         "ping_failed": soak.counts["ping.failed"],
         "daemon_start": start,
@@ -361,9 +374,10 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             if k.startswith(("watch_given_up", "worktrees_", "worktree_task", "watch_miss", "captures."))
         },
         "stop_s": stop_s,
+        "load_average": {"start": load_start, "end": load_average()},  # the machine is shared
         "log_tracebacks": log.count("Traceback"),
         "log_errors": sum(" ERROR " in line for line in log.splitlines()),
-        "unclear_samples": soak.unclear[:10],
+        "unclear": soak.unclear,  # each in full: every one is a bug to find
         "difference_samples": soak.differences[:10],
     }
     report["ok"] = (
