@@ -53,6 +53,35 @@ def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -
     fsync_dir(path.parent)
 
 
+def atomic_write_at(folder_fd: int, name: str, data: bytes, mode: int = 0o600, *, temp_prefix: str | None = None) -> None:
+    """Replace ``name`` in the folder open as ``folder_fd`` with ``data``; a crash leaves the old file or the new.
+
+    :func:`atomic_write` for a folder held by descriptor (opened without
+    following links, checked to be the right one): the temporary file beside
+    it (``temp_prefix``, by default ``.<name>.tmp-``, then the pid, so a later
+    writer can tell a crashed one's) is created and renamed relative to the
+    descriptor, never through a link planted in its place, and given ``mode``
+    whatever the umask.
+    """
+    tmp = f"{temp_prefix or f'.{name}.tmp-'}{os.getpid()}-{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, mode)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=folder_fd)
+        raise
+    os.fsync(folder_fd)
+
+
 def fsync_dir(path: str | os.PathLike[str]) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:

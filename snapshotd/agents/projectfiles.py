@@ -15,11 +15,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from pathlib import Path
 
 from snapshotd.errors import InvalidParams, Untrusted
+from snapshotd.fsutil import atomic_write_at
 
 __all__ = ["read_file", "read_limited", "write_file"]
 
@@ -109,22 +109,6 @@ def write_file(project: Path, folder: str, name: str, data: bytes) -> None:
             if stat.S_ISLNK(info.st_mode):
                 raise _refused_link(project / folder / name)
             mode = stat.S_IMODE(info.st_mode)
-        tmp = f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fchmod(fd, mode)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, name, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-        except BaseException:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp, dir_fd=folder_fd)
-            raise
-        os.fsync(folder_fd)
+        atomic_write_at(folder_fd, name, data, mode)
     finally:
         os.close(folder_fd)

@@ -16,12 +16,11 @@ import contextlib
 import hashlib
 import json
 import os
-import secrets
 import struct
 from pathlib import Path
 
 from snapshotd.errors import Untrusted
-from snapshotd.fsutil import open_private_folder, pid_alive, read_private_file
+from snapshotd.fsutil import atomic_write_at, open_private_folder, pid_alive, read_private_file
 from snapshotd.store.sessionindex import SessionIndex
 
 NAME = "checkpoint-index"
@@ -102,7 +101,7 @@ def save(store_path: str, sessions: dict[str, SessionIndex], id_bytes: int) -> N
         fd = open_private_folder(_folder(store_path), 1)
         try:
             _remove_stale_temp_files(fd)
-            _replace(fd, data)
+            atomic_write_at(fd, NAME, data, 0o600, temp_prefix=TEMP_PREFIX)
         finally:
             os.close(fd)
 
@@ -115,20 +114,3 @@ def _remove_stale_temp_files(folder_fd: int) -> None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(name, dir_fd=folder_fd)
 
-
-def _replace(folder_fd: int, data: bytes) -> None:
-    tmp = f"{TEMP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
-    out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
-    try:
-        try:
-            os.fchmod(out, 0o600)
-            view = memoryview(data)
-            while view:
-                view = view[os.write(out, view) :]
-        finally:
-            os.close(out)
-        os.replace(tmp, NAME, src_dir_fd=folder_fd, dst_dir_fd=folder_fd)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=folder_fd)
-        raise
