@@ -165,3 +165,37 @@ async def test_a_request_whose_worktree_goes_mid_check_is_not_found_naming_it(tm
         assert done["checkpoint"]["tree"]
     finally:
         await engine.aclose()
+
+
+async def test_a_worktree_whose_git_folder_goes_before_its_store_is_opened_is_not_found(tmp_path, monkeypatch):
+    """Fault: ``.git`` is there when the worktree is found and gone when a read opens its store."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    engine = Engine()
+    try:
+        await engine.call("checkpoint", {"path": str(repo)})
+        met: list[str] = []
+        lexists = deleting_after(os.path.lexists, repo / ".git", repo / ".git", met, before=True)
+        monkeypatch.setattr(ownership, "os", _Stand_in(os, path=_Stand_in(os.path, lexists=lexists)))
+        with pytest.raises(SnapshotdError) as caught:
+            await engine.call("list", {"path": str(repo)})
+    finally:
+        await engine.aclose()
+    assert met
+    assert_not_found_naming(caught, repo)
+
+
+def test_a_store_deleted_between_its_check_and_its_opening_is_not_found(tmp_path, monkeypatch):
+    """Fault: the git dir passes the ownership rule and is gone when libgit2 opens it."""
+    from snapshotd.git import repository as repository_mod
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    real_open = repository_mod.LibgitRepository
+
+    def deleted_first(*args, **kwargs):  # type: ignore[no-untyped-def]
+        shutil.rmtree(repo / ".git")
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(repository_mod, "LibgitRepository", deleted_first)
+    with pytest.raises(SnapshotdError) as caught:
+        open_repository(str(repo / ".git"))
+    assert_not_found_naming(caught, repo)

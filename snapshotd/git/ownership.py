@@ -13,6 +13,7 @@ user's repository could otherwise make snapshotd run that user's programs
 
 from __future__ import annotations
 
+import errno
 import os
 import pwd
 from collections.abc import Sequence
@@ -113,9 +114,12 @@ def check_store_owner(git_dir: str) -> None:
     A recorded repository may have been deleted and made again by another
     user at the same path, so the git dir and its config must still be the
     user's. ``safe.directory`` names a worktree, so for a ``.git`` folder it
-    is asked about the folder holding it. What does not exist is left for the
-    opening to report; what goes between looking and checking is ``not_found``.
+    is asked about the folder holding it. A git dir that is not there (its
+    worktree deleted meanwhile) is ``not_found`` naming that folder; a missing
+    config is left for the opening to report.
     """
     real = os.path.realpath(git_dir)
     root = os.path.dirname(real) if os.path.basename(real) == ".git" else real
+    if not os.path.lexists(real):
+        raise changed_while_opened(root, FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), real))
     check_repository_owner(root, [path for path in (real, os.path.join(real, "config")) if os.path.lexists(path)])

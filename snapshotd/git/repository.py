@@ -78,11 +78,16 @@ def open_repository(path: str) -> Repository:
 
     It must be the user's (:func:`~snapshotd.git.ownership.check_store_owner`)
     before anything of it is read: libgit2 is told not to check (see :mod:`.ownership`).
+    One gone by then, or by the time it is opened, is ``not_found`` naming its worktree.
     """
     check_store_owner(path)
-    if libgit2_opens(path):
-        return LibgitRepository(path, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-    return GitRepository(path)
+    try:
+        if libgit2_opens(path):
+            return LibgitRepository(path, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+        return GitRepository(path)
+    except pygit2.GitError:
+        check_store_owner(path)  # deleted since it was checked: not_found rather than libgit2's words
+        raise
 
 
 @contextlib.contextmanager
