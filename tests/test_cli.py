@@ -741,7 +741,7 @@ def test_help_of_the_program_and_every_command() -> None:
         assert set(options) <= set(_long_names(cli_main.commands[name])), name
     assert {"--socket", "--embedded", "--json"} <= set(_long_names(cli_main))
     for name in commands:
-        if name not in ("serve", "hook", "mcp"):  # they print nothing for people (hook) or speak MCP
+        if name not in ("serve", "hook", "mcp", "completion"):  # nothing for people (hook), MCP, a shell script
             assert "--json" in _long_names(cli_main.commands[name]), f"{name} takes no --json"
 
     # As a real process: the module entry point and the installed script.

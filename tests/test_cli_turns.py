@@ -95,6 +95,23 @@ def test_diff_and_revert_of_a_turn_by_number(daemon: Daemon, env: dict[str, str]
     assert "needs FROM" in cli("diff", cwd=repo, env=env, code=2).stderr
 
 
+def test_show_of_a_turn_by_number(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    two_turns_and_an_open_one(repo, env)
+    first = cli("log", "--json", str(repo), env=env).json()["turns"][2]
+    shown = cli("show", "--turn", "1", cwd=repo, env=env).stdout.splitlines()
+    assert shown[0] == "turn 1: Add a CHANGES file and fix the greeting in a.txt"
+    assert shown[1] == f"Spans:     #1..#5 of session {SESSION}"
+    assert shown[2] == f"checkpoint {first['end']}"
+    assert shown[-2:] == ["A  CHANGES", "M  a.txt"]  # the whole turn, as git diff START END has it
+    patched = cli("show", "--turn", "1", "--patch", cwd=repo, env=env).stdout
+    assert "+hello" in patched and "diff --git a/CHANGES b/CHANGES" in patched
+    as_json = cli("show", "--turn", "2", "--json", cwd=repo, env=env).json()
+    assert as_json["turn"]["prompt"] == "Write notes" and as_json["checkpoint"]["id"] == as_json["turn"]["end"]
+    assert "--turn names both checkpoints" in cli("show", "@", "--turn", "1", cwd=repo, env=env, code=1).stderr
+    assert "There is no turn 9" in cli("show", "--turn", "9", cwd=repo, env=env, code=1).stderr
+    assert "show needs CHECKPOINT" in cli("show", cwd=repo, env=env, code=2).stderr
+
+
 def test_no_turns_says_how_they_are_made(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     cli("checkpoint", "-m", "by hand", str(repo), env=env)
     assert "snapshotd integrate" in cli("log", str(repo), env=env).stdout

@@ -1,7 +1,7 @@
 """The commands that run and look after the daemon and its worktrees.
 
-``serve``, ``status``, ``verify``, ``open``, ``worktrees``, ``stop``, ``ping`` and
-``repair``.
+``serve``, ``status``, ``verify``, ``open``, ``worktrees``, ``stop``, ``ping``,
+``repair``, and ``completion`` (the shell's completion script).
 """
 
 from __future__ import annotations
@@ -11,7 +11,9 @@ import sys
 from typing import Any
 
 import click
+from click.shell_completion import get_completion_class
 
+from snapshotd.cli.completion import SHELLS
 from snapshotd.cli.health import print_status
 from snapshotd.cli.launcher import Runner, os_message
 from snapshotd.cli.options import CONTEXT, invoke, json_option
@@ -175,3 +177,20 @@ def ping(ctx: click.Context, json_output: bool) -> None:
         click.echo(f"snapshotd {result['version']}  pid {result['pid']}  up {result['uptime_s']:.1f} s")
 
     invoke(ctx, "ping", {}, human)
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("shell", type=click.Choice(SHELLS), metavar="bash|zsh|fish")
+@click.pass_context
+def completion(ctx: click.Context, shell: str) -> None:
+    """Print the completion script for SHELL (bash, zsh or fish).
+
+    \b
+    bash:  eval "$(snapshotd completion bash)"   in ~/.bashrc
+    zsh:   eval "$(snapshotd completion zsh)"    in ~/.zshrc
+    fish:  snapshotd completion fish > ~/.config/fish/completions/snapshotd.fish
+    """
+    root = ctx.find_root()
+    script = get_completion_class(shell)
+    assert script is not None  # every one of SHELLS is click's own
+    click.echo(script(root.command, {}, root.info_name or "snapshotd", "_SNAPSHOTD_COMPLETE").source())

@@ -23,6 +23,7 @@ from snapshotd.cli.options import (
     json_option,
     paths_after_dash,
     ref_session_option,
+    reference_argument,
     reference_params,
     use_json,
     yes_option,
@@ -35,7 +36,7 @@ from snapshotd.settings import SAFETY_SESSION
 
 
 @click.command(cls=PathsAfterDashDash, context_settings=CONTEXT)
-@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@reference_argument("checkpoint_id", "CHECKPOINT")
 @click.argument("paths", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
 @click.option("--into", "into", metavar="PATH", type=click.Path(file_okay=False), help="Restore into this worktree (another than the checkpoint's own).")
@@ -104,8 +105,8 @@ def undo(ctx: click.Context, path: str, dry_run: bool, yes: bool, json_output: b
 
 
 @click.command(cls=PathsAfterDashDash, context_settings=CONTEXT)
-@click.argument("source", metavar="FROM", required=False)
-@click.argument("rest", nargs=-1, metavar="[TO] [PATHS...]")
+@reference_argument("source", "FROM", required=False)
+@reference_argument("rest", "[TO] [PATHS...]", nargs=-1)
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
 @click.option("--force", is_flag=True, help="Also take back paths changed since TO.")
 @turn_option

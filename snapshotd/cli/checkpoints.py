@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import os
+from dataclasses import asdict
 from typing import Any
 
 import click
 
+from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail
 from snapshotd.cli.options import (
     CONTEXT,
     PathsAfterDashDash,
+    emit,
     fail,
     invoke,
     json_option,
     paths_after_dash,
     ref_session_option,
+    reference_argument,
     reference_params,
     use_json,
 )
@@ -49,7 +53,7 @@ def print_files(files: list[dict[str, Any]], *, stat: bool = False) -> None:
 @click.command(context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
 @click.option("-m", "--label", metavar="LABEL", help="A label for the checkpoint.")
-@click.option("--session", metavar="S", help="The session (agent thread) the checkpoint belongs to.")
+@click.option("--session", metavar="S", shell_complete=complete_session, help="The session (agent thread) the checkpoint belongs to.")
 @click.option("--exact", is_flag=True, help="Scan the whole worktree even when a watcher is warm.")
 @click.option("--force", is_flag=True, help="Checkpoint even your home folder or /.")
 @json_option
@@ -73,7 +77,7 @@ def checkpoint(
 
 @click.command(name="list", context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
-@click.option("--session", metavar="S", help="Only this session's checkpoints.")
+@click.option("--session", metavar="S", shell_complete=complete_session, help="Only this session's checkpoints.")
 @click.option("--limit", type=click.IntRange(min=0), metavar="N", help="At most N, newest first.")
 @click.option(
     "--remote", is_flag=False, flag_value="", default=None, metavar="[REMOTE]",
@@ -119,16 +123,17 @@ def print_header(cp: dict[str, Any]) -> None:
         click.echo(f"{name + ':':<10} {value}")
 
 
-def _print_turn(ctx: click.Context, cp: dict[str, Any], patch: bool) -> None:
-    """The files ``cp`` changed against the previous checkpoint of its session (and the patch)."""
-    if not cp.get("parent"):
+def _print_changes(ctx: click.Context, cp: dict[str, Any], patch: bool, since: str | None = None) -> None:
+    """The files ``cp`` changed against ``since`` (default: the previous checkpoint of its session), and the patch."""
+    since = since or cp.get("parent")
+    if not since:
         click.echo(f"\nno previous checkpoint to compare with; git show {cp['id'][:12]} compares it with its base")
         return
     runner = use_json(ctx)
     try:
-        result = runner.call("diff", {"from": cp["parent"], "to": cp["id"], **({"patch": True} if patch else {})})
+        result = runner.call("diff", {"from": since, "to": cp["id"], **({"patch": True} if patch else {})})
     except NotFound:
-        click.echo(f"\nthe previous checkpoint {cp['parent'][:12]} was deleted, so there is nothing to compare with")
+        click.echo(f"\nthe previous checkpoint {since[:12]} was deleted, so there is nothing to compare with")
         return
     except SnapshotdError as error:
         fail(runner, error)
@@ -142,26 +147,47 @@ def _print_turn(ctx: click.Context, cp: dict[str, Any], patch: bool) -> None:
 
 
 @click.command(context_settings=CONTEXT)
-@click.argument("checkpoint_id", metavar="CHECKPOINT")
-@click.option("-p", "--patch", is_flag=True, help="Also the patch against the previous checkpoint.")
+@reference_argument("checkpoint_id", "[CHECKPOINT]", required=False)
+@click.option("-p", "--patch", is_flag=True, help="Also the patch against the previous checkpoint (of a turn: its start).")
+@turn_option
 @ref_session_option
 @json_option
 @click.pass_context
-def show(ctx: click.Context, checkpoint_id: str, patch: bool, ref_session: str | None, json_output: bool) -> None:
+def show(
+    ctx: click.Context, checkpoint_id: str | None, patch: bool, turn: int | None, ref_session: str | None, json_output: bool
+) -> None:
     """Show one checkpoint and the files it changed against the previous one of its session.
 
     CHECKPOINT is an id (7+ hex digits), @, @~N, #N, SESSION@ or SESSION@~N.
+    With --turn N: turn N of `snapshotd log`, its last checkpoint and what the
+    whole turn changed.
     """
+    if turn is None:
+        if checkpoint_id is None:
+            raise click.UsageError("show needs CHECKPOINT (such as @ or #3) or --turn N; `snapshotd list` lists them.")
 
-    def human(result: dict[str, Any]) -> None:
+        def human(result: dict[str, Any]) -> None:
+            print_header(result["checkpoint"])
+            _print_changes(ctx, result["checkpoint"], patch)
+
+        invoke(ctx, "show", {"checkpoint": checkpoint_id, **reference_params([checkpoint_id], ref_session)}, human)
+        return
+    no_refs_with_turn(ctx, [checkpoint_id] if checkpoint_id else [])
+    found = turn_range(ctx, os.path.abspath("."), ref_session, turn)
+    shown = call_or_fail(ctx, "show", {"checkpoint": found.end})
+
+    def human_turn(result: dict[str, Any]) -> None:
+        mark = " (open: no stop recorded yet)" if found.open else ""
+        click.echo(f"{click.style(f'turn {found.turn}', fg='yellow')}: {one_line(found.prompt)}{mark}")
+        click.echo(f"{'Spans:':<10} #{found.start_seq}..#{found.end_seq} of {_session_name(found.session)}")
         print_header(result["checkpoint"])
-        _print_turn(ctx, result["checkpoint"], patch)
+        _print_changes(ctx, result["checkpoint"], patch, since=found.start)
 
-    invoke(ctx, "show", {"checkpoint": checkpoint_id, **reference_params([checkpoint_id], ref_session)}, human)
+    emit(use_json(ctx), {**shown, "turn": asdict(found)}, human_turn)
 
 
 @click.command(context_settings=CONTEXT)
-@click.argument("checkpoint_id", metavar="CHECKPOINT")
+@reference_argument("checkpoint_id", "CHECKPOINT")
 @ref_session_option
 @json_option
 @click.pass_context
@@ -173,8 +199,8 @@ def resolve(ctx: click.Context, checkpoint_id: str, ref_session: str | None, jso
 
 
 @click.command(cls=PathsAfterDashDash, context_settings=CONTEXT)
-@click.argument("source", metavar="FROM", required=False)
-@click.argument("target", metavar="[TO]", required=False)
+@reference_argument("source", "FROM", required=False)
+@reference_argument("target", "[TO]", required=False)
 @click.argument("paths", nargs=-1, metavar="[-- PATHS...]")
 @click.option("--stat", "mode", flag_value="stat", help="Lines added and removed per file.")
 @click.option("--name-status", "mode", flag_value="name-status", default=True, help="One letter and a path per file (default).")

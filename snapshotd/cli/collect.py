@@ -11,12 +11,14 @@ from typing import Any
 
 import click
 
+from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail, may_go_ahead, refuse_without_terminal
 from snapshotd.cli.options import (
     CONTEXT,
     DURATION,
     invoke,
     json_option,
+    reference_argument,
     reference_params,
     yes_option,
 )
@@ -31,8 +33,8 @@ def _listing(lines: list[str]) -> list[str]:
 
 
 @click.command(context_settings=CONTEXT)
-@click.argument("checkpoints", nargs=-1, metavar="CHECKPOINT... | --session S [PATH]")
-@click.option("--session", metavar="S", help="Delete every checkpoint of this session (of PATH's worktree, default: here).")
+@reference_argument("checkpoints", "CHECKPOINT... | --session S [PATH]", nargs=-1)
+@click.option("--session", metavar="S", shell_complete=complete_session, help="Delete every checkpoint of this session (of PATH's worktree, default: here).")
 @click.option("-C", "--path", "path", type=click.Path(file_okay=False), help="The worktree, with --session (same as PATH), or where @ and #N count.")
 @yes_option
 @json_option

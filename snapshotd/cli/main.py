@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from snapshotd.cli import admin, agents, changes, checkpoints, collect, transfer, turns
+from snapshotd.cli import admin, agents, changes, checkpoints, collect, terminal, transfer, turns
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, json_option
 from snapshotd.cli.output import let_output_carry_raw_names
@@ -25,17 +25,27 @@ from snapshotd.settings import VERSION
 @click.option("--socket", "socket_path", metavar="PATH", help="The daemon's socket (default: $SNAPSHOTD_SOCKET, then the runtime folder).")
 @click.option("--embedded", is_flag=True, help="Run the operation in this process, without a daemon.")
 @json_option
+@click.option(
+    "--color", "color", type=click.Choice(terminal.COLOR_CHOICES), default="auto", metavar="WHEN",
+    help="Colour: auto (a terminal, unless NO_COLOR is set), always or never.",
+)
+@click.option("--no-pager", is_flag=True, help="Print diff, show, log and list directly, not through $PAGER (less).")
 @click.version_option(VERSION, prog_name="snapshotd")
 @click.pass_context
-def main(ctx: click.Context, socket_path: str | None, embedded: bool, json_output: bool) -> None:
+def main(ctx: click.Context, socket_path: str | None, embedded: bool, json_output: bool, color: str, no_pager: bool) -> None:
     """Git snapshots and checkpoints of working trees, for agent servers and people.
 
     Checkpoints are real git commits whose trees equal what `git add -A && git
     write-tree` gives on a copy of your index; your index, HEAD, branches and
     ignored files are never touched.
+
+    References: a checkpoint is named by its id (7 or more hex digits), @ (the
+    newest of the session here), @~N, #N (the seq `list` shows), SESSION@ or
+    SESSION@~N. Completion for bash, zsh and fish: see snapshotd(1), COMPLETION.
     """
     let_output_carry_raw_names()
     no_world_writes()
+    terminal.set_up(ctx, color, no_pager)
     ctx.obj = Runner(socket_path, embedded, json_output)
 
 
@@ -62,6 +72,7 @@ for _command in (
     admin.stop,
     admin.ping,
     admin.repair,
+    admin.completion,
     agents.hook,
     agents.integrate,
     agents.mcp,

@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import click
 
+from snapshotd.cli.completion import complete_reference, complete_session
 from snapshotd.cli.interrupt import INTERRUPTED_STATUS, finish_on_interrupt
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.output import to_json
@@ -26,10 +27,16 @@ from snapshotd.server.refs import is_relative
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DASH_PATHS = "snapshotd.paths_after_dash"
 
+def reference_argument(name: str, metavar: str, **kwargs: Any) -> Any:
+    """A CHECKPOINT argument: any reference, completed from the worktree here."""
+    return click.argument(name, metavar=metavar, shell_complete=complete_reference, **kwargs)
+
+
 json_option = click.option("--json", "json_output", is_flag=True, help="Print the result as JSON.")
 yes_option = click.option("-y", "--yes", is_flag=True, help="Do not ask; needed when stdin is not a terminal.")
 ref_session_option = click.option(
-    "--session", "ref_session", metavar="S", help="The session @, @~N and #N count in (default: the newest)."
+    "--session", "ref_session", metavar="S", shell_complete=complete_session,
+    help="The session @, @~N and #N count in (default: the newest).",
 )
 
 

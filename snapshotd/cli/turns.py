@@ -20,6 +20,7 @@ from typing import Any
 import click
 
 from snapshotd.agents.hooks import AFTER_TURN, BEFORE_PROMPT
+from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail
 from snapshotd.cli.options import CONTEXT, emit, fail, json_option, use_json
 from snapshotd.cli.output import one_line
@@ -128,7 +129,7 @@ def turn_line(turn: Turn) -> str:
 
 @click.command(name="log", context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
-@click.option("--session", metavar="S", help="Only this session's turns.")
+@click.option("--session", metavar="S", shell_complete=complete_session, help="Only this session's turns.")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N", help="At most N turns, newest first.")
 @json_option
 @click.pass_context
