@@ -81,6 +81,7 @@ class Soak:
         self.lock = threading.Lock()
         self.counts: Counter[str] = Counter()
         self.unclear: list[str] = []
+        self.clear: dict[str, list[str]] = {}  # the clear failures' sentences, by kind
         self.differences: list[str] = []
         self.pings: list[float] = []
         self.pids: set[int] = set()
@@ -213,6 +214,8 @@ class Soak:
             self.count(f"failed_kind.{kind or 'internal'}")
             if kind in CLEAR_KINDS and about_it and not verify:
                 self.count("failed.clear")
+                with self.lock:
+                    self.clear.setdefault(str(kind), []).append(error.message)
             else:
                 self.count("failed.unclear")
                 with self.lock:
@@ -378,6 +381,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         "log_tracebacks": log.count("Traceback"),
         "log_errors": sum(" ERROR " in line for line in log.splitlines()),
         "unclear": soak.unclear,  # each in full: every one is a bug to find
+        "clear_samples": {kind: messages[:3] for kind, messages in sorted(soak.clear.items())},
         "difference_samples": soak.differences[:10],
     }
     report["ok"] = (
