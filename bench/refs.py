@@ -23,9 +23,9 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from snapshotd.contract.refs import ref_param
 from snapshotd.engine import reads
 from snapshotd.git.repository import repository
-from snapshotd.server.refs import ref_param
 from snapshotd.store.checkpoints import Store
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
 

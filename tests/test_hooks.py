@@ -259,7 +259,7 @@ def test_simulated_session_then_revert_one_turn(daemon: Daemon, env: dict[str, s
 def test_the_hook_path_loads_no_heavy_module(env: dict[str, str]) -> None:
     # Every agent event starts a new process: trio, pygit2 and the MCP SDK stay out of it.
     code = (
-        "import sys, snapshotd.cli.main, snapshotd.server.client, snapshotd.server.framing, snapshotd.server.params, snapshotd.agents.hooks, snapshotd.cli.agents; "
+        "import sys, snapshotd.cli.main, snapshotd.server.client, snapshotd.server.framing, snapshotd.contract.params, snapshotd.agents.hooks, snapshotd.cli.agents; "
         "print(sorted(m for m in ('trio', 'pygit2', 'mcp', 'difflib') if m in sys.modules))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)

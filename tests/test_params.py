@@ -1,4 +1,4 @@
-"""The wire param validators of server/params.py, called directly: paths, text and integer bounds."""
+"""The wire param validators of contract/params.py, called directly: paths, text and integer bounds."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import os
 
 import pytest
 
-from snapshotd.errors import InvalidParams
-from snapshotd.server.params import (
+from snapshotd.contract.params import (
     INT_PARAM_MAX,
     PATH_MAX,
     check_text,
@@ -15,6 +14,7 @@ from snapshotd.server.params import (
     optional_path,
     optional_path_list,
 )
+from snapshotd.errors import InvalidParams
 
 
 def test_a_path_one_byte_under_path_max_is_taken_and_path_max_is_refused() -> None:

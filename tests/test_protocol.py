@@ -12,6 +12,13 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from snapshotd import errors
+from snapshotd.contract.params import (
+    optional_bool,
+    optional_int,
+    optional_str,
+    optional_str_list,
+    require_str,
+)
 from snapshotd.errors import (
     ERRORS_BY_CODE,
     ERRORS_BY_KIND,
@@ -38,13 +45,6 @@ from snapshotd.server.framing import (
     parse_request,
     request_message,
     result_response,
-)
-from snapshotd.server.params import (
-    optional_bool,
-    optional_int,
-    optional_str,
-    optional_str_list,
-    require_str,
 )
 from snapshotd.settings import resolve_socket_path
 

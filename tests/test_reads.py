@@ -14,10 +14,10 @@ import pygit2
 import pytest
 from repo_helpers import git, init_repo, write
 
+from snapshotd.contract.refs import parse_ref
 from snapshotd.engine import reads
 from snapshotd.errors import InvalidParams, NotFound, Unsupported
 from snapshotd.git.repository import repository
-from snapshotd.server.refs import parse_ref
 from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
 

@@ -1,4 +1,4 @@
-"""Checkpoint references: the grammar (server/refs.py) and what each form names (engine/reads.py).
+"""Checkpoint references: the grammar (contract/refs.py) and what each form names (engine/reads.py).
 
 Real repositories and stores. Two checkpoints whose ids share 7 hex digits,
 and a checkpoint whose prefix a blob shares, are made by searching checkpoint
@@ -14,10 +14,7 @@ from pathlib import Path
 import pytest
 from repo_helpers import git, init_repo
 
-from snapshotd.engine import reads
-from snapshotd.errors import Ambiguous, InvalidParams, NotFound
-from snapshotd.git.repository import repository
-from snapshotd.server.refs import (
+from snapshotd.contract.refs import (
     IdPrefix,
     SessionChoice,
     SessionHead,
@@ -25,6 +22,9 @@ from snapshotd.server.refs import (
     parse_ref,
     ref_param,
 )
+from snapshotd.engine import reads
+from snapshotd.errors import Ambiguous, InvalidParams, NotFound
+from snapshotd.git.repository import repository
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store.checkpoints import Checkpoint, Store, ref_name
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate

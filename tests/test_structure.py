@@ -114,3 +114,40 @@ def test_no_module_is_larger_than_its_limit() -> None:
     sizes = {name: len(path.read_text().splitlines()) for name, path in modules().items()}
     too_large = {name: size for name, size in sizes.items() if size > LARGER.get(name, MAX_LINES)}
     assert too_large == {}
+
+
+BELOW_THE_SOCKET = ("capture", "engine", "git", "restore", "store", "contract")
+"""Rooms the socket dispatches to or that they use: none may import ``snapshotd.server``."""
+
+
+def layering_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """Each import of ``snapshotd.server`` from a room below it, and of anything but errors from contract."""
+    found = []
+    for name, targets in sorted(graph.items()):
+        room = name.split(".")[1] if name.count(".") else ""
+        for target in sorted(targets):
+            if room in BELOW_THE_SOCKET and (target == "snapshotd.server" or target.startswith("snapshotd.server.")):
+                found.append(f"{name} imports {target}")
+            if room == "contract" and not target.startswith(("snapshotd.contract", "snapshotd.errors")):
+                found.append(f"{name} imports {target}")
+    return found
+
+
+def test_rooms_below_the_socket_do_not_import_it() -> None:
+    graph = import_graph()
+    assert {"snapshotd.contract.params", "snapshotd.contract.refs", "snapshotd.engine.reads"} <= set(graph)
+    assert layering_breaches(graph) == []
+
+
+def test_the_layering_check_finds_a_breach() -> None:
+    graph = {
+        "snapshotd.engine.core": {"snapshotd.server.params", "snapshotd.contract.refs"},
+        "snapshotd.store.diff": {"snapshotd.server"},
+        "snapshotd.contract.refs": {"snapshotd.contract.params", "snapshotd.errors", "snapshotd.engine.reads"},
+        "snapshotd.cli.main": {"snapshotd.server.client"},
+    }
+    assert layering_breaches(graph) == [
+        "snapshotd.contract.refs imports snapshotd.engine.reads",
+        "snapshotd.engine.core imports snapshotd.server.params",
+        "snapshotd.store.diff imports snapshotd.server",
+    ]

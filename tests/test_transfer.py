@@ -252,7 +252,7 @@ def test_a_plain_folder_pushes_its_own_store_to_a_url_and_keeps_it(tmp_path: Pat
 
 
 def test_a_remote_reference_parses_and_a_session_with_a_colon_is_still_a_session() -> None:
-    from snapshotd.server.refs import RemoteHead, SessionHead, parse_ref
+    from snapshotd.contract.refs import RemoteHead, SessionHead, parse_ref
 
     assert parse_ref("agent@{origin}~2") == RemoteHead("agent@{origin}~2", "origin", parse_ref("agent@").session, 2)
     assert isinstance(parse_ref("@{origin}"), RemoteHead) and parse_ref("@{origin}~").back == 1

@@ -32,8 +32,8 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 
 from snapshotd.agents.hooks import BEFORE_PROMPT
 from snapshotd.cli.launcher import Runner
+from snapshotd.contract.refs import is_relative
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
-from snapshotd.server.refs import is_relative
 from snapshotd.settings import SAFETY_SESSION, VERSION
 
 PATCH_LIMIT_CHARS = 20_000

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from snapshotd.capture.state import CaptureStats
+from snapshotd.contract.params import optional_bool, optional_str, validate_session
 from snapshotd.errors import NeedsForce
-from snapshotd.server.params import optional_bool, optional_str, validate_session
 from snapshotd.store.checkpoints import Checkpoint
 
 

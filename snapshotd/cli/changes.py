@@ -30,8 +30,8 @@ from snapshotd.cli.options import (
 )
 from snapshotd.cli.output import print_changes
 from snapshotd.cli.turns import turn_option, turn_range
+from snapshotd.contract.refs import is_reference
 from snapshotd.errors import NotFound, SnapshotdError
-from snapshotd.server.refs import is_reference
 from snapshotd.settings import SAFETY_SESSION
 
 

@@ -21,8 +21,8 @@ from snapshotd.cli.completion import complete_reference, complete_session
 from snapshotd.cli.interrupt import INTERRUPTED_STATUS, finish_on_interrupt
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.output import to_json
+from snapshotd.contract.refs import is_relative
 from snapshotd.errors import NeedsForce, SnapshotdError
-from snapshotd.server.refs import is_relative
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DASH_PATHS = "snapshotd.paths_after_dash"

@@ -17,11 +17,16 @@ from typing import Any
 
 import trio
 
+from snapshotd.contract.params import (
+    optional_bool,
+    optional_int,
+    optional_str_list,
+    validate_session,
+)
+from snapshotd.contract.refs import CheckpointRef, parse_ref, session_choice
 from snapshotd.errors import InvalidParams
 from snapshotd.git.process import GitTarget, run_git
 from snapshotd.git.repository import repository
-from snapshotd.server.params import optional_bool, optional_int, optional_str_list, validate_session
-from snapshotd.server.refs import CheckpointRef, parse_ref, session_choice
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store.checkpoints import Checkpoint, Store, ref_name
 from snapshotd.store.identity import WorktreeInfo

@@ -20,6 +20,8 @@ import trio
 
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult, refuse_broad_folder
 from snapshotd.capture.state import CaptureResult
+from snapshotd.contract.params import optional_bool, optional_path, optional_path_list, optional_str
+from snapshotd.contract.refs import CheckpointRef, ref_param
 from snapshotd.engine import collect, reads, transfer
 from snapshotd.engine.disk import disk_refusals
 from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
@@ -30,8 +32,6 @@ from snapshotd.git import spawn
 from snapshotd.git.repository import Repository, repository
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
-from snapshotd.server.params import optional_bool, optional_path, optional_path_list, optional_str
-from snapshotd.server.refs import CheckpointRef, ref_param
 from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
 from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records, locate

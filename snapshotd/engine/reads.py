@@ -15,16 +15,13 @@ from typing import Any, NamedTuple
 
 import pygit2
 
-from snapshotd.errors import Ambiguous, InvalidParams, NotFound, SnapshotdError, Unsupported
-from snapshotd.git.repository import open_repository, repository
-from snapshotd.paths import to_worktree_relative
-from snapshotd.server.params import (
+from snapshotd.contract.params import (
     optional_bool,
     optional_int,
     optional_path_list,
     validate_session,
 )
-from snapshotd.server.refs import (
+from snapshotd.contract.refs import (
     CheckpointRef,
     IdPrefix,
     RemoteHead,
@@ -33,6 +30,9 @@ from snapshotd.server.refs import (
     parse_ref,
     session_choice,
 )
+from snapshotd.errors import Ambiguous, InvalidParams, NotFound, SnapshotdError, Unsupported
+from snapshotd.git.repository import open_repository, repository
+from snapshotd.paths import to_worktree_relative
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store import diff as diff_mod, lookup
 from snapshotd.store.changes import TreeDiff

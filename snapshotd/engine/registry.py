@@ -23,12 +23,12 @@ import trio
 from snapshotd.capture.checkpoint import broad_folder, refuse_unknown_broad_folder
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.contract.params import optional_path, optional_str
 from snapshotd.engine.reads import checkpoint_summary
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
 from snapshotd.fsutil import changed_while_opened, remove_stale_temp_files
 from snapshotd.git.repository import read_head
 from snapshotd.restore.core import recover
-from snapshotd.server.params import optional_path, optional_str
 from snapshotd.store.identity import Records, WorktreeInfo, check_still_trusted, identify, locate
 from snapshotd.threads import thread_limiter
 

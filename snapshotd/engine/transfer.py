@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from snapshotd.contract.params import optional_bool, optional_str
 from snapshotd.engine.autopush import BackgroundPush, set_background
 from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
 from snapshotd.engine.subscriptions import Subscriptions
@@ -26,7 +27,6 @@ from snapshotd.errors import NotFound, WorktreeMismatch
 from snapshotd.git import transport
 from snapshotd.git.process import GitTarget, run_git
 from snapshotd.git.repository import repository
-from snapshotd.server.params import optional_bool, optional_str
 from snapshotd.store.checkpoints import REF_ROOT, Checkpoint, Store
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.store.remotes import (

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from snapshotd.contract.params import json_type
 from snapshotd.errors import (
     InternalError,
     InvalidRequest,
@@ -168,23 +169,6 @@ class Notification:
 
     method: str
     params: dict[str, Any]
-
-
-def json_type(value: Any) -> str:
-    """How a JSON value's type is named in an error sentence ("a string", "null")."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
 
 
 def _valid_id(value: Any) -> bool:

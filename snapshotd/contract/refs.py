@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
+from snapshotd.contract.params import validate_session
 from snapshotd.errors import InvalidParams
-from snapshotd.server.params import validate_session
 
 MIN_PREFIX = 7  # shorter prefixes soon match other objects of a repository
 MAX_HEX = 64  # a SHA-256 id; a SHA-1 store finds no longer prefix than its 40

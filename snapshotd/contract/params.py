@@ -12,13 +12,29 @@ from collections.abc import Mapping
 from typing import Any
 
 from snapshotd.errors import InvalidParams
-from snapshotd.server.framing import json_type
 
 PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
 """Longest path the system takes, in bytes with its NUL; longer path params are refused."""
 
 INT_PARAM_MAX = 2**31 - 1
 """Largest integer any param takes unless its validator allows less."""
+
+
+def json_type(value: Any) -> str:
+    """How a JSON value's type is named in an error sentence ("a string", "null")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    return type(value).__name__
 
 
 def _wrong_type(name: str, expected: str, value: Any) -> InvalidParams:
