@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import click
 
-from snapshotd.cli import admin, agents, changes, checkpoints, collect, terminal, transfer, turns
+from snapshotd.cli import admin, agents, changes, checkpoints, collect, terminal, transfer, turns, ui
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, json_option
 from snapshotd.cli.output import let_output_carry_raw_names
@@ -77,6 +77,7 @@ for _command in (
     agents.integrate,
     agents.mcp,
     agents.doctor,
+    ui.ui,
 ):
     main.add_command(_command)
 main.add_command(admin.stop, name="shutdown")  # the method's own name

@@ -1,0 +1,180 @@
+"""The page's server without a browser: timeline entries, patch layout, the guard, paging and bad requests.
+
+The entries and patches are checked as functions; the guard, paging and
+error answers against a real ``snapshotd ui`` process talking to a real
+daemon (the browser's side is tests/test_ui_browser.py).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import pytest
+from daemon_helpers import Daemon, call, child_env
+from repo_helpers import git, init_repo, write
+from ui_helpers import request, status, ui_process
+
+from snapshotd.settings import SAFETY_SESSION
+from snapshotd.ui.patches import parse_patch
+from snapshotd.ui.timeline import entries_of
+
+
+def cp(seq: int, label: str | None, session: str | None = "s", at: str | None = None) -> dict[str, Any]:
+    return {"id": f"{session}-{seq:040d}", "seq": seq, "session": session, "label": label,
+            "created_at": at or f"2026-12-01T10:00:{seq:02d}.000Z"}
+
+
+def test_entries_are_turns_and_the_checkpoints_no_turn_holds_newest_first() -> None:
+    checkpoints = [
+        cp(1, "by hand"),
+        cp(2, "before: fix the parser\nand its tests"),
+        cp(3, "before tool"),
+        cp(4, "after turn"),
+        cp(5, None),
+        cp(1, "before revert a..b", SAFETY_SESSION, "2026-12-01T10:00:30.000Z"),
+    ]
+    entries = entries_of(checkpoints)
+    shown = [(e.kind, e.session, e.title, e.first_seq, e.last_seq) for e in entries]
+    assert shown == [
+        ("checkpoint", SAFETY_SESSION, "before revert a..b", 1, 1),
+        ("checkpoint", "s", "checkpoint #5", 5, 5),
+        ("turn", "s", "fix the parser", 2, 4),
+        ("checkpoint", "s", "by hand", 1, 1),
+    ]
+    turn = entries[2]
+    assert (turn.source, turn.target, turn.turn, turn.open) == (checkpoints[1]["id"], checkpoints[3]["id"], 1, False)
+    assert entries[1].source == checkpoints[3]["id"]  # a lone checkpoint spans from the one before it
+    assert entries[3].source is None  # the first of its session: nothing before it
+
+
+def test_a_label_with_control_characters_is_one_line() -> None:
+    (entry,) = entries_of([cp(1, "before: \x1b[31mred\x1b[0m\ttab")])
+    assert entry.title == "\\x1b[31mred\\x1b[0m\\ttab"
+
+
+PATCH = '''diff --git a/x.py b/x.py
+index 1111111..2222222 100644
+--- a/x.py
++++ b/x.py
+@@ -1,4 +1,4 @@ def f():
+ s = """one
+-two <b>
++deux &
+ three"""
+ x = 1
+\\ No newline at end of file
+'''
+
+
+def test_a_patch_is_laid_out_with_numbers_and_each_side_coloured_as_a_whole() -> None:
+    laid = parse_patch("x.py", PATCH)
+    assert laid["headers"][0] == "diff --git a/x.py b/x.py"
+    (hunk,) = laid["hunks"]
+    lines = hunk["lines"]
+    assert [(line["kind"], line["old"], line["new"]) for line in lines] == [
+        (" ", 1, 1), ("-", 2, None), ("+", None, 2), (" ", 3, 3), (" ", 4, 4), ("\\", None, None),
+    ]
+    # Inside the triple-quoted string on both sides: Pygments saw the string open on the line above.
+    assert 'class="s2"' in lines[1]["html"] and 'class="s2"' in lines[2]["html"]
+    assert "&lt;b&gt;" in lines[1]["html"] and "&amp;" in lines[2]["html"]  # escaped, never raw HTML
+    assert "<b>" not in lines[1]["html"]
+    assert lines[5]["html"] == "No newline at end of file"
+
+
+@pytest.fixture
+def env(sock: Path) -> dict[str, str]:
+    return child_env(sock)
+
+
+def test_the_guard_refuses_without_token_and_from_foreign_hosts_and_origins(
+    daemon: Daemon, env: dict[str, str], tmp_path: Path
+) -> None:
+    with ui_process(env) as page:
+        assert stat.S_IMODE(os.stat(page.token_file).st_mode) == 0o600
+        assert stat.S_IMODE(os.stat(page.token_file.parent).st_mode) == 0o700
+        assert json.loads(page.token_file.read_text())["url"] == page.url
+        assert status(page.base + "/api/worktrees", page.cookie) == 200
+        code, body = request(page.base + "/api/worktrees")
+        assert code == 403 and b"token" in body
+        assert status(page.base + "/assets/app.js") == 403
+        assert status(page.base + "/api/worktrees?token=" + "x" * 43) == 403
+        assert status(page.base + "/api/worktrees", {"Cookie": "snapshotd_ui=" + page.token[:-1]}) == 403
+        assert status(page.base + "/api/worktrees", {**page.cookie, "Origin": "http://127.0.0.1:1"}) == 403
+        assert status(page.base + "/api/worktrees", {**page.cookie, "Host": f"attacker.example:{page.port}"}) == 403
+        assert status(page.base + "/api/worktrees", {**page.cookie, "Origin": page.base}) == 200
+        action = json.dumps({"action": "undo", "worktree": "wt_x"}).encode()
+        assert status(page.base + "/api/action", {**page.cookie, "Content-Type": "text/plain"}, action) == 403
+        # The first visit trades the token for a cookie and drops it from the address.
+        connection = http.client.HTTPConnection("127.0.0.1", page.port, timeout=10)
+        try:
+            connection.request("GET", f"/?token={page.token}")
+            answer = connection.getresponse()
+            assert (answer.status, answer.getheader("location")) == (303, "/")
+            cookie = answer.getheader("set-cookie")
+            assert cookie == f"snapshotd_ui={page.token}; Path=/; HttpOnly; SameSite=Strict"
+        finally:
+            connection.close()
+        code, body = request(page.base + "/", page.cookie)
+        assert code == 200 and b"<title>snapshotd timeline</title>" in body
+
+
+def test_lists_are_paged_and_bad_requests_get_one_sentence(daemon: Daemon, env: dict[str, str], tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "wide", ("keep.txt", "k\n"))
+    sock = env["SNAPSHOTD_SOCKET"]
+    first = call(sock, "checkpoint", {"path": str(repo), "session": "s", "label": "before: add many files"})
+    for number in range(450):
+        write(repo / "many" / f"f{number:03d}.txt", f"{number}\n")
+    write(repo / "odd\tname.txt", "odd\n")
+    last = call(sock, "checkpoint", {"path": str(repo), "session": "s", "label": "after turn"})
+    for number in range(60):
+        write(repo / "keep.txt", f"{number}\n")
+        call(sock, "checkpoint", {"path": str(repo), "session": "t"})
+    worktree = first["checkpoint"]["worktree"]
+    source, target = first["checkpoint"]["id"], last["checkpoint"]["id"]
+    with ui_process(env, repo) as page:
+        def get(path: str) -> Any:
+            code, body = request(page.base + path, page.cookie)
+            assert code == 200, body
+            return json.loads(body)
+
+        listing = get("/api/worktrees")
+        assert listing["focus"] == worktree
+        (shown,) = listing["worktrees"]
+        assert {s["name"]: s["entries"] for s in shown["sessions"]} == {"s": 1, "t": 60}
+        top = get(f"/api/timeline?worktree={worktree}")
+        assert (len(top["entries"]), top["total"], top["next_offset"]) == (50, 61, 50)
+        rest = get(f"/api/timeline?worktree={worktree}&offset=50")
+        assert (len(rest["entries"]), rest["next_offset"]) == (11, None)
+        turn = get(f"/api/timeline?worktree={worktree}&session=s")["entries"][0]
+        assert (turn["kind"], turn["title"], turn["files"], turn["additions"]) == ("turn", "add many files", 451, 451)
+
+        sides = f"worktree={worktree}&from={source}&to={target}"
+        files = get(f"/api/files?{sides}")
+        assert (len(files["files"]), files["total"], files["next_offset"]) == (200, 451, 200)
+        last_page = get(f"/api/files?{sides}&offset=400")
+        assert (len(last_page["files"]), last_page["next_offset"]) == (51, None)
+        names = git(repo, "diff", "--name-only", source, target).splitlines()
+        assert [f["display"] for f in files["files"] + get(f"/api/files?{sides}&offset=200")["files"]
+                + last_page["files"]] == names  # git's order and git's quoting ("odd\tname.txt")
+        odd = get(f"/api/patch?{sides}&path={quote('odd' + chr(9) + 'name.txt')}")
+        assert odd["shown"] == "patch" and [line["kind"] for line in odd["hunks"][0]["lines"]] == ["+"]
+
+        code, body = request(page.base + f"/api/patch?{sides}&path=nowhere.txt", page.cookie)
+        assert code == 404 and json.loads(body)["error"]["message"].startswith("nowhere.txt did not change")
+        code, body = request(page.base + "/api/timeline", page.cookie)
+        assert code == 400 and json.loads(body)["error"]["message"] == "The parameter 'worktree' is required."
+        code, body = request(page.base + f"/api/timeline?worktree={worktree}&offset=-1", page.cookie)
+        assert code == 400 and "whole number" in json.loads(body)["error"]["message"]
+        bad = json.dumps({"action": "revert", "worktree": worktree, "from": source}).encode()
+        code, body = request(page.base + "/api/action", {**page.cookie, "Content-Type": "application/json"}, bad)
+        assert code == 400 and json.loads(body)["error"]["message"] == "A revert needs 'from' and 'to'."
+        preview = json.dumps({"action": "restore", "worktree": worktree, "checkpoint": source}).encode()
+        code, body = request(page.base + "/api/action", {**page.cookie, "Content-Type": "application/json"}, preview)
+        assert code == 200 and len(json.loads(body)["deleted"]) == 451
+        assert (repo / "odd\tname.txt").exists()  # a preview changes nothing
