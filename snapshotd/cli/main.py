@@ -13,7 +13,17 @@ from __future__ import annotations
 
 import click
 
-from snapshotd.cli import admin, agents, changes, checkpoints, collect, terminal, transfer, turns, ui
+from snapshotd.cli import (
+    admin,
+    agents,
+    changes,
+    checkpoints,
+    collect,
+    terminal,
+    transfer,
+    turns,
+    ui,
+)
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, json_option
 from snapshotd.cli.output import let_output_carry_raw_names
