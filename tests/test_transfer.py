@@ -274,3 +274,46 @@ def test_git_s_words_for_a_credential_or_a_network_failure_name_the_case(stderr:
 
     error = transfer_error("pushed", "origin", stderr)
     assert error.data["reason"] == reason and "origin" in error.message and "\n" not in error.message
+
+
+async def test_a_push_whose_git_dies_without_a_report_asks_the_remote_what_it_holds(
+    engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snapshotd.git import transport
+    from snapshotd.git.child import Completed
+
+    bare = tmp_path / "remote.git"
+    _seed(bare, tmp_path)
+    repo = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", bare.as_uri(), str(repo))
+    here = {"path": str(repo)}
+    real = transport.run_git_completed
+    mode = {"push": "run"}
+
+    async def sigpipe_after_push(target: Any, args: list[str], **options: Any) -> Completed:
+        """git push ended by SIGPIPE (as send-pack is when receive-pack hangs up first): run it or not, no report."""
+        if args[0] != "push" or mode["push"] == "real":
+            return await real(target, args, **options)
+        if mode["push"] == "run":
+            await real(target, args, **options)
+        return Completed(("git", *args), -13, b"", b"")
+
+    monkeypatch.setattr(transport, "run_git_completed", sigpipe_after_push)
+    await engine.call("checkpoint", here)
+    result = await engine.call("push", here)  # the remote took it: a success
+    refs = {n: o for n, o in remote_refs(bare.as_uri(), tmp_path).items() if n.startswith("refs/snapshotd/")}
+    assert result["pushed"] == sorted(refs) and len(refs) == 1
+    (name, value), = refs.items()
+
+    git(tmp_path, "--git-dir", str(bare), "update-ref", name, git(tmp_path, "--git-dir", str(bare), "rev-parse", "main"))
+    await engine.call("checkpoint", here)
+    mode["push"] = "skip"  # another machine moved the ref, and git dies before it says so
+    with pytest.raises(SnapshotdError) as caught:
+        await engine.call("push", here)
+    assert caught.value.data["reason"] == "rejected" and "snapshotd fetch" in caught.value.message
+    mode["push"] = "skip"
+    git(tmp_path, "--git-dir", str(bare), "update-ref", name, value)
+    with pytest.raises(SnapshotdError) as caught:  # the remote holds the old value: the push did not take
+        await engine.call("push", here)
+    assert caught.value.data["reason"] == "failed" and "SIGPIPE" in caught.value.message
+    assert value == remote_refs(bare.as_uri(), tmp_path)[name]

@@ -15,10 +15,12 @@ its failures become one sentence in :func:`snapshotd.errors.transfer_error`.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from snapshotd.errors import InvalidParams, transfer_error
+from snapshotd.git.child import Completed
 from snapshotd.git.process import GitTarget, run_git_completed, transport_env
 
 PUSH_OPTIONS = (
@@ -81,16 +83,51 @@ def parse_porcelain(out: str) -> tuple[list[str], list[str], list[tuple[str, str
     return pushed, same, rejected
 
 
+def _said(result: Completed) -> str:
+    """git's standard error, or how it ended when it wrote none (a signal: SIGPIPE when the remote hung up)."""
+    text = os.fsdecode(result.stderr).strip()
+    if text or result.returncode >= 0:
+        return text or f"git ended with exit status {result.returncode}"
+    number = -result.returncode
+    name = signal.Signals(number).name if number in signal.valid_signals() else str(number)
+    return f"git was ended by {name}" + (" (the connection closed under it)" if number == signal.SIGPIPE else "")
+
+
 async def push(target: GitTarget, remote: str, updates: Sequence[RefUpdate]) -> PushReport:
-    """Push ``updates`` to ``remote`` all or none; GitError (one sentence, ``data.reason``) when it fails."""
+    """Push ``updates`` to ``remote`` all or none; GitError (one sentence, ``data.reason``) when it fails.
+
+    git that ends without its report (a signal, a connection reset: send-pack
+    dies of SIGPIPE when receive-pack hangs up first, which it does when no
+    ref needs sending) leaves the remote as the judge: what it holds now says
+    whether the push took, or was refused.
+    """
     check_remote_argument(remote)
     if not updates:
         return PushReport([], [])
     result = await run_git_completed(target, push_args(remote, updates), env_extra=transport_env())
     pushed, same, rejected = parse_porcelain(os.fsdecode(result.stdout))
+    if result.returncode != 0 and not rejected and not pushed and not same:
+        held = await _remote_values(target, remote, updates)
+        if held is not None:
+            if all(held.get(u.ref) == u.new for u in updates):
+                return PushReport([u.ref for u in updates], [])
+            rejected = [(u.ref, "stale info") for u in updates if held.get(u.ref) not in (u.new, u.expected)]
     if result.returncode != 0 or rejected:
-        raise transfer_error("pushed", remote, os.fsdecode(result.stderr), rejected)
+        raise transfer_error("pushed", remote, _said(result), rejected)
     return PushReport(pushed, same)
+
+
+async def _remote_values(target: GitTarget, remote: str, updates: Sequence[RefUpdate]) -> dict[str, str] | None:
+    """ref -> id on the remote for the refs of ``updates`` (absent ones left out); None when it cannot be asked."""
+    args = ["ls-remote", "--refs", "--", remote, *(u.ref for u in updates)]
+    result = await run_git_completed(target, args, env_extra=transport_env())
+    if result.returncode != 0:
+        return None
+    held = {}
+    for line in os.fsdecode(result.stdout).splitlines():
+        oid, _, name = line.partition("\t")
+        held[name] = oid
+    return held
 
 
 async def fetch(target: GitTarget, remote: str, refspec: str) -> None:
@@ -98,7 +135,7 @@ async def fetch(target: GitTarget, remote: str, refspec: str) -> None:
     check_remote_argument(remote)
     result = await run_git_completed(target, ["fetch", *FETCH_OPTIONS, "--", remote, refspec], env_extra=transport_env())
     if result.returncode != 0:
-        raise transfer_error("fetched", remote, os.fsdecode(result.stderr))
+        raise transfer_error("fetched", remote, _said(result))
 
 
 async def config_values(target: GitTarget, pattern: str) -> list[tuple[str, str]]:
