@@ -17,6 +17,7 @@ import hashlib
 import json
 import subprocess
 import zlib
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -78,8 +79,13 @@ def _git(worktree: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(worktree), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
-def build_history(worktree: Path, worktree_id: str, session: str, count: int) -> list[str]:
-    """Write ``count`` checkpoints of ``session`` (oldest first) and point its ref at the newest pin."""
+def build_history(
+    worktree: Path, worktree_id: str, session: str, count: int, label: Callable[[int], str] | None = None
+) -> list[str]:
+    """Write ``count`` checkpoints of ``session`` (oldest first) and point its ref at the newest pin.
+
+    ``label`` names checkpoint ``seq`` (default ``turn <seq>``).
+    """
     git_dir = Path(_git(worktree, "rev-parse", "--absolute-git-dir"))
     head = _git(worktree, "rev-parse", "HEAD")
     top = {}
@@ -98,7 +104,7 @@ def build_history(worktree: Path, worktree_id: str, session: str, count: int) ->
         blob = pack.add("blob", f"turn {seq}\n".encode())
         tree = pack.add("tree", _tree({**top, "turn.txt": ("100644", blob)}))
         checkpoint = Checkpoint(id="", tree=tree, parent=previous_cp, worktree=worktree_id, session=session,
-                                label=f"turn {seq}", seq=seq, created_at=created, base=head, changed=True)
+                                label=label(seq) if label else f"turn {seq}", seq=seq, created_at=created, base=head, changed=True)
         when = int(moment.replace(microsecond=0).timestamp())
         cp = pack.add("commit", _commit(tree, [head], when, _message(checkpoint)))
         parents = [cp] + ([previous_pin] if previous_pin else [])

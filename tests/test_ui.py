@@ -178,3 +178,41 @@ def test_lists_are_paged_and_bad_requests_get_one_sentence(daemon: Daemon, env: 
         code, body = request(page.base + "/api/action", {**page.cookie, "Content-Type": "application/json"}, preview)
         assert code == 200 and len(json.loads(body)["deleted"]) == 451
         assert (repo / "odd\tname.txt").exists()  # a preview changes nothing
+
+
+class ListingDaemon:
+    """The two methods the timeline asks of the daemon, answered from a list; counts the ``list`` calls."""
+
+    def __init__(self, checkpoints: list[dict[str, Any]]) -> None:
+        self.checkpoints = checkpoints
+        self.lists = 0
+
+    async def watch(self, worktree_id: str) -> None:
+        pass
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        assert method == "list", method
+        self.lists += 1
+        return {"checkpoints": list(self.checkpoints)}
+
+
+def test_an_announced_checkpoint_joins_the_timeline_without_listing_again() -> None:
+    import asyncio
+
+    from snapshotd.ui.timeline import Timeline
+
+    daemon = ListingDaemon([cp(2, "after turn"), cp(1, "before: one")])
+    timeline = Timeline(daemon)  # type: ignore[arg-type]
+
+    async def run() -> list[list[tuple[str, int, int]]]:
+        seen = [[(e.title, e.first_seq, e.last_seq) for e in await timeline.entries("wt_a")]]
+        for announced in (cp(3, "before: two"), cp(4, "after turn"), cp(4, "after turn"), cp(2, "after turn")):
+            timeline.recorded("wt_a", announced)
+            seen.append([(e.title, e.first_seq, e.last_seq) for e in await timeline.entries("wt_a")])
+        return seen
+
+    seen = asyncio.run(run())
+    assert seen[0] == [("one", 1, 2)]
+    assert seen[1] == [("two", 3, 3), ("one", 1, 2)]
+    assert seen[2] == seen[3] == seen[4] == [("two", 3, 4), ("one", 1, 2)]  # each checkpoint counted once
+    assert daemon.lists == 1

@@ -83,11 +83,14 @@ class Page:
         self.focus = focus  # the worktree id `snapshotd ui PATH` named
 
     def heard(self, note: dict[str, Any]) -> None:
-        """A notification from the daemon: what is kept for its worktree is stale."""
+        """A notification from the daemon: a checkpoint to add, or what is kept for its worktree is stale."""
+        params = note.get("params") or {}
         if note["method"] == "reconnected":
             self.timeline.forget()
-        elif note["method"] == "checkpoint" or note["params"].get("overflow"):
-            self.timeline.forget(note["params"].get("worktree"))
+        elif note["method"] == "checkpoint" and isinstance(params.get("checkpoint"), dict):
+            self.timeline.recorded(params.get("worktree", ""), params["checkpoint"])
+        elif params.get("overflow"):
+            self.timeline.forget(params.get("worktree"))
 
     async def index(self, request: Request) -> Response:
         return FileResponse(ASSETS / "index.html", media_type="text/html; charset=utf-8")

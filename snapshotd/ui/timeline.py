@@ -4,13 +4,16 @@ An entry is a turn of an agent (from the checkpoint before its prompt to its
 last one, see :func:`snapshotd.cli.turns.find_turns`) or a checkpoint that no
 turn holds (a ``snapshotd checkpoint`` by hand, a safety checkpoint), which
 spans from the checkpoint before it in its session. A worktree's checkpoints
-are listed once and kept until the daemon announces a new one, so a page of a
-20,000-checkpoint history costs only the diff listings of its own entries.
+are listed once and kept: a checkpoint the daemon announces is added to them,
+and they are listed again after :data:`RELIST_S` (a deletion or a ``gc`` is
+not announced). So a page of a 20,000-checkpoint history costs only the diff
+listings of its own entries.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -25,6 +28,8 @@ PAGE = 50
 """Entries per page of the timeline."""
 FILES_PAGE = 200
 """Files per page of a turn's file list."""
+RELIST_S = 30.0
+"""How long a worktree's listed checkpoints are trusted before they are listed again."""
 _LISTINGS_KEPT = 64
 _STATS_AT_ONCE = 4
 
@@ -91,6 +96,7 @@ class Timeline:
 
     def __init__(self, bridge: Bridge) -> None:
         self.bridge = bridge
+        self._checkpoints: dict[str, tuple[float, list[dict[str, Any]]]] = {}  # listed at, checkpoints
         self._entries: dict[str, list[Entry]] = {}
         self._listings: OrderedDict[tuple[str, str], list[dict[str, Any]]] = OrderedDict()
         self._limit = asyncio.Semaphore(_STATS_AT_ONCE)
@@ -98,8 +104,18 @@ class Timeline:
     def forget(self, worktree_id: str | None = None) -> None:
         """Drop the kept listing of one worktree's checkpoints (of all, when None)."""
         if worktree_id is None:
+            self._checkpoints.clear()
             self._entries.clear()
         else:
+            self._checkpoints.pop(worktree_id, None)
+            self._entries.pop(worktree_id, None)
+
+    def recorded(self, worktree_id: str, checkpoint: dict[str, Any]) -> None:
+        """A checkpoint the daemon announced: added to the kept listing, whose entries are grouped again."""
+        kept = self._checkpoints.get(worktree_id)
+        # Listed newest first, announced ones appended: a duplicate is near either end.
+        if kept is not None and all(cp["id"] != checkpoint["id"] for cp in kept[1][:16] + kept[1][-16:]):
+            kept[1].append(checkpoint)
             self._entries.pop(worktree_id, None)
 
     async def worktrees(self) -> list[dict[str, Any]]:
@@ -123,11 +139,15 @@ class Timeline:
 
     async def entries(self, worktree_id: str) -> list[Entry]:
         """The worktree's entries, newest first; listed once, then kept until a checkpoint lands."""
-        kept = self._entries.get(worktree_id)
-        if kept is None:
+        listed = self._checkpoints.get(worktree_id)
+        if listed is None or time.monotonic() - listed[0] > RELIST_S:
             await self.bridge.watch(worktree_id)
             checkpoints = (await self.bridge.call("list", {"worktree": worktree_id}))["checkpoints"]
-            kept = self._entries[worktree_id] = entries_of(checkpoints)
+            listed = self._checkpoints[worktree_id] = (time.monotonic(), checkpoints)
+            self._entries.pop(worktree_id, None)
+        kept = self._entries.get(worktree_id)
+        if kept is None:
+            kept = self._entries[worktree_id] = entries_of(list(listed[1]))
         return kept
 
     async def page(self, worktree_id: str, session: str | None, offset: int, limit: int) -> dict[str, Any]:
