@@ -216,3 +216,35 @@ def test_an_announced_checkpoint_joins_the_timeline_without_listing_again() -> N
     assert seen[1] == [("two", 3, 3), ("one", 1, 2)]
     assert seen[2] == seen[3] == seen[4] == [("two", 3, 4), ("one", 1, 2)]  # each checkpoint counted once
     assert daemon.lists == 1
+
+
+def test_a_revert_shows_its_conflicts_and_leaves_them_alone_unless_forced(
+    daemon: Daemon, env: dict[str, str], tmp_path: Path
+) -> None:
+    repo = init_repo(tmp_path / "shared", ("mine.txt", "mine\n"), ("theirs.txt", "theirs\n"))
+    sock = env["SNAPSHOTD_SOCKET"]
+    before = call(sock, "checkpoint", {"path": str(repo), "session": "s", "label": "before: edit both"})
+    write(repo / "mine.txt", "mine, edited\n")
+    write(repo / "theirs.txt", "theirs, edited\n")
+    after = call(sock, "checkpoint", {"path": str(repo), "session": "s", "label": "after turn"})
+    write(repo / "theirs.txt", "theirs, edited again by someone else\n")  # changed since the turn
+    with ui_process(env, repo) as page:
+        headers = {**page.cookie, "Content-Type": "application/json"}
+        body = {"action": "revert", "worktree": before["checkpoint"]["worktree"],
+                "from": before["checkpoint"]["id"], "to": after["checkpoint"]["id"]}
+
+        def act(**extra: Any) -> Any:
+            code, answer = request(page.base + "/api/action", headers, json.dumps({**body, **extra}).encode())
+            assert code == 200, answer
+            return json.loads(answer)
+
+        preview = act()
+        assert (preview["dry_run"], preview["written"], preview["shown"]["conflicts"]) == (
+            True, ["mine.txt"], ["theirs.txt (changed since the checkpoint)"]
+        )
+        done = act(confirm=True)
+        assert done["safety_checkpoint"]["session"] == SAFETY_SESSION
+        assert (repo / "mine.txt").read_text() == "mine\n"
+        assert (repo / "theirs.txt").read_text() == "theirs, edited again by someone else\n"
+        forced = act(confirm=True, force=True)
+        assert forced["written"] == ["theirs.txt"] and (repo / "theirs.txt").read_text() == "theirs\n"

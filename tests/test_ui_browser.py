@@ -129,8 +129,10 @@ def test_the_page_shows_turns_reverts_undoes_and_hears_new_checkpoints(
             sync_api.expect(entries.nth(1)).to_contain_text(_counts(ui, repo, "Add a CHANGES file and fix the greeting in a.txt"))
             page.screenshot(path=str(shots / "ui-timeline.png"))
 
-            # A turn's diff: its files, the first one's lines coloured by Pygments, unified then side by side.
-            page.get_by_role("button", name="Open turn 2: Add a greeting helper").click()
+            # A turn's diff, opened from the keyboard: its files, the first one's lines coloured by
+            # Pygments, unified then side by side.
+            page.get_by_role("button", name="Open turn 2: Add a greeting helper").focus()
+            page.keyboard.press("Enter")
             sync_api.expect(page.locator("#files > li")).to_have_count(2)
             sync_api.expect(page.locator("#files > li").nth(1)).to_contain_text("test_greet.py")
             added, removed = _numstat(repo, _turn(ui, "Add a greeting helper"), "greet.py")
@@ -148,9 +150,16 @@ def test_the_page_shows_turns_reverts_undoes_and_hears_new_checkpoints(
             page.emulate_media(color_scheme="light")
             page.get_by_label("Unified").check()
 
-            # Revert the turn: a preview, then the explicit confirm; the files change on disk.
+            # Revert the turn: a preview (Escape cancels it, changing nothing), then the explicit
+            # confirm; the files change on disk.
             page.get_by_role("button", name="Revert this turn").click()
             dialog = page.get_by_role("dialog")
+            sync_api.expect(dialog).to_contain_text("Will delete (1)test_greet.py")
+            sync_api.expect(page.get_by_role("button", name="Cancel")).to_be_focused()
+            page.keyboard.press("Escape")
+            sync_api.expect(page.locator("#toast")).to_contain_text("Nothing changed.")
+            assert (repo / "test_greet.py").read_text() == TEST_GREET
+            page.get_by_role("button", name="Revert this turn").click()
             sync_api.expect(dialog).to_contain_text("Will write (1)greet.py")
             sync_api.expect(dialog).to_contain_text("Will delete (1)test_greet.py")
             assert (repo / "greet.py").read_text() == GREET  # the preview changed nothing

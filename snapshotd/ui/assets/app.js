@@ -54,7 +54,7 @@ function age(iso) {
 }
 
 const short = (id) => (id ? id.slice(0, 12) : "—");
-const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
+const plural = (n, word, many = `${word}s`) => `${n} ${n === 1 ? word : many}`;
 
 // --- worktrees and sessions ---------------------------------------------------------
 
@@ -79,7 +79,7 @@ function drawWorktrees() {
         onclick: () => chooseWorktree(wt.id, null),
       },
       el("span", { class: "path", text: wt.path }),
-      el("span", { class: "sub", text: `${wt.branch || wt.kind} · ${plural(wt.entries || 0, "entry").replace("entrys", "entries")}` })));
+      el("span", { class: "sub", text: `${wt.branch || wt.kind} · ${plural(wt.entries || 0, "entry", "entries")}` })));
     if (current) {
       const sessions = el("ul", { class: "sessions", "aria-label": `Sessions of ${wt.path}` });
       const all = el("button", { type: "button", class: "session", "aria-current": state.session === null ? "true" : "false",
@@ -122,7 +122,7 @@ async function loadTimeline(reset, keep = 0) {
   }
   for (const e of data.entries) state.seen.add(e.target);
   state.nextOffset = data.next_offset;
-  $("timeline-note").textContent = `${plural(data.total, "entry").replace("entrys", "entries")}, newest first`;
+  $("timeline-note").textContent = `${plural(data.total, "entry", "entries")}, newest first`;
   drawEntries(new Set(fresh));
 }
 
