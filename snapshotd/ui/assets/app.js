@@ -60,6 +60,9 @@ const plural = (n, word, many = `${word}s`) => `${n} ${n === 1 ? word : many}`;
 
 async function loadWorktrees() {
   const data = await api("/api/worktrees");
+  const shown = JSON.stringify(data.worktrees);
+  if (shown === state.shownWorktrees && state.worktree) return; // unchanged: keep the focus where it is
+  state.shownWorktrees = shown;
   state.worktrees = data.worktrees;
   if (!state.worktree || !state.worktrees.some((w) => w.id === state.worktree)) {
     state.worktree = data.focus || (state.worktrees[0] && state.worktrees[0].id) || null;
@@ -428,6 +431,8 @@ function start() {
   }
   listen();
   refresh();
+  // A worktree the daemon opens later (a new agent worktree) shows up without a reload.
+  setInterval(() => loadWorktrees().catch(() => {}), 30000);
 }
 
 start();
