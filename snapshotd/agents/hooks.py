@@ -132,7 +132,8 @@ def _label(payload: dict[str, Any], event: str, cwd: str) -> str:
     if event == "Stop":
         return AFTER_TURN
     if event in ("PreToolUse", "PostToolUse"):
-        tool_name = payload.get("tool_name") if isinstance(payload.get("tool_name"), str) else "tool"
+        named = payload.get("tool_name")
+        tool_name = named if isinstance(named, str) else "tool"
         detail = _shorten(_tool_detail(tool_name, payload.get("tool_input"), cwd))
         when = "before" if event == "PreToolUse" else "after"
         return f"{when} {tool_name}: {detail}" if detail else f"{when} {tool_name}"
@@ -174,7 +175,7 @@ def read_stdin(deadline: float) -> bytes:
     fd = 0
     if os.isatty(fd):
         raise InvalidParams("This command reads one hook payload on stdin; the agent's hooks run it.")
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
@@ -289,10 +290,10 @@ def run_hook(tool: str, checkpoint: Callable[[dict[str, Any]], Any], budget_for:
     try:
         event = describe(tool, read_stdin(time.monotonic() + STDIN_WAIT_S))
     except BaseException as exc:  # a hook must never fail the agent, whatever happened
-        note = _note_for(exc)
+        unread = _note_for(exc)
         with contextlib.suppress(BaseException):
-            record_result(tool, "", os.getcwd(), note)
-        return Outcome(note, failed=True)
+            record_result(tool, "", os.getcwd(), unread)
+        return Outcome(unread, failed=True)
     try:
         earlier = last_result(tool)
         previous = earlier.get("note") if earlier and earlier.get("ok") is False else None

@@ -164,7 +164,7 @@ def settings_path(tool: str, scope: str, cwd: str) -> Path:
 def _our_positions(root: jsonedit.Node, tool: str) -> list[tuple[str, int, int]]:
     """(event, group index, handler index) of every snapshotd handler, last first."""
     hooks = root.member("hooks") if root.kind == "object" else None
-    found = []
+    found: list[tuple[str, int, int]] = []
     if hooks is None or hooks.kind != "object":
         return found
     for event, groups in zip(hooks.keys, hooks.children, strict=True):
@@ -200,6 +200,7 @@ def _without_ours(text: str, name: str, tool: str, keep: dict[str, dict[str, Any
         root = jsonedit.parse(text, name)
         for event, g, h in _our_positions(root, tool):
             groups = root.member("hooks").member(event)  # type: ignore[union-attr]
+            assert groups is not None  # _our_positions found the event there
             if event in keep and _to_python(groups.children[g]) == keep[event]:
                 continue
             text = _remove_one(text, name, event, g, h)

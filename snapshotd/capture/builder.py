@@ -76,7 +76,7 @@ def git_refuses(path: str, *, link: bool = False) -> bool:
     if path.isascii() and "git" not in path.lower():
         return False  # every name libgit2 refuses here holds "git" or (HFS+ aliases) other than ASCII
     try:
-        pygit2.Index().add(pygit2.IndexEntry(path, _ANY_BLOB, MODE_FILE))
+        pygit2.Index().add(pygit2.IndexEntry(path, _ANY_BLOB, MODE_FILE))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
     except pygit2.GitError:
         return True
     return False
@@ -189,9 +189,10 @@ class TreeBuilder:
             self._git_hash.append((Pending(path, basis), st, mode))
             return None
         else:
-            oid = self._stable_blob(path, st)
-            if oid is None:
+            stable = self._stable_blob(path, st)
+            if stable is None:
                 return None
+            oid = stable
         self.stats.hashed += 1
         self.cache.store(path, st, self.fence_ns, oid)
         return oid
@@ -259,7 +260,7 @@ class TreeBuilder:
             if previous == MODE_GITLINK or untracked:
                 head = gitlink_head(os.path.join(self.info.path, path))
                 if head is not None:
-                    self.index.add(pygit2.IndexEntry(path, head, MODE_GITLINK))
+                    self.index.add(pygit2.IndexEntry(path, head, MODE_GITLINK))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
                 elif untracked:
                     self.stats.skip(path + "/", SKIP_NO_COMMIT)
                 return
@@ -275,7 +276,7 @@ class TreeBuilder:
             return
         oid = self._hash(path, st, mode)
         if oid is not None:
-            self.index.add(pygit2.IndexEntry(path, oid, mode))
+            self.index.add(pygit2.IndexEntry(path, oid, mode))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
 
     def close(self) -> None:
         """Let go of the worktree's folders (their descriptors)."""
@@ -290,7 +291,7 @@ class TreeBuilder:
                     continue
                 self.stats.hashed += 1
                 self.cache.store(item.path, st, self.fence_ns, oid, basis=item.basis)
-                self.index.add(pygit2.IndexEntry(item.path, oid, mode))
+                self.index.add(pygit2.IndexEntry(item.path, oid, mode))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
             self._git_hash.clear()
         return str(self.index.write_tree(self.repo))
 

@@ -150,7 +150,8 @@ def hash_through_git(
         entries = {path: oid for path, oid in kept_attributes}
         entries.update((item.path, item.basis) for item in files if item.basis is not None)
         for path, oid in entries.items():
-            seed.add(pygit2.IndexEntry(path, oid, MODE_FILE))  # no stat data: git hashes every file anew
+            # No stat data: git hashes every file anew.
+            seed.add(pygit2.IndexEntry(path, oid, MODE_FILE))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
         seed.write()
         mirror = _mirror(walker, files, folder)
         listing = b"".join(os.fsencode(item.path) + b"\0" for item in files)

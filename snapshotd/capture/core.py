@@ -23,6 +23,7 @@ import contextlib
 import os
 import secrets
 import time
+from typing import cast
 
 import pygit2
 import trio
@@ -95,8 +96,8 @@ def _build(
     # The index's own tree comes from its cache-tree extension (milliseconds when
     # valid); the changes are then edited in along their paths only.
     recording = RecordingIndex(index, str(index.write_tree(repo)))
-    builder = TreeBuilder(
-        repo, info, recording, settings, cache, stats, size_cap, fence_ns, flagged=flagged, conflict_ours=conflict_ours
+    builder = TreeBuilder(  # the recording index stands for the index it wraps
+        repo, info, cast(pygit2.Index, recording), settings, cache, stats, size_cap, fence_ns, flagged=flagged, conflict_ours=conflict_ours
     )
     try:  # in path order, so the folders held open are those near the next path
         for path in sorted(modified | removed):

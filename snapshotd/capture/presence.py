@@ -36,7 +36,7 @@ class Vanished:
     how: str
     message: str
 
-    def to_wire(self) -> dict[str, str]:
+    def to_wire(self) -> dict[str, str | None]:
         return {"presence": self.how, "problem": self.message}
 
 

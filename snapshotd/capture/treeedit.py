@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
+from typing import cast
 
 import pygit2
 
@@ -23,7 +24,7 @@ Changes = Mapping[str, tuple[pygit2.Oid, int] | None]
 
 def edit_tree(repo: pygit2.Repository, base: str | pygit2.Oid | None, changes: Changes) -> tuple[str, list[pygit2.Oid]]:
     """The tree ``base`` with ``changes`` applied, and the ids of the trees it wrote."""
-    tree = repo[base] if base is not None else None
+    tree = cast(pygit2.Tree, repo[base]) if base is not None else None
     written: list[pygit2.Oid] = []
     new = _edit(repo, tree, changes, written)
     if new is None:
@@ -52,7 +53,7 @@ def _edit(
     # (or the other way round) ends up as what the changes say last.
     for name, sub_changes in below.items():
         existing = builder.get(name)
-        subtree = repo[existing.id] if existing is not None and existing.filemode == MODE_TREE else None
+        subtree = cast(pygit2.Tree, repo[existing.id]) if existing is not None and existing.filemode == MODE_TREE else None
         new = _edit(repo, subtree, sub_changes, written)
         if new is None:
             if existing is not None and existing.filemode == MODE_TREE:
@@ -84,7 +85,7 @@ class RecordingIndex:
 
     def add(self, entry: pygit2.IndexEntry) -> None:
         self.inner.add(entry)
-        self.changes[entry.path] = (entry.id, int(entry.mode))
+        self.changes[str(entry.path)] = (entry.id, int(entry.mode))
 
     def remove(self, path: str) -> None:
         self.inner.remove(path)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
+from typing import Any
 
 import pygit2
 
@@ -45,7 +46,7 @@ MAX_UNKNOWN_PATHS = 2000  # more new paths than this and a full scan is cheaper
 MAX_ARGV_BYTES = 512 * 1024
 
 
-def _entry_at(index: pygit2.Index, position: int):
+def _entry_at(index: pygit2.Index, position: int) -> Any:  # a cffi pointer to libgit2's entry
     return C.git_index_get_byindex(index._index, position)
 
 
@@ -205,7 +206,7 @@ def signature_of(paths: list[str]) -> tuple:
 class WarmBuilder(TreeBuilder):
     """A TreeBuilder that also trusts the user's index stat data for tracked files."""
 
-    def __init__(self, warm: WarmState, *args, **kwargs) -> None:
+    def __init__(self, warm: WarmState, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.warm = warm
 

@@ -73,7 +73,7 @@ def restore(
     }
     if confirm_preview(ctx, "restore", params, yes) is not None:
         return
-    finishes = None if dry_run else Finishes("restore", params["path"])
+    finishes = None if dry_run else Finishes("restore", str(params["path"]) if params["path"] else None)
     invoke(ctx, "restore", params, lambda r: print_changes(r, dry_run), progress="restoring", finishes=finishes)
 
 

@@ -250,7 +250,7 @@ class Engine:
         ref = ref_param(params)
         target = await self._resolve(params, required=False)
         store, checkpoint = await trio.to_thread.run_sync(self._find, ref, target, limiter=thread_limiter)
-        await trio.to_thread.run_sync(transfer.refuse_remote_restore, store, checkpoint, target and target.info.id, allow_other)
+        await trio.to_thread.run_sync(transfer.refuse_remote_restore, store, checkpoint, target.info.id if target else None, allow_other)
         if target is None:
             target = await trio.to_thread.run_sync(self.registry.by_id, checkpoint.worktree, limiter=thread_limiter)
         if target.info.id != checkpoint.worktree and not allow_other:
@@ -277,11 +277,14 @@ class Engine:
         if target_ref is not None:
             _, target_cp = await trio.to_thread.run_sync(self._find, target_ref, preferred, limiter=thread_limiter)
         else:
-            target_cp = await trio.to_thread.run_sync(lambda: store.head(source.worktree, source.session))
-            assert target_cp is not None
+            newest = await trio.to_thread.run_sync(store.head, source.worktree, source.session)
+            assert newest is not None
+            target_cp = newest
         if target_cp.worktree != source.worktree:
             raise WorktreeMismatch("'from' and 'to' belong to different worktrees.")
-        state = preferred or await trio.to_thread.run_sync(self.registry.by_id, source.worktree, limiter=thread_limiter)
+        state = preferred
+        if state is None:
+            state = await trio.to_thread.run_sync(self.registry.by_id, source.worktree, limiter=thread_limiter)
         if state.info.id != source.worktree:
             raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to worktree {source.worktree}, not {state.info.id}.")
         rel_paths = [to_worktree_relative(state.info.path, p) for p in paths] if paths is not None else None

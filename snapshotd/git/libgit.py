@@ -7,6 +7,8 @@ store, diff, restore and capture call the same methods on either back-end
 
 from __future__ import annotations
 
+from typing import cast
+
 import pygit2
 
 from snapshotd.errors import GitError, RefLocked, RefMoved
@@ -26,7 +28,7 @@ class LibgitRepository(pygit2.Repository):
     def resolve_ref(self, name: str) -> pygit2.Oid | None:
         """The id a reference points at, or None when there is no such reference."""
         ref = self.references.get(name)
-        return None if ref is None else ref.target
+        return None if ref is None else cast(pygit2.Oid, ref.target)  # a direct reference: an id
 
     def ref_names(self, prefix: str = "") -> list[str]:
         """Every reference name, or those starting with ``prefix``."""

@@ -124,7 +124,8 @@ def _head_by_libgit2(git_dir: str) -> Head:
         repo = pygit2.Repository(git_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
         if repo.head_is_unborn:
             target = repo.references.get("HEAD")
-            branch = target.target.removeprefix("refs/heads/") if target is not None else None
+            name = target.target if target is not None else None
+            branch = name.removeprefix("refs/heads/") if isinstance(name, str) else None
             return None, branch if isinstance(branch, str) else None
         head = repo.head
         branch = None if repo.head_is_detached else head.shorthand

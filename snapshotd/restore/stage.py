@@ -14,6 +14,7 @@ import contextlib
 import os
 import stat
 from dataclasses import dataclass
+from typing import cast
 
 import pygit2
 
@@ -207,7 +208,7 @@ class Stage:
         if isinstance(self.index, GitIndex):
             self.index.add(path, entry)
         elif self.index is not None:
-            self.index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry.oid), entry.mode))
+            self.index.add(pygit2.IndexEntry(path, pygit2.Oid(hex=entry.oid), entry.mode))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
 
     def clean_id(self, path: str, data: bytes) -> str | None:
         """The blob id git would record for ``data`` at ``path`` (clean filters, line endings), or None.
@@ -229,7 +230,7 @@ class Stage:
         """The content to write at ``path``: as git checks it out, or the blob as it is."""
         if path not in self.files:
             if self.index is None:
-                return self.repo[entry.oid].data
+                return cast(pygit2.Blob, self.repo[entry.oid]).data
             self._check_out([(path, entry)])
         self.files.discard(path)
         full = os.path.join(self.out, path)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import pygit2
 
@@ -33,7 +34,7 @@ def _children(tree: pygit2.Tree | None) -> dict[str, tuple[int, str]]:
     """A tree's entries by name: (mode, id); none for no tree."""
     if tree is None:
         return {}
-    return {entry.name: (entry.filemode, str(entry.id)) for entry in tree}
+    return {str(entry.name): (entry.filemode, str(entry.id)) for entry in tree}
 
 
 def _subtree(repo: Repository, oid: str) -> pygit2.Tree:
@@ -44,7 +45,7 @@ def _subtree(repo: Repository, oid: str) -> pygit2.Tree:
         raise NotFound(f"The tree {oid} is missing from the repository.", oid=oid) from exc
     if getattr(tree, "type_str", None) != "tree":
         raise NotFound(f"The object {oid} is not a tree.", oid=oid)
-    return tree
+    return cast(pygit2.Tree, tree)
 
 
 def walk_changes(

@@ -36,6 +36,7 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import pygit2
 
@@ -151,7 +152,7 @@ class Store(SessionChains):
             commit = self.repo[oid]
         except (KeyError, ValueError) as exc:
             raise NotFound(f"No checkpoint {oid} exists.") from exc
-        checkpoint = parse_checkpoint(commit) if _is_commit(commit) else None
+        checkpoint = parse_checkpoint(cast(pygit2.Commit, commit)) if _is_commit(commit) else None
         if checkpoint is None:
             raise NotFound(f"The object {oid} is not a snapshotd checkpoint.")
         return checkpoint
@@ -162,6 +163,7 @@ class Store(SessionChains):
 
     def head(self, worktree_id: str, session: str | None) -> Checkpoint | None:
         for pin in self.pins(ref_name(worktree_id, session)):
+            assert pin.checkpoint is not None  # pins() yields the pins of checkpoints only
             return self.load(pin.checkpoint)
         return None
 
@@ -200,7 +202,7 @@ class Store(SessionChains):
             )
         else:
             merged = self.iter_session(ref_name(worktree_id, session), limit)
-        out = []
+        out: list[Checkpoint] = []
         for checkpoint in merged:
             if limit is not None and len(out) >= limit:
                 break
@@ -252,7 +254,7 @@ class Store(SessionChains):
             head_pin = self.ref_target(name)
             head = read_pin(self.repo, head_pin) if head_pin is not None else None
             previous = head if head is not None and head.checkpoint is not None else None
-            previous_cp = self.load(previous.checkpoint) if previous is not None else None
+            previous_cp = self.load(head.checkpoint) if head is not None and head.checkpoint is not None else None
             checkpoint = Checkpoint(
                 id="",
                 tree=tree,
@@ -305,7 +307,7 @@ class Store(SessionChains):
                 oldest_dropped = places[0]
                 going = {entry.checkpoints[index] for index in places}
                 above = [pin for pin in entry.pin_objects(oldest_dropped) if pin.checkpoint not in going]
-                base = entry.pins[oldest_dropped - 1] if oldest_dropped > 0 else None
+                base: ObjectId | None = entry.pins[oldest_dropped - 1] if oldest_dropped > 0 else None
             # The new head is always written anew, to carry the session's highest seq.
             last_seq = read_pin(self.repo, head_pin).last_seq
             if not above and base is not None:

@@ -23,7 +23,7 @@ import itertools
 import os
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
@@ -165,7 +165,7 @@ def diff_trees(
     if isinstance(context, bool) or not isinstance(context, int) or context < 0:
         raise InvalidParams("context must be a non-negative integer.", context=context)
     request = DiffRequest(old_tree, new_tree, paths, patch, context, find_renames)
-    entries = _diff_in_process(repo, request) if repo.in_process else _diff_with_git(repo, request)
+    entries = _diff_in_process(repo, request) if repo.in_process else _diff_with_git(cast(GitRepository, repo), request)
     return _paged(entries, offset, patch, max_patch_bytes)
 
 
@@ -258,7 +258,7 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
                 _, added, deleted = part.line_stats
                 additions += added
                 deletions += deleted
-                binary = binary or part.delta.is_binary
+                binary = binary or bool(part.delta.is_binary)
             change = FileChange(
                 path=path,
                 old_path=old_path if delta.status == DeltaStatus.RENAMED else None,
@@ -373,6 +373,10 @@ def _diff_with_git(repo: GitRepository, request: DiffRequest) -> list[Entry]:
             or (record["old_path"] is not None and path_matches(record["old_path"], request.paths))
         ):
             continue
-        change, patch_text = FileChange(**record), b"".join(text).decode("utf-8", "replace")
-        entries.append(lambda change=change, patch_text=patch_text: (change, patch_text))
+        entries.append(_ready(FileChange(**record), b"".join(text).decode("utf-8", "replace")))
     return entries
+
+
+def _ready(change: FileChange, patch_text: str) -> Entry:
+    """An entry whose change and patch are already made."""
+    return lambda: (change, patch_text)

@@ -17,11 +17,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
 import pygit2
 
 from snapshotd.errors import GitError, RefLocked, RefMoved, RefRaced
-from snapshotd.git.repository import ObjectId, Repository
+from snapshotd.git.repository import Backend, ObjectId, Repository
 from snapshotd.store.identity import unreadable
 
 TRAILER = "Snapshotd-"
@@ -61,7 +62,7 @@ def _number(text: str) -> int:
 
 def read_pin(repo: Repository, oid: ObjectId) -> Pin:
     """The pin commit ``oid``: its parents, and the seq in its subject and ``Last-Seq`` trailer."""
-    commit = repo[oid]
+    commit = cast(pygit2.Commit, repo[oid])  # a pin is a commit (GitCommit in the git back-end)
     parents = commit.parent_ids
     lines = commit.message.splitlines()
     words = lines[0].split() if lines else []
@@ -135,7 +136,7 @@ class SessionChains:
         deadline = time.monotonic() + 10.0
         while True:
             try:
-                self.repo.swap_ref(name, new, expected)
+                cast(Backend, self.repo).swap_ref(name, new, expected)  # each back-end takes its own ids
                 return
             except RefMoved as exc:
                 raise RefRaced(name) from exc

@@ -63,7 +63,7 @@ def entries_of(checkpoints: list[dict[str, Any]]) -> list[Entry]:
     for session, cps in by_session.items():
         cps.sort(key=lambda cp: cp["seq"])
         turns = find_turns(cps) if session != SAFETY_SESSION else []
-        held = set()
+        held: set[int] = set()
         for turn in turns:
             held.update(range(turn.start_seq, turn.end_seq + 1))
             entries.append(Entry(
