@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import time
 from pathlib import Path
@@ -27,6 +28,19 @@ def _clone(tmp_path: Path) -> tuple[Path, str]:
 def _snapshotd_refs(repo: Path) -> dict[str, str]:
     out = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", "refs/snapshotd/")
     return dict(line.split(" ") for line in out.splitlines())
+
+
+def _processes() -> list[tuple[int, list[str]]]:
+    """(pid, argv) of this user's processes now."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                argv = Path("/proc", entry, "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            found.append((int(entry), [os.fsdecode(arg) for arg in argv if arg]))
+    return found
 
 
 def _pushes(daemon: Daemon, worktree: str) -> dict[str, Any]:
@@ -76,6 +90,9 @@ def test_a_remote_that_hangs_never_delays_a_capture_and_status_shows_the_backlog
         pushes = _pushes(daemon, worktree)
         assert pushes["in_flight"] and pushes["pending"] and pushes["pushes"] == 0
         assert call(daemon.socket, "ping")["pid"] == daemon.pid
+        port = str(hung.getsockname()[1])
+        pushing = [pid for pid, argv in _processes() if "push" in argv and any(port in arg for arg in argv)]
+        assert pushing and all(os.getpriority(os.PRIO_PROCESS, pid) >= 10 for pid in pushing)  # it yields to captures
 
 
 def test_a_remote_that_is_down_is_the_last_error_and_is_retried_after_the_next_checkpoint(daemon: Daemon, tmp_path: Path) -> None:

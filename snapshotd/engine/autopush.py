@@ -3,9 +3,13 @@
 The setting is per worktree, in its state folder (``push.json``, 0600), set by
 ``push`` with ``background``. At most one push per worktree is in flight: a
 checkpoint recorded meanwhile only marks the worktree pending, and the next
-push carries everything since, so the backlog is one flag, never copies. A
-capture never waits for it: the pusher is its own task and takes no
-worktree lock. A failure is kept for ``status`` and retried with the next
+push carries everything since, so the backlog is one flag, never copies; a
+push starts a second after the checkpoint that asked for it, so a burst of
+checkpoints is one push; one background push runs at a time in the
+daemon, at niceness 10, and the next starts only after a rest three times
+as long as it took, so pushing takes at most a quarter of one core's worth
+of time from the captures, however many worktrees wait. A capture never waits for it: the pusher is its own task and
+takes no worktree lock. A failure is kept for ``status`` and retried with the next
 checkpoint, no sooner than a back-off (2 s, doubling up to 5 minutes), so a
 remote that is down costs one failed push per back-off, not one per capture.
 Only a daemon (an engine with a nursery) pushes in the background.
@@ -39,7 +43,9 @@ log = logging.getLogger(__name__)
 SETTING = "push.json"
 MAX_SETTING_BYTES = 4096
 BACKOFF_S = (2.0, 300.0)
-AT_ONCE = 2  # background pushes in flight across all worktrees
+GATHER_S = 1.0  # after a checkpoint, how long the pusher waits for more to go in the same push
+AT_ONCE = 1  # background pushes in flight across all worktrees: the captures keep the rest of the machine
+REST_RATIO = 3.0  # after each background push, the next waits this many times as long as it took
 
 
 def background_enabled(info: WorktreeInfo) -> bool:
@@ -117,10 +123,12 @@ class BackgroundPush:
                 if not state.enabled:
                     state.pending = False
                     break
-                await trio.sleep(max(0.0, state.retry_at - time.monotonic()))
+                await trio.sleep(max(GATHER_S, state.retry_at - time.monotonic()))
                 state.pending = False  # what is recorded from here on waits for the next push
                 async with self.limiter:
+                    started = time.monotonic()
                     await self._push_once(info, state)
+                    await trio.sleep(REST_RATIO * (time.monotonic() - started))
         finally:
             state.running = False
 

@@ -40,6 +40,7 @@ from snapshotd.store.remotes import (
 from snapshotd.threads import thread_limiter
 
 _SETTINGS = r"^(snapshotd\.remote|remote\..*\.url|branch\..*\.remote)$"
+BACKGROUND_NICENESS = 10  # a background push yields the CPU to captures
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ class Transfers:
 
     async def _push_in_background(self, info: WorktreeInfo) -> None:
         _, branch = await trio.to_thread.run_sync(worktree_head, info, limiter=thread_limiter)
-        await self._send(info, await resolve_remote(info, None, branch), force=False)
+        await self._send(info, await resolve_remote(info, None, branch), force=False, nice=BACKGROUND_NICENESS)
 
     def lock(self, info: WorktreeInfo) -> trio.Lock:
         return self.locks.setdefault(info.store_dir, trio.Lock())
@@ -168,10 +169,10 @@ class Transfers:
         result = await self._send(info, remote, optional_bool(params, "force"))
         return result if background is None else {**result, "background": background}
 
-    async def _send(self, info: WorktreeInfo, remote: Remote, force: bool) -> dict[str, Any]:
+    async def _send(self, info: WorktreeInfo, remote: Remote, force: bool, nice: int = 0) -> dict[str, Any]:
         async with self.lock(info):
             plan = await trio.to_thread.run_sync(plan_push, info, remote, force, limiter=thread_limiter)
-            report = await transport.push(git_target(info), remote.argument, plan.updates)
+            report = await transport.push(git_target(info), remote.argument, plan.updates, nice)
             sent = {update.ref: update.new for update in plan.updates}
             await trio.to_thread.run_sync(save_pushed, info.store_dir, remote.key, sent, limiter=thread_limiter)
         return {"remote": remote.argument, "pushed": report.pushed, "up_to_date": sorted(plan.up_to_date + report.up_to_date)}

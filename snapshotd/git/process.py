@@ -125,6 +125,7 @@ class GitOptions(TypedDict, total=False):
     input: bytes | None  # written to its stdin (None: /dev/null)
     ok_codes: Sequence[int]  # exit statuses that are not a failure (default: only 0)
     env_extra: Mapping[str, str] | None  # added to the environment
+    nice: int  # run under nice(1) at this niceness (work that must yield the machine: background pushes)
 
 
 @dataclass(frozen=True)
@@ -143,7 +144,10 @@ class _Call:
         env = git_env(target, options.get("index_file"))
         env.update(options.get("env_extra") or {})
         cwd = target.work_tree or target.git_dir
-        return cls(args, git_argv(args), cwd, env, options.get("input"), options.get("ok_codes", (0,)))
+        argv = git_argv(args)
+        if options.get("nice"):
+            argv = ["nice", "-n", str(options["nice"]), *argv]
+        return cls(args, argv, cwd, env, options.get("input"), options.get("ok_codes", (0,)))
 
     def output(self, result: spawn.Completed) -> bytes:
         """The command's standard output, or GitError when its exit status is not one of ``ok_codes``."""

@@ -93,18 +93,19 @@ def _said(result: Completed) -> str:
     return f"git was ended by {name}" + (" (the connection closed under it)" if number == signal.SIGPIPE else "")
 
 
-async def push(target: GitTarget, remote: str, updates: Sequence[RefUpdate]) -> PushReport:
+async def push(target: GitTarget, remote: str, updates: Sequence[RefUpdate], nice: int = 0) -> PushReport:
     """Push ``updates`` to ``remote`` all or none; GitError (one sentence, ``data.reason``) when it fails.
 
     git that ends without its report (a signal, a connection reset: send-pack
     dies of SIGPIPE when receive-pack hangs up first, which it does when no
     ref needs sending) leaves the remote as the judge: what it holds now says
-    whether the push took, or was refused.
+    whether the push took, or was refused. ``nice`` runs it (and what it
+    starts) at that niceness.
     """
     check_remote_argument(remote)
     if not updates:
         return PushReport([], [])
-    result = await run_git_completed(target, push_args(remote, updates), env_extra=transport_env())
+    result = await run_git_completed(target, push_args(remote, updates), env_extra=transport_env(), nice=nice)
     pushed, same, rejected = parse_porcelain(os.fsdecode(result.stdout))
     if result.returncode != 0 and not rejected and not pushed and not same:
         held = await _remote_values(target, remote, updates)
