@@ -203,6 +203,27 @@ def signature_of(paths: list[str]) -> tuple:
     return tuple(out)
 
 
+@dataclass(frozen=True)
+class WarmBasis:
+    """The rule files a warm state is checked against, their stat signature and the user's index mtime."""
+
+    sources: list[str]
+    signature: tuple
+    index_mtime_ns: int
+
+    @classmethod
+    def read(cls, info: WorktreeInfo, keep: bool) -> WarmBasis:
+        """Read them from disk (config files, stat calls): on a worker thread."""
+        sources = rule_sources(info) if keep else []
+        index_mtime_ns = 0
+        if info.git_dir is not None:
+            try:
+                index_mtime_ns = os.stat(os.path.join(info.git_dir, "index")).st_mtime_ns
+            except OSError:
+                index_mtime_ns = 0
+        return cls(sources, signature_of(sources), index_mtime_ns)
+
+
 class WarmBuilder(TreeBuilder):
     """A TreeBuilder that also trusts the user's index stat data for tracked files."""
 

@@ -21,7 +21,6 @@ import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 
 import trio
 
@@ -30,7 +29,7 @@ from snapshotd.capture.core import capture_cold
 from snapshotd.capture.gitlinks import moved as moved_gitlinks
 from snapshotd.capture.misses import VerifyResult, watch_misses
 from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, make_fence
-from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
+from snapshotd.capture.warm import WarmBasis, WarmState, capture_warm, signature_of
 from snapshotd.capture.watch import Watcher
 from snapshotd.errors import NotFound, missing_object_error
 from snapshotd.git.format import object_format
@@ -48,27 +47,6 @@ RETRY_FIRST_S = 5.0  # a failed watch is tried again after this, doubling up to 
 RETRY_MAX_S = 300.0
 
 OnChange = Callable[[set[str], bool], None]
-
-
-@dataclass(frozen=True)
-class WarmBasis:
-    """The rule files a warm state is checked against, their stat signature and the user's index mtime."""
-
-    sources: list[str]
-    signature: tuple
-    index_mtime_ns: int
-
-    @classmethod
-    def read(cls, info: WorktreeInfo, keep: bool) -> WarmBasis:
-        """Read them from disk (config files, stat calls): on a worker thread."""
-        sources = rule_sources(info) if keep else []
-        index_mtime_ns = 0
-        if info.git_dir is not None:
-            try:
-                index_mtime_ns = os.stat(os.path.join(info.git_dir, "index")).st_mtime_ns
-            except OSError:
-                index_mtime_ns = 0
-        return cls(sources, signature_of(sources), index_mtime_ns)
 
 
 class WorktreeCapture:
