@@ -217,8 +217,9 @@ def raise_disk_error(exc: BaseException, path: str, doing: str) -> None:
 
 
 def missing_object_error(exc: BaseException, store: str, worktree: str) -> GitError | None:
-    """A failed object lookup (pygit2 raises KeyError with the id) as a sentence naming the repository."""
+    """A failed object lookup (pygit2's KeyError: the id, or "... no match for id (ID)") as a sentence naming the repository."""
     key = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else ""
+    key = key.rpartition("no match for id (")[2].removesuffix(")")
     if len(key) not in (40, 64) or any(ch not in "0123456789abcdef" for ch in key):
         return None
     return GitError(

@@ -199,3 +199,38 @@ def test_a_store_deleted_between_its_check_and_its_opening_is_not_found(tmp_path
     with pytest.raises(SnapshotdError) as caught:
         open_repository(str(repo / ".git"))
     assert_not_found_naming(caught, repo)
+
+
+def _loose(repo: Path, oid: str) -> Path:
+    return repo / ".git" / "objects" / oid[:2] / oid[2:]
+
+
+@pytest.mark.parametrize("deleted", ["the captured tree", "every object"])
+async def test_a_store_losing_objects_between_capture_and_record_is_a_clear_error(tmp_path, deleted):
+    """Fault: ``rm -rf`` of the worktree is under way in ``.git/objects`` after the tree was captured and
+    before its checkpoint is recorded: ``not_found`` once the git folder is no repository any more, and
+    with one object gone, the sentence naming the repository and the object (never an internal error)."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    engine = Engine()
+    try:
+        await engine.call("checkpoint", {"path": str(repo)})
+        (repo / "a.txt").write_text("changed\n")
+        record = engine._record
+
+        def record_after_deleting(state, session, label, tree, repo_=None):  # type: ignore[no-untyped-def]
+            if deleted == "every object":
+                shutil.rmtree(repo / ".git" / "objects")
+            else:
+                _loose(repo, tree).unlink()
+            return record(state, session, label, tree, repo_)
+
+        engine._record = record_after_deleting  # type: ignore[method-assign]
+        with pytest.raises(SnapshotdError) as caught:
+            await engine.call("checkpoint", {"path": str(repo)})
+    finally:
+        await engine.aclose()
+    assert str(repo) in caught.value.message
+    if deleted == "every object":
+        assert_not_found_naming(caught, repo)
+    else:
+        assert caught.value.kind == "git_error" and "lacks the object" in caught.value.message

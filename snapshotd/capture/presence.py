@@ -56,7 +56,7 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
     what the watcher saw happen to the root (``moved`` or ``gone``).
     """
     now = root_id(info.path)
-    missing_git = info.git_dir is not None and not os.path.isdir(info.git_dir)
+    missing_git = info.git_dir is not None and not _still_a_repository(info.git_dir, info.common_dir)
     if now is not None and (opened is None or now == opened) and not missing_git and _keeps_its_id(info):
         return None  # here (perhaps moved away and back)
     how = MOVED if hint == MOVED else GONE
@@ -66,12 +66,19 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
             f"The worktree {info.id} was moved away from {info.path}; "
             "run 'snapshotd repair NEW_PATH' (or use it at its new path) to keep its checkpoints.",
         )
-    what = "its git folder is gone" if now is not None and missing_git else "it was deleted, moved or unmounted"
+    deleted = "it was deleted, moved or unmounted"
+    what = "its git folder is gone or no longer a repository" if now is not None and missing_git else deleted
     return Vanished(
         GONE,
         f"The worktree {info.id} is no longer at {info.path} ({what}); "
         "if it moved, run 'snapshotd repair NEW_PATH' to keep its checkpoints.",
     )
+
+
+def _still_a_repository(git_dir: str, common_dir: str | None) -> bool:
+    """Whether the git dir is still one: ``rm -rf`` under way may have taken its ``HEAD`` or objects already."""
+    objects = os.path.join(common_dir or git_dir, "objects")
+    return os.path.isdir(git_dir) and os.path.lexists(os.path.join(git_dir, "HEAD")) and os.path.isdir(objects)
 
 
 def _keeps_its_id(info: WorktreeInfo) -> bool:

@@ -107,15 +107,13 @@ class WorktreeCapture:
         try:
             return await self._take(exact)
         except Exception as exc:
-            await self.raise_if_vanished(exc, opened)
-            missing = missing_object_error(exc, self.info.store_dir, self.info.path)
-            if missing is not None:
-                raise missing from exc
+            await self.raise_clear_error(exc, opened)
             raise
 
-    async def raise_if_vanished(self, exc: Exception, opened: WorktreeInfo | None = None) -> None:
+    async def raise_clear_error(self, exc: Exception, opened: WorktreeInfo | None = None) -> None:
         """After ``exc``: ``not_found`` naming the worktree if it vanished (looked at twice: ``rm -rf``
-        takes the root last) or changed under the work, begun at ``opened``."""
+        takes the root last) or changed under the work, begun at ``opened``; the sentence naming
+        the store and the object when one is missing."""
         for attempt in range(2):
             await trio.sleep(VANISH_GRACE_S * attempt)
             vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, limiter=thread_limiter)
@@ -125,6 +123,9 @@ class WorktreeCapture:
         message = presence.changed_while_captured(exc, self.info, opened)
         if message is not None:  # there again now: deleted and made anew, or moved away and back, meanwhile
             raise NotFound(message) from exc
+        missing = missing_object_error(exc, self.info.store_dir, self.info.path)
+        if missing is not None:
+            raise missing from exc
 
     async def _take(self, exact: bool) -> CaptureResult:
         self.last_activity = time.monotonic()

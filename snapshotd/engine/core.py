@@ -173,7 +173,7 @@ class Engine:
                         self._record, state, options.session, options.label, result.tree, limiter=thread_limiter
                     )
             except Exception as exc:
-                await state.capture.raise_if_vanished(exc)  # deleted between the capture and the record
+                await state.capture.raise_clear_error(exc)  # deleted between the capture and the record
                 raise
         result.stats.ms = (time.perf_counter() - started) * 1000
         self.subscriptions.recorded(state.info.id, checkpoint.to_wire())
