@@ -252,7 +252,7 @@ def test_restore_dry_run_paths_and_everything(daemon: Daemon, env: dict[str, str
     assert dry["deleted"] == ["new.txt"]
     assert worktree_listing(repo) == before, "a dry run changed the worktree"
     dry_text = cli("restore", cp["id"], "--dry-run", cwd=repo, env=env).stdout
-    assert "would write 2, would delete 1" in dry_text
+    assert "would write 2 files, would delete 1 file" in dry_text
     assert "W  a.txt" in dry_text and "D  new.txt" in dry_text
     assert worktree_listing(repo) == before
 
@@ -328,7 +328,7 @@ def test_restore_at_a_terminal_shows_the_plan_and_asks(daemon: Daemon, env: dict
 
     code, screen = at_a_terminal(["restore", cp["id"]], b"n\n", env, repo)
     assert code == 0, screen
-    assert "would write 1, would delete 0" in screen and "a.txt" in screen and "Go ahead?" in screen
+    assert "would write 1 file, would delete 0 files" in screen and "a.txt" in screen and "Go ahead?" in screen
     assert "\x1b[" in screen, "no colour on a terminal"
     assert worktree_listing(repo) == before, "answering no changed the worktree"
 

@@ -30,6 +30,7 @@ from repo_helpers import init_repo, worktree_listing, write
 from terminal_helpers import at_a_terminal
 
 from snapshotd.cli.main import main as cli_main
+from snapshotd.cli.output import plural
 
 MAN_PAGE = Path(__file__).resolve().parent.parent / "man" / "snapshotd.1"
 
@@ -199,3 +200,17 @@ def test_diff_of_an_id_against_its_worktree_works_from_any_folder(
     for folder in (tmp_path, other):  # a plain folder, and another repository
         assert cli("diff", cp["id"][:12], cwd=folder, env=env).stdout.splitlines() == ["M  a.txt"]
     assert cli("diff", cp["id"], cwd=repo, env=env).stdout.splitlines() == ["M  a.txt"]
+
+
+def test_errors_and_counts_read_as_sentences(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    """A session's name keeps its case, counts take their plural, and each refusal says what to do."""
+    cli("checkpoint", "--session", "MyBot", str(repo), env=env)
+    short = cli("diff", "MyBot@~2", "@", cwd=repo, env=env, code=1)
+    assert_one_error_line(short, "Session 'MyBot' of worktree", "has 1 checkpoint, so none is 2", "`snapshotd list`")
+    assert "`snapshotd list` shows its sessions" in cli("show", "nobody@", cwd=repo, env=env, code=1).stderr
+    assert "`snapshotd list` shows the seqs" in cli("show", "#9", cwd=repo, env=env, code=1).stderr
+    assert "`snapshotd list` shows the checkpoints" in cli("show", "1234567", cwd=repo, env=env, code=1).stderr
+    made = cli("checkpoint", str(repo), env=env).stdout
+    assert re.search(r", (1 process|\d+ processes), \d+ ms$", made.strip()), made
+    assert plural(2, "process") == "2 processes" and plural(1, "process") == "1 process"
+    assert plural(3, "file") == "3 files"

@@ -104,7 +104,7 @@ async def test_every_tool_over_stdio(daemon: Daemon, sock: Path, repo: Path) -> 
         # Errors are tool errors carrying the daemon's sentence and kind.
         result = await client.call_tool("show_turn", {"checkpoint": "0000000"})
         assert result.is_error
-        assert text_of(result) == "No checkpoint matches '0000000'."
+        assert text_of(result).startswith("No checkpoint matches '0000000';")
         assert result.structured_content["error"]["data"]["kind"] == "not_found"
         result = await client.call_tool("revert_turn", {"checkpoint": newest["id"]})
         assert result.is_error and "nothing to revert" in text_of(result)

@@ -183,7 +183,7 @@ def ping(ctx: click.Context, json_output: bool) -> None:
 @click.argument("shell", type=click.Choice(SHELLS), metavar="bash|zsh|fish")
 @click.pass_context
 def completion(ctx: click.Context, shell: str) -> None:
-    """Print the completion script for SHELL (bash, zsh or fish).
+    """Print the completion script of a shell: bash, zsh or fish.
 
     \b
     bash:  eval "$(snapshotd completion bash)"   in ~/.bashrc

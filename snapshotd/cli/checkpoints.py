@@ -23,7 +23,14 @@ from snapshotd.cli.options import (
     reference_params,
     use_json,
 )
-from snapshotd.cli.output import checkpoint_line, one_line, print_patch, quote_path, skip_reason
+from snapshotd.cli.output import (
+    checkpoint_line,
+    one_line,
+    plural,
+    print_patch,
+    quote_path,
+    skip_reason,
+)
 from snapshotd.cli.turns import no_refs_with_turn, turn_option, turn_range
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import NotFound, SnapshotdError
@@ -66,7 +73,7 @@ def checkpoint(
     def human(result: dict[str, Any]) -> None:
         cp, stats = result["checkpoint"], result["stats"]
         click.echo(checkpoint_line(cp))
-        detail = f"{stats['scan']} scan, {stats['hashed']} hashed, {stats['processes']} processes, {stats['ms']:.0f} ms"
+        detail = f"{stats['scan']} scan, {stats['hashed']} hashed, {plural(stats['processes'], 'process')}, {stats['ms']:.0f} ms"
         click.echo(click.style(detail, dim=True))
         for item in stats["skipped_files"]:
             click.echo(click.style(f"left out {item['path']}: {skip_reason(item)}", fg="magenta"), err=True)

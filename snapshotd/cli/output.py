@@ -70,8 +70,10 @@ def let_output_carry_raw_names() -> None:
 
 
 def plural(count: int, noun: str) -> str:
-    """``1 checkpoint``, ``2 checkpoints``."""
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+    """``1 checkpoint``, ``2 checkpoints``, ``2 processes``."""
+    if count == 1:
+        return f"{count} {noun}"
+    return f"{count} {noun}es" if noun.endswith(("s", "x", "ch", "sh")) else f"{count} {noun}s"
 
 
 def short_id(hex_id: str | None) -> str:
@@ -146,7 +148,8 @@ def print_changes(result: dict[str, Any], dry_run: bool, err: bool = False) -> N
         click.echo(f"{click.style('!', fg='magenta')}  {quote_path(item['path'])}: {item['reason']}", err=err)
     for item in result.get("kept", []):
         click.echo(f"{click.style('K', fg='cyan')}  {quote_path(item['path'])}: {item['reason']}", err=err)
-    summary = f"{verb}write {len(result.get('written', []))}, {verb}delete {len(result.get('deleted', []))}"
+    written, deleted = len(result.get("written", [])), len(result.get("deleted", []))
+    summary = f"{verb}write {plural(written, 'file')}, {verb}delete {plural(deleted, 'file')}"
     click.echo(click.style(summary, dim=True), err=err)
     safety = result.get("safety_checkpoint")
     if safety:

@@ -117,7 +117,7 @@ def _by_prefix(ref: IdPrefix, store_dirs: Iterable[str]) -> FoundCheckpoint:
             "give more digits",
         )
     if not found:
-        raise NotFound(f"No checkpoint matches {ref.text!r}.")
+        raise NotFound(f"No checkpoint matches {ref.text!r}; `snapshotd list` shows the checkpoints here.")
     return next(iter(found.values()))
 
 
@@ -140,7 +140,7 @@ def _by_seq(store: Store, worktree: WorktreeInfo, ref: SessionSeq) -> Checkpoint
         raise _ambiguous(f"{ref.text!r} is in {len(found)} sessions", found, "name the session (--session S, or S@)")
     if not found:
         where = f" in session {ref.session.name!r}" if ref.session.named else ""
-        raise NotFound(f"No checkpoint has seq {ref.seq}{where} in the worktree {worktree.path}.")
+        raise NotFound(f"No checkpoint has seq {ref.seq}{where} in the worktree {worktree.path}; `snapshotd list` shows the seqs.")
     return found[0]
 
 

@@ -67,8 +67,12 @@ def back_from_head(store: Store, worktree_id: str, session: str | None, back: in
     count = len(ids)
     where = f"session {session!r}" if session is not None else "the default session"
     if count == 0:
-        raise NotFound(f"There is no checkpoint in {where} of worktree {worktree_id}.")
-    raise NotFound(f"{where.capitalize()} of worktree {worktree_id} has {count} checkpoint(s), so none is {back} before the newest.")
+        raise NotFound(f"There is no checkpoint in {where} of worktree {worktree_id}; `snapshotd list` shows its sessions.")
+    held = f"{count} checkpoint" if count == 1 else f"{count} checkpoints"
+    raise NotFound(
+        f"{where[0].upper()}{where[1:]} of worktree {worktree_id} has {held}, so none is {back} before the newest; "
+        "`snapshotd list` shows them."
+    )
 
 
 def by_seq(store: Store, worktree_id: str, session: str | None, seq: int) -> Checkpoint | None:
