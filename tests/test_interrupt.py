@@ -74,7 +74,7 @@ def test_ctrl_c_during_a_restore_says_it_goes_on_then_shows_how_to_undo(
     assert "cannot stop half-way, so it goes on to the end" in err
     assert "Aborted!" not in out + err
     assert "undo with: snapshotd restore" in out
-    assert "write 2 files, delete 0 files" in out
+    assert "wrote 2 files, deleted 0 files" in out
     assert (repo / "slow.dat").read_text() == "slow one\n"
     assert (repo / "a.txt").read_text() == "a\n"
     safety = cli_process("list", "--session", "snapshotd:safety", "--json", cwd=repo, env=env).json()

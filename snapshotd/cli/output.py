@@ -139,7 +139,6 @@ def print_patch(text: str) -> None:
 
 def print_changes(result: dict[str, Any], dry_run: bool, err: bool = False) -> None:
     """Written, deleted, left alone (and why) and kept paths, a summary, and how to undo."""
-    verb = "would " if dry_run else ""
     for path in result.get("written", []):
         click.echo(f"{click.style('W', fg='green')}  {quote_path(path)}", err=err)
     for path in result.get("deleted", []):
@@ -149,7 +148,11 @@ def print_changes(result: dict[str, Any], dry_run: bool, err: bool = False) -> N
     for item in result.get("kept", []):
         click.echo(f"{click.style('K', fg='cyan')}  {quote_path(item['path'])}: {item['reason']}", err=err)
     written, deleted = len(result.get("written", [])), len(result.get("deleted", []))
-    summary = f"{verb}write {plural(written, 'file')}, {verb}delete {plural(deleted, 'file')}"
+    summary = (
+        f"would write {plural(written, 'file')}, would delete {plural(deleted, 'file')}"
+        if dry_run
+        else f"wrote {plural(written, 'file')}, deleted {plural(deleted, 'file')}"
+    )
     click.echo(click.style(summary, dim=True), err=err)
     safety = result.get("safety_checkpoint")
     if safety:
