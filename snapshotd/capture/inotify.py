@@ -81,8 +81,13 @@ class Inotify:
         """Drop a watch; one the kernel already dropped is no error."""
         self._libc.inotify_rm_watch(self.fd, wd)
 
-    def read(self) -> list[tuple[int, int, str]]:
-        """Every event queued now, as (wd, mask, name); empty when none is."""
+    def read(self, *, once: bool = False) -> list[tuple[int, int, str]]:
+        """Every event queued now, as (wd, mask, name); empty when none is.
+
+        With ``once``, only what one read of the kernel's queue returns (at
+        most 64 KiB of events), so that a burst of tens of thousands is filed
+        a piece at a time.
+        """
         events: list[tuple[int, int, str]] = []
         while True:
             try:
@@ -96,6 +101,8 @@ class Inotify:
                 name = data[offset : offset + length].rstrip(b"\0")
                 offset += length
                 events.append((wd, mask, os.fsdecode(name)))
+            if once:
+                return events
 
     def _fdinfo(self) -> bytes:
         with open(f"/proc/self/fdinfo/{self.fd}", "rb") as info:

@@ -24,6 +24,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import trio
 
@@ -42,18 +43,18 @@ from snapshotd.capture.inotify import (
     Inotify,
 )
 from snapshotd.capture.presence import GONE, MOVED
+from snapshotd.capture.watchpaths import classify, descend
 from snapshotd.capture.watchwalk import Budget, watch_tree
 from snapshotd.errors import WatchGivenUp
 from snapshotd.settings import watch_ceiling
 from snapshotd.store.identity import WorktreeInfo
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 SYNC_TIMEOUT_S = 2.0
 WATCH_STEP_S = 0.005
 NEW_FOLDERS_BUDGET_S = 5.0  # a batch's new folders watched for longer than this: stop, scan and re-arm
-IGNORE_FILES = (".gitignore",)
-ATTRIBUTES_FILE = ".gitattributes"  # line endings and filters: a change may give unchanged files new blobs
 OVERFLOW_REASON = "kernel event queue overflowed"
 LOST_REASON = "inotify watches lost"
 
@@ -95,6 +96,7 @@ class Watcher:
         self._arming: trio.Event | None = None  # set while a walk runs on a worker thread (it owns the tables)
         self._halt = threading.Event()  # the watch is ending: a walk still running stops at its next folder
         self._new: list[str] = []  # folders that appeared in the batch being filed, to walk after it
+        self._gone: list[str] = []  # folders moved away in that batch, to unwatch before the walk
         self.given_up: str | None = None  # the limit that ended the watch (WatchGivenUp.reason)
         self._limit: WatchGivenUp | None = None  # a limit met by a capture's re-arm, for the loop to end on
         self._loop: trio.CancelScope | None = None
@@ -102,36 +104,9 @@ class Watcher:
     # --- classification ----------------------------------------------------------
 
     def _classify(self, path: str, changed: set[str]) -> None:
-        """Turn one absolute path from the watcher into dirty paths or scan reasons."""
-        if self.cookies.seen(path):
-            return
-        if self._git_dir is not None and (path == self._git_dir or path.startswith(self._git_dir + os.sep)):
-            rel_git = os.path.relpath(path, self._git_dir)
-            if rel_git == "index":
-                self.full_scan_reasons.add("user index changed")
-            elif rel_git in ("info/exclude", "config", "config.worktree", "info/sparse-checkout"):
-                self.full_scan_reasons.add("ignore rules or config changed")
-            return
-        if path != self.root and not path.startswith(self.root + os.sep):
-            return
-        rel = os.path.relpath(path, self.root)
-        if rel == ".":
-            self.full_scan_reasons.add("worktree root changed")
-            return
-        parts = rel.split(os.sep)
-        if ".git" in parts:
-            # Inside a nested repository's git dir: its checked-out commit (the gitlink) may have moved.
-            at = parts.index(".git")
-            if at == 0:
-                return
-            rel = "/".join(parts[:at])
-        else:
-            rel = "/".join(parts)
-            if parts[-1] in IGNORE_FILES:
-                self.full_scan_reasons.add("ignore rules changed")
-            elif parts[-1] == ATTRIBUTES_FILE:
-                self.full_scan_reasons.add("attribute rules changed")
-        changed.add(rel)
+        """Turn one absolute path from the watcher into dirty paths or scan reasons (a cookie is neither)."""
+        if not self.cookies.seen(path):
+            classify(path, self.root, self._git_dir, self.full_scan_reasons, changed)
 
     def take(self) -> tuple[set[str], set[str]]:
         """Hand the dirty set and the scan reasons to a capture, and start a new window."""
@@ -146,20 +121,7 @@ class Watcher:
 
     # --- the set of watches --------------------------------------------------------
 
-    @staticmethod
-    def descend(rel_parent: str, name: str) -> bool:
-        """Whether the walk watches folder ``name`` under ``rel_parent`` (worktree-relative).
-
-        The worktree's own git dir is watched apart (only what changes the
-        rules); in a nested repository's git dir only ``refs`` matters, as it
-        moves the gitlink.
-        """
-        if not rel_parent:
-            return name != ".git"
-        parts = rel_parent.split("/")
-        if ".git" not in parts:
-            return True
-        return len(parts) > parts.index(".git") + 1 or name == "refs"
+    descend = staticmethod(descend)
 
     def held(self) -> int:
         """How many folders the watch holds (the walk's ceiling counts these)."""
@@ -221,7 +183,7 @@ class Watcher:
         if self.suspect is None:
             self.check(always=True)
 
-    def check(self, *, always: bool = False) -> bool:
+    def check(self, always: bool = False) -> bool:
         """Whether every watch the watcher counts on is still in the kernel; marks it suspect if not.
 
         Watches change only with events (or the watcher's own doing), so the
@@ -249,20 +211,20 @@ class Watcher:
         """
         while self._arming is not None:
             await self._arming.wait()  # another walk is running: it may serve this one too
-        if self._inotify is None or not self.live or self.check(always=always):
+        if self._inotify is None or not self.live:
             return  # not live: the first walk is still running, and captures are cold until it ends
+        if self.suspect is None and (always or self._unchecked):
+            await self._owning(self.check, always)  # the kernel's list of 20,000 watches takes tens of ms to read
+        if self._inotify is None or not self.live or self.suspect is None:
+            return
         reason = self.suspect
         log.warning("The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
-        self._arming = trio.Event()
         try:
-            await trio.to_thread.run_sync(self.arm)
+            await self._owning(self.arm)
         except WatchGivenUp as exc:  # past a limit now: the watch ends (its loop is told), this capture goes on cold
             self._limit, self.live = exc, False
             if self._loop is not None:
                 self._loop.cancel()
-        finally:
-            self._arming.set()
-            self._arming = None
         self.full_scan_reasons.add(reason.split(":")[0] if reason else LOST_REASON)
 
     # --- running -----------------------------------------------------------------
@@ -281,9 +243,9 @@ class Watcher:
                     await trio.sleep(WATCH_STEP_S)  # let a burst gather into one batch
                     while self._arming is not None:  # the walk owns the watch tables until it ends
                         await self._arming.wait()
-                    self._absorb(self._inotify.read())
-                    if self._new:
-                        await self._walk_new()
+                    self._absorb(self._inotify.read(once=True))  # a burst of 20,000 events: a piece at a time
+                    if self._new or self._gone:
+                        await self._update_watches()
                     self.cookies.wake()
             if self._limit is not None:
                 raise self._limit
@@ -306,20 +268,33 @@ class Watcher:
                 self._inotify.close()
                 self._inotify = None
 
-    async def _walk_new(self) -> None:
-        """Watch the folders that appeared in the last batch, on a worker thread within the walk's budgets."""
-        new, self._new = self._new, []
-        budget = Budget(self.ceiling, time.monotonic() + NEW_FOLDERS_BUDGET_S, self._halt)
+    async def _owning(self, work: Callable[..., _T], *args: object) -> _T:
+        """``work(*args)`` on a worker thread that owns the watch tables meanwhile (events wait in the kernel).
+
+        Not behind the project's limiter: captures wait for the watcher (their
+        sync), so it must never queue behind their hashing or a long diff.
+        """
+        while self._arming is not None:
+            await self._arming.wait()
         self._arming = trio.Event()
         try:
-            await trio.to_thread.run_sync(self._watch_new, new, budget)
+            return await trio.to_thread.run_sync(work, *args)
         finally:
             self._arming.set()
             self._arming = None
 
-    def _watch_new(self, paths: list[str], budget: Budget) -> None:
-        """New folders appeared in the worktree: watch each and everything already below it (a worker thread)."""
-        for rel in sorted({os.path.relpath(path, self.root) for path in paths}):  # parents first: theirs covers all
+    async def _update_watches(self) -> None:
+        """Drop the watches of folders moved away and watch the new ones of the last batch, off the loop."""
+        gone, self._gone = self._gone, []
+        new, self._new = self._new, []
+        budget = Budget(self.ceiling, time.monotonic() + NEW_FOLDERS_BUDGET_S, self._halt)
+        await self._owning(self._apply_moves, gone, new, budget)
+
+    def _apply_moves(self, gone: list[str], new: list[str], budget: Budget) -> None:
+        """Folders moved away lose their watches first (a new one may come at the same path); then the new are walked."""
+        if gone:
+            self._unwatch_under(gone)
+        for rel in sorted({os.path.relpath(path, self.root) for path in new}):  # parents first: theirs covers all
             inside = not rel.startswith("..") and rel != "." and f"{self.root}/{rel}" not in self._wd_of
             if inside and self.descend(*rel.rpartition("/")[::2]):
                 watch_tree(self, self.root, rel, budget)
@@ -355,7 +330,7 @@ class Watcher:
             path = f"{folder}/{name}" if name else folder
             if mask & IN_ISDIR:
                 if mask & IN_MOVED_FROM:
-                    self._unwatch_under(path)
+                    self._gone.append(path)  # its watches (20,000 for a big tree) are dropped off the loop
                 if mask & (IN_CREATE | IN_MOVED_TO):
                     self._new.append(path)
             self._classify(path, changed)
@@ -377,12 +352,12 @@ class Watcher:
         self._new.append(folder)  # a new folder at the old path; what was written before is in a full walk of it
         self._classify(folder, changed)
 
-    def _unwatch_under(self, path: str) -> None:
-        """A folder moved away: its watches would report under a stale path, so drop them."""
+    def _unwatch_under(self, paths: list[str]) -> None:
+        """Folders moved away: their watches would report under stale paths, so drop them (a worker thread)."""
         assert self._inotify is not None
-        prefix = path + "/"
+        exact, prefixes = set(paths), tuple(path + "/" for path in paths)
         for wd, folder in list(self._folder_of.items()):
-            if folder == path or folder.startswith(prefix):
+            if folder in exact or folder.startswith(prefixes):
                 self._inotify.remove(wd)
                 del self._folder_of[wd]
                 self._wd_of.pop(folder, None)

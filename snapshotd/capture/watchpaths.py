@@ -1,0 +1,60 @@
+"""What a path the watcher hears of means: a worktree path to re-examine, a reason to scan in full, or nothing.
+
+Events are hints: :func:`classify` turns the absolute path of one into the
+worktree-relative path a capture re-examines, or into a reason for the next
+capture to scan everything (the user's index, ignore or attribute rules, the
+worktree folder itself). :func:`descend` says which folders a walk watches.
+"""
+
+from __future__ import annotations
+
+import os
+
+IGNORE_FILES = (".gitignore",)
+ATTRIBUTES_FILE = ".gitattributes"  # line endings and filters: a change may give unchanged files new blobs
+
+
+def classify(path: str, root: str, git_dir: str | None, reasons: set[str], changed: set[str]) -> None:
+    """File one absolute ``path`` of the worktree ``root`` (or its git dir) into ``changed`` or ``reasons``."""
+    if git_dir is not None and (path == git_dir or path.startswith(git_dir + os.sep)):
+        rel_git = os.path.relpath(path, git_dir)
+        if rel_git == "index":
+            reasons.add("user index changed")
+        elif rel_git in ("info/exclude", "config", "config.worktree", "info/sparse-checkout"):
+            reasons.add("ignore rules or config changed")
+        return
+    if path != root and not path.startswith(root + os.sep):
+        return
+    rel = os.path.relpath(path, root)
+    if rel == ".":
+        reasons.add("worktree root changed")
+        return
+    parts = rel.split(os.sep)
+    if ".git" in parts:
+        # Inside a nested repository's git dir: its checked-out commit (the gitlink) may have moved.
+        at = parts.index(".git")
+        if at == 0:
+            return
+        rel = "/".join(parts[:at])
+    else:
+        rel = "/".join(parts)
+        if parts[-1] in IGNORE_FILES:
+            reasons.add("ignore rules changed")
+        elif parts[-1] == ATTRIBUTES_FILE:
+            reasons.add("attribute rules changed")
+    changed.add(rel)
+
+
+def descend(rel_parent: str, name: str) -> bool:
+    """Whether a walk watches folder ``name`` under ``rel_parent`` (worktree-relative).
+
+    The worktree's own git dir is watched apart (only what changes the
+    rules); in a nested repository's git dir only ``refs`` matters, as it
+    moves the gitlink.
+    """
+    if not rel_parent:
+        return name != ".git"
+    parts = rel_parent.split("/")
+    if ".git" not in parts:
+        return True
+    return len(parts) > parts.index(".git") + 1 or name == "refs"
