@@ -378,3 +378,28 @@ def test_non_utf8_names(tmp_path: Path) -> None:
     files = ours(wt, old, new)["files"]
     assert [f["path"] for f in files] == [name]
     assert os.fsencode(files[0]["path"]) == b"caf\xe9.txt"
+
+
+def test_a_diff_with_a_file_too_big_for_libgit2_is_gits_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from snapshotd.git import process
+
+    wt = new_repo(tmp_path)
+    (wt / "big.txt").write_text("".join(f"line {n} of a big file\n" for n in range(20_000)))  # about 470 KB
+    (wt / "small.txt").write_text("one\ntwo\n")
+    (wt / "moved.txt").write_text("".join(f"kept {n}\n" for n in range(50)))
+    old = write_tree(wt)
+    (wt / "big.txt").write_text("".join(f"line {n} of a {'bigger' if n % 1000 == 0 else 'big'} file\n" for n in range(20_500)))
+    (wt / "small.txt").write_text("one\nthree\n")
+    (wt / "moved.txt").rename(wt / "there.txt")
+    new = write_tree(wt)
+    calls: list[list[str]] = []
+    real = process.run_git_sync
+    monkeypatch.setattr("snapshotd.store.diff.run_git_sync", lambda target, args, **kw: calls.append(args) or real(target, args, **kw))
+    result = ours(wt, old, new, patch=True)
+    assert [args[0] for args in calls] == ["diff-tree"]  # made by git, not by libgit2 in this process
+    assert result["files"] == oracle(wt, old, new)
+    expected = git(wt, "diff-tree", "-r", "-M", "-p", old, new).decode()
+    assert without_similarity(result["patch"]) == without_similarity(expected)
+    assert ours(wt, old, new, paths=["small.txt"], patch=True)["files"] == [
+        change for change in oracle(wt, old, new) if change["path"] == "small.txt"
+    ]

@@ -1,23 +1,30 @@
-"""Work that grows with a hostile input never holds the trio loop: big trees moved out, the kernel's watch list.
+"""Work that grows with a hostile input never holds the trio loop: big trees moved out, the watch list, big patches.
 
 A neighbour moving a tree of thousands of folders out of a worktree makes the
 watcher drop a watch per folder and then read the kernel's count of the rest;
 both run on a worker thread. A slow kernel (a fault injected into each
 ``inotify_rm_watch`` and into the read of ``/proc/self/fdinfo``) makes the
 difference plain: the loop's longest stall stays far below the time the
-kernel takes.
+kernel takes. A patch of megabytes is made by git (libgit2 would hold the GIL
+while it builds it) and encoded on a worker thread a piece at a time, so a
+real daemon answers another client's pings meanwhile.
 """
 
 from __future__ import annotations
 
+import socket
+import threading
 import time
 from pathlib import Path
 
 import trio
+from daemon_helpers import Daemon
 from repo_helpers import init_repo, write
 
 from snapshotd.capture import inotify as inotify_mod
 from snapshotd.capture.watch import Watcher
+from snapshotd.server.client import Client
+from snapshotd.server.framing import encode_message
 from snapshotd.store.identity import Records, identify, locate
 
 
@@ -91,3 +98,34 @@ async def test_the_kernels_count_of_watches_is_read_off_the_loop(tmp_path: Path,
         inner.cancel_scope.cancel()
     assert worst < 0.5, f"the loop was held for {worst:.2f} s"
 
+
+def test_pings_are_answered_while_a_patch_of_megabytes_is_made_and_sent(daemon: Daemon, sock: Path, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    with Client(str(sock), timeout=60) as client:
+        before = client.call("checkpoint", {"path": str(repo)})["checkpoint"]["id"]
+        write(repo / "big.txt", "".join(f"line {n:07d} of a file that makes a big patch\n" for n in range(400_000)))
+        after = client.call("checkpoint", {"path": str(repo)})["checkpoint"]["id"]
+    params = {"from": before, "to": after, "patch": True, "max_patch_bytes": 32 * 1024 * 1024}
+    sizes: list[int] = []
+
+    def hog() -> None:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn, conn.makefile("rb") as replies:
+            conn.connect(str(sock))
+            for n in range(3):
+                conn.sendall(encode_message({"jsonrpc": "2.0", "id": n, "method": "diff", "params": params}))
+                line = replies.readline()  # not parsed here: json.loads of it would hold this process's GIL
+                sizes.append(len(line) if line.startswith(b'{"jsonrpc":"2.0","id":%d,"result":' % n) else 0)
+
+    worst = 0.0
+    with Client(str(sock), timeout=60) as client:
+        client.call("ping")
+        hogging = threading.Thread(target=hog)
+        hogging.start()
+        while hogging.is_alive():
+            started = time.monotonic()
+            client.call("ping")
+            worst = max(worst, time.monotonic() - started)
+            time.sleep(0.01)
+        hogging.join()
+    assert sizes and min(sizes) > 15_000_000
+    assert worst < 0.5, f"a ping waited {worst:.2f} s while the patch was made"

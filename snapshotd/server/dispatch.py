@@ -15,16 +15,21 @@ import stat
 from collections.abc import Callable
 from typing import Any, Protocol
 
+import trio
+
 from snapshotd.errors import InternalError, InvalidRequest, ParseError, SnapshotdError
 from snapshotd.server.framing import (
     decode_line,
+    encode_large,
     encode_message,
     error_response,
     is_blank,
     parse_request,
     result_response,
     salvage_id,
+    small_enough,
 )
+from snapshotd.threads import thread_limiter
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +144,10 @@ async def dispatch(service: Service, line: bytes, session: Session | None) -> by
     if response is None:
         return None
     try:
-        return encode_message(response)
+        if small_enough(response):
+            return encode_message(response)
+        # A patch of megabytes or 20,000 files: encoded on a worker thread, its long strings in pieces.
+        return await trio.to_thread.run_sync(encode_large, response, limiter=thread_limiter)
     except (TypeError, ValueError) as exc:
         method = message.get("method", "?") if isinstance(message, dict) else "?"
         log.error("the result of %r cannot be sent as JSON: %s", method, exc)

@@ -10,6 +10,8 @@ notifications as the server and the clients exchange them.
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,6 +114,61 @@ def encode_message(message: Mapping[str, Any]) -> bytes:
     """
     text = json.dumps(message, ensure_ascii=True, allow_nan=False, separators=(",", ":"))
     return text.encode("ascii") + b"\n"
+
+
+_LOOP_NODES = 2048  # a reply of more values or characters than these is encoded off the loop
+_LOOP_CHARS = 64 * 1024
+_PIECE = 64 * 1024  # characters of a long string encoded by one call (the C encoder holds the GIL throughout)
+
+
+def small_enough(message: Any) -> bool:
+    """Whether ``message`` is cheap to encode on the loop: few values, few characters (a bounded look)."""
+    stack, nodes, chars = [message], 0, 0
+    while stack:
+        value = stack.pop()
+        nodes += 1
+        if isinstance(value, str):
+            chars += len(value)
+        elif isinstance(value, dict | list):
+            if len(value) > _LOOP_NODES:
+                return False
+            stack.extend(value.values() if isinstance(value, dict) else value)
+            chars += sum(len(key) for key in value if isinstance(key, str)) if isinstance(value, dict) else 0
+        if nodes > _LOOP_NODES or chars > _LOOP_CHARS:
+            return False
+    return True
+
+
+def encode_large(message: Mapping[str, Any]) -> bytes:
+    """:func:`encode_message` for a big message, its long strings a piece at a time (for a worker thread).
+
+    One ``json.dumps`` of a 32 MiB patch holds the GIL, and so the loop,
+    for a quarter of a second; pieces of 64 Ki characters let it go between
+    them. With ASCII-only output each character's escape stands alone, so the
+    pieces join to exactly what one call gives.
+    """
+    marker = f"\0snapshotd-long-{os.urandom(8).hex()}-"
+    lifted: list[str] = []
+
+    def lift(value: Any) -> Any:
+        if isinstance(value, str) and len(value) > _PIECE:
+            lifted.append(value)
+            return f"{marker}{len(lifted) - 1}"
+        if isinstance(value, dict):
+            return {key: lift(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [lift(item) for item in value]
+        return value
+
+    skeleton = encode_message(lift(message))
+    if not lifted:
+        return skeleton
+    parts = re.split(rb'"\\u0000' + re.escape(marker[1:].encode()) + rb'(\d+)"', skeleton)
+    for index in range(1, len(parts), 2):
+        text = lifted[int(parts[index])]
+        pieces = (json.dumps(text[at : at + _PIECE], ensure_ascii=True)[1:-1] for at in range(0, len(text), _PIECE))
+        parts[index] = b'"' + "".join(pieces).encode("ascii") + b'"'
+    return b"".join(parts)
 
 
 def _refuse_constant(name: str) -> Any:

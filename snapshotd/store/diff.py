@@ -11,17 +11,17 @@ patch text of type changes come from a second diff without type changes, which
 splits each into exactly that pair.
 
 In a repository libgit2 cannot open (SHA-256; the back-end is not
-``in_process``) git computes the same records: one ``git diff-tree -r -z --raw
---numstat`` (``-M`` for renames, ``-p`` for the patch), whose records and
-per-file patches (a type change prints as a deletion and an addition, as
-above) are read back in order.
+``in_process``), and for a diff with a file over :data:`IN_PROCESS_BLOB_BYTES`,
+git computes the same records: one ``git diff-tree -r -z --raw --numstat``
+(``-M`` for renames, ``-p`` for the patch), whose records and per-file
+patches (a type change prints as a deletion and an addition, as above) are
+read back in order.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import re
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -47,9 +47,13 @@ MAX_PATCH_BYTES = 32 * 1024 * 1024
 MAX_CONTEXT = 100_000
 """The most context lines a patch may ask for (libgit2 takes a 32-bit count)."""
 
+IN_PROCESS_BLOB_BYTES = 256 * 1024
+"""A diff with a file bigger than this is made by git: libgit2 holds Python's GIL (and so the daemon's
+loop) while it builds one file's patch, about 30 ms a megabyte; git does it in a process of its own."""
+
 _ZERO_OID = "0" * 40
-
-
+_EMPTY_TREE_SHA1 = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+_GITLINK = 0o160000
 
 _STATUS = {
     DeltaStatus.ADDED: "added",
@@ -230,6 +234,9 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
         ):
             continue
         selected.append((index, delta, path, old_path))
+    if _has_big_file(repo, selected):
+        sides = [_EMPTY_TREE_SHA1 if tree is None else str(tree.id) for tree in (old, new)]
+        return _entries_by_git(GitTarget(git_dir=repo.path, work_tree=repo.workdir), sides, _ZERO_OID, request)
 
     type_changed = {
         path for _, delta, path, _ in selected if delta.status == DeltaStatus.TYPECHANGE
@@ -278,10 +285,34 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
     return [entry(*chosen) for chosen in selected]
 
 
+def _has_big_file(repo: Repository, selected: Sequence[tuple[int, pygit2.DiffDelta, str, str]]) -> bool:
+    """Whether a selected file has a side over :data:`IN_PROCESS_BLOB_BYTES` (read from object headers)."""
+    for _, delta, _, _ in selected:
+        for side in (delta.old_file, delta.new_file):
+            stored = side.mode and side.mode != _GITLINK and _oid(side.id) is not None
+            if stored and repo.odb.read_header(side.id)[1] > IN_PROCESS_BLOB_BYTES:
+                return True
+    return False
+
+
 # --------------------------------------------------------------------------- through git
 
 _GIT_STATUS = {"A": "added", "D": "deleted", "M": "modified", "R": "renamed", "T": "type_changed"}
-_PATCH_START = re.compile(rb"^diff --git ", re.MULTILINE)
+_PATCH_HEADER = b"diff --git "
+
+
+def _patch_starts(body: bytes) -> list[int]:
+    """Where each file's ``diff --git`` line starts (a patch's own lines start with ' ', '+' or '-').
+
+    By ``bytes.find``: a regular expression's scan of a patch of megabytes
+    is one call that holds the GIL for a quarter of a second.
+    """
+    starts = [0] if body.startswith(_PATCH_HEADER) else []
+    at = body.find(b"\n" + _PATCH_HEADER)
+    while at >= 0:
+        starts.append(at + 1)
+        at = body.find(b"\n" + _PATCH_HEADER, at + 1)
+    return starts
 
 
 def _field(out: bytes, pos: int) -> tuple[bytes, int]:
@@ -304,17 +335,20 @@ def _diff_with_git(repo: GitRepository, request: DiffRequest) -> list[Entry]:
             raise NotFound(f"{tree_hex!r} is not a valid object id.", oid=str(tree_hex)) from exc
     if sides[0] == sides[1]:
         return []
-    args = ["diff-tree", "-r", "-z", "--raw", "--numstat", "-M" if request.find_renames else "--no-renames"]
-    if request.patch:
-        args += ["-p", f"-U{request.context}"]
-    target = GitTarget(git_dir=repo.git_dir, work_tree=repo.workdir)
     try:
-        out = run_git_sync(target, [*args, *sides])
+        return _entries_by_git(GitTarget(git_dir=repo.git_dir, work_tree=repo.workdir), sides, repo.zero_id, request)
     except GitError:
         load_tree(repo, request.old_tree)
         load_tree(repo, request.new_tree)
         raise
-    zero = repo.zero_id
+
+
+def _entries_by_git(target: GitTarget, sides: list[str], zero: str, request: DiffRequest) -> list[Entry]:
+    """The entries of one ``git diff-tree`` of the trees ``sides`` (hex ids) in ``target``."""
+    args = ["diff-tree", "-r", "-z", "--raw", "--numstat", "-M" if request.find_renames else "--no-renames"]
+    if request.patch:
+        args += ["-p", f"-U{request.context}"]
+    out = run_git_sync(target, [*args, *sides])
 
     records: list[dict[str, Any]] = []
     pos = 0
@@ -352,7 +386,7 @@ def _diff_with_git(repo: GitRepository, request: DiffRequest) -> list[Entry]:
         if out.startswith(b"\0", pos):
             pos += 1
         body = out[pos:]
-        starts = [match.start() for match in _PATCH_START.finditer(body)] + [len(body)]
+        starts = [*_patch_starts(body), len(body)]
         blocks = [body[a:b] for a, b in itertools.pairwise(starts)]
         # Each record prints one "diff --git" block; a type change prints two.
         wanted = sum(2 if record["status"] == "type_changed" else 1 for record in records)
