@@ -35,7 +35,7 @@ from snapshotd.errors import NotFound, missing_object_error
 from snapshotd.git.format import object_format
 from snapshotd.git.repository import libgit2_opens
 from snapshotd.store.identity import WorktreeInfo
-from snapshotd.threads import thread_limiter
+from snapshotd.threads import current_caller, thread_limiter
 
 log = logging.getLogger(__name__)
 
@@ -257,8 +257,7 @@ class WorktreeCapture:
     def forget_watch(self) -> None:
         """Stop the watcher and drop the warm tree built from it (it watched another place)."""
         self.close()
-        self.watcher = None
-        self.warm = None
+        self.watcher, self.warm = None, None
 
     def close(self) -> None:
         """End the worktree's own tasks (its watcher and the idle reconciliation)."""
@@ -272,6 +271,7 @@ class WorktreeCapture:
         and ends the worktree's tasks; the worktree is cold from then on and
         its watch is tried again (backing off) at a later request.
         """
+        current_caller.set(None)  # their thread calls are the daemon's, not the requester's of the moment
         with trio.CancelScope() as scope:
             self._cancel = scope
             async with trio.open_nursery() as nursery:

@@ -1,14 +1,20 @@
 """One client connection: reads lines, runs requests concurrently, writes replies within its limits.
 
 Each request runs in its own task in the connection's nursery, so a client
-may pipeline and responses may come back out of order. Writes go through one
-lock per connection. Every byte held for the client counts against its
-:class:`~snapshotd.server.budget.Budget` and the daemon-wide one.
+may pipeline and responses may come back out of order. The connection is the
+client its requests' thread calls queue under (:mod:`snapshotd.threads`
+takes turns between clients), and while the client leaves more than half its
+budget of replies unread its calls wait, so a client that pipelines heavy
+requests and never reads makes the daemon do a bounded amount of work.
+Writes go through one lock per connection. Every byte held for the client
+counts against its :class:`~snapshotd.server.budget.Budget` and the
+daemon-wide one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import math
 import select
@@ -28,6 +34,7 @@ from snapshotd.server.framing import (
     is_blank,
     notification_message,
 )
+from snapshotd.threads import Caller, current_caller
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,7 @@ class Connection:
         self._service = service
         self._limits = limits
         self._own = Budget(limits.queue_bytes)
+        self._order = itertools.count()  # each request's place in the pipeline
         self._write_lock = trio.Lock()
         self._scope = trio.CancelScope()
         self._write_scopes: set[trio.CancelScope] = set()
@@ -239,16 +247,28 @@ class Connection:
             return
         self._in_flight += 1
         self._hold(len(line))
-        nursery.start_soon(self._run_request, line)
+        nursery.start_soon(self._run_request, line, next(self._order))
 
-    async def _run_request(self, line: bytes) -> None:
+    async def _run_request(self, line: bytes, order: int) -> None:
         try:
+            current_caller.set(Caller(self, order))  # this request's thread calls queue under this connection
             reply = await self._answer(line)
             if reply is not None:
                 await self._send_reply(reply)
         finally:
             self._in_flight -= 1
             self._release(len(line))
+
+    def ready(self) -> bool:
+        """Whether this client's work may use a worker thread: not while it leaves over half its budget unread.
+
+        Its replies would only be refused as ``busy`` once computed; its work
+        waits until it reads, or the write timeout drops it.
+        """
+        return self._unwritten <= self._own.limit // 2
+
+    async def wait_ready(self) -> None:
+        await self._own.freed()  # written replies give their bytes back
 
     async def _answer(self, line: bytes) -> bytes | None:
         """The reply line that will be sent; a refused large reply is not kept while waiting to write."""
