@@ -11,7 +11,9 @@ that pipeline big diffs and never read, and clients that only hold idle
 connections, a client that subscribes again and again on one connection
 (past the per-connection cap), and a renamer that moves a tree of many
 folders in and out of the worktree. A sampler reads the daemon's VmRSS and
-``/proc/<pid>/fd`` every half second and pings it. Exits 1 if the daemon
+``/proc/<pid>/fd`` every half second and pings it; the load average and the
+time the daemon's loop thread waited for a CPU (its schedstat) say how much
+of a slow ping was the machine's other work. Exits 1 if the daemon
 dies, stops answering ping, goes over the bounds (ping p99 included), or logs
 a traceback; prints a JSON summary either way.
 """
@@ -274,6 +276,16 @@ def sample(pid: int) -> tuple[int, int]:
     return rss, len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def schedstat(pid: int) -> tuple[float, float]:
+    """Seconds the daemon's main (trio) thread ran and waited for a CPU (the machine's own load)."""
+    ran, waited, _ = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+    return int(ran) / 1e9, int(waited) / 1e9
+
+
+def loadavg() -> str:
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+
+
 def make_repo(repo: Path) -> None:
     repo.mkdir(parents=True)
     subprocess.run(["git", "init", "-q", str(repo)], check=True)
@@ -325,6 +337,7 @@ def run(
                 worker.start()
             max_rss = max_fds = 0
             first_rss, first_fds = sample(proc.pid)
+            first_sched, first_load = schedstat(proc.pid), loadavg()
             ping_ms: list[float] = []
             end = time.monotonic() + duration
             while time.monotonic() < end:
@@ -344,6 +357,7 @@ def run(
                 time.sleep(0.5)
             fuzz.stop.set()
             last_rss, last_fds = sample(proc.pid)
+            last_sched = schedstat(proc.pid)
             log_text = (root / "daemon.log").read_text(errors="replace")
             summary.update(
                 rss_mib={"start": round(first_rss / 1024, 1), "max": round(max_rss / 1024, 1),
@@ -354,6 +368,9 @@ def run(
                 pings=len(ping_ms),
                 ping_ms={"p50": round(percentile(ping_ms, 0.5), 1), "p99": round(percentile(ping_ms, 0.99), 1),
                          "max": round(max(ping_ms, default=0.0), 1)},
+                loadavg={"start": first_load, "end": loadavg()},
+                loop_thread_s={"ran": round(last_sched[0] - first_sched[0], 1),
+                               "waited_for_cpu": round(last_sched[1] - first_sched[1], 1)},
                 log_tracebacks=log_text.count("Traceback"),
                 requests_sent=sum(fuzz.sent.values()),
                 sent_by_method=dict(fuzz.sent),
