@@ -14,7 +14,7 @@ import pytest
 from daemon_helpers import Daemon, child_env, cli
 from repo_helpers import git, git_bytes, init_repo, write
 
-from snapshotd.cli.output import quote_path
+from snapshotd.paths import quote_path
 
 ODD_NAMES = [
     b"plain.txt",

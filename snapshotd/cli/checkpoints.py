@@ -28,12 +28,12 @@ from snapshotd.cli.output import (
     one_line,
     plural,
     print_patch,
-    quote_path,
     skip_reason,
 )
 from snapshotd.cli.turns import no_refs_with_turn, turn_option, turn_range
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import NotFound, SnapshotdError
+from snapshotd.paths import quote_path
 
 _STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 _STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}

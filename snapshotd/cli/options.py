@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -27,7 +27,11 @@ from snapshotd.errors import NeedsForce, SnapshotdError
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DASH_PATHS = "snapshotd.paths_after_dash"
 
-def reference_argument(name: str, metavar: str, **kwargs: Any) -> Any:
+Command = TypeVar("Command", bound=Callable[..., Any])
+"""A command's function, as a decorator hands it on."""
+
+
+def reference_argument(name: str, metavar: str, **kwargs: Any) -> Callable[[Command], Command]:
     """A CHECKPOINT argument: any reference, completed from the worktree here."""
     return click.argument(name, metavar=metavar, shell_complete=complete_reference, **kwargs)
 

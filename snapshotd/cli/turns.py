@@ -22,7 +22,7 @@ import click
 from snapshotd.agents.hooks import AFTER_TURN, BEFORE_PROMPT
 from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail
-from snapshotd.cli.options import CONTEXT, emit, fail, json_option, use_json
+from snapshotd.cli.options import CONTEXT, Command, emit, fail, json_option, use_json
 from snapshotd.cli.output import one_line
 from snapshotd.errors import InvalidParams, NotFound
 from snapshotd.settings import SAFETY_SESSION
@@ -157,7 +157,7 @@ def log(ctx: click.Context, path: str, session: str | None, limit: int, json_out
     emit(use_json(ctx), {"turns": [asdict(turn) for turn in turns]}, human)
 
 
-def turn_option(func: Any) -> Any:
+def turn_option(func: Command) -> Command:
     """``--turn N``: FROM and TO are turn N's first and last checkpoints (in --session, else the newest)."""
     return click.option(
         "--turn", type=click.IntRange(min=1), metavar="N",
