@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import trio
 from daemon_helpers import Daemon, call, cli, wait_until
 from repo_helpers import git, write
 from transfer_helpers import remote_refs
@@ -55,13 +56,15 @@ def test_checkpoints_are_pushed_after_they_land_once_background_push_is_on(daemo
     call(daemon.socket, "checkpoint", here)
     assert call(daemon.socket, "status")["background_push"] == {}  # off until asked for
     assert "pushing after every checkpoint" in cli("push", "--background", cwd=repo, env={"SNAPSHOTD_SOCKET": str(daemon.socket)}).stdout
+    assert _pushes(daemon, worktree) == {"pending": False, "in_flight": False, "pushes": 0, "last_push_at": None, "last_error": None}
     for turn in range(12):
         write(repo / "a.txt", f"turn {turn}\n")
         call(daemon.socket, "checkpoint", {**here, "session": f"s{turn % 3}"})
 
     def caught_up() -> bool:
         on_remote = {n: o for n, o in remote_refs(url, tmp_path).items() if n.startswith("refs/snapshotd/")}
-        return on_remote == _snapshotd_refs(repo) and not _pushes(daemon, worktree)["pending"]
+        pushes = _pushes(daemon, worktree)
+        return on_remote == _snapshotd_refs(repo) and not pushes["pending"] and not pushes["in_flight"]
 
     wait_until(caught_up, 30, "the background push to catch up")
     pushes = _pushes(daemon, worktree)
@@ -112,3 +115,27 @@ def test_a_remote_that_is_down_is_the_last_error_and_is_retried_after_the_next_c
     wait_until(lambda: _pushes(daemon, worktree).get("last_error") is None, 20, "the retry after the back-off")
     on_remote = {n: o for n, o in remote_refs(url, tmp_path).items() if n.startswith("refs/snapshotd/")}
     assert on_remote == _snapshotd_refs(repo)
+
+
+async def test_a_background_push_to_a_remote_that_hangs_is_stopped_and_kept_as_the_error(
+    watched_engine: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    from snapshotd.engine import autopush
+
+    monkeypatch.setattr(autopush, "TIMEOUT_S", 1.0)
+    monkeypatch.setattr(autopush, "GATHER_S", 0.0)
+    repo, _ = _clone(tmp_path)
+    here = {"path": str(repo)}
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as hung:
+        hung.bind(("127.0.0.1", 0))
+        hung.listen(8)
+        await watched_engine.call("push", {**here, "background": True})
+        git(repo, "config", "snapshotd.remote", f"git://127.0.0.1:{hung.getsockname()[1]}/r.git")
+        worktree = (await watched_engine.call("checkpoint", here))["checkpoint"]["worktree"]
+        with trio.fail_after(20):
+            while not (await watched_engine.call("status"))["background_push"][worktree]["last_error"]:  # listed once on
+                await trio.sleep(0.05)
+        port = str(hung.getsockname()[1])
+        pushes = (await watched_engine.call("status"))["background_push"][worktree]
+        assert "did not finish within 1 s" in pushes["last_error"] and not pushes["in_flight"]
+        assert not [pid for pid, argv in _processes() if "push" in argv and any(port in arg for arg in argv)]

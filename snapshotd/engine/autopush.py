@@ -11,7 +11,9 @@ as long as it took, so pushing takes at most a quarter of one core's worth
 of time from the captures, however many worktrees wait. A capture never waits for it: the pusher is its own task and
 takes no worktree lock. A failure is kept for ``status`` and retried with the next
 checkpoint, no sooner than a back-off (2 s, doubling up to 5 minutes), so a
-remote that is down costs one failed push per back-off, not one per capture.
+remote that is down costs one failed push per back-off, not one per capture,
+and one that hangs is given up after 2 minutes (git's process group killed),
+so it never holds the other worktrees' pushes for longer.
 Only a daemon (an engine with a nursery) pushes in the background.
 """
 
@@ -46,6 +48,7 @@ BACKOFF_S = (2.0, 300.0)
 GATHER_S = 1.0  # after a checkpoint, how long the pusher waits for more to go in the same push
 AT_ONCE = 1  # background pushes in flight across all worktrees: the captures keep the rest of the machine
 REST_RATIO = 3.0  # after each background push, the next waits this many times as long as it took
+TIMEOUT_S = 120.0  # a background push still running then is stopped: a hung remote never holds the others up
 
 
 def background_enabled(info: WorktreeInfo) -> bool:
@@ -112,6 +115,10 @@ class BackgroundPush:
             state.running = True
             self.nursery.start_soon(self._serve, info, state)
 
+    def configured(self, info: WorktreeInfo, on: bool) -> None:
+        """The worktree's setting was just written: ``status`` shows it (or no longer) from now on."""
+        self.states.setdefault(info.id, PushState()).enabled = on
+
     def status(self) -> dict[str, Any]:
         """Per worktree id with background push on: pending, in flight, pushes, the last push and error."""
         return {worktree: state.to_wire() for worktree, state in self.states.items() if state.enabled}
@@ -135,7 +142,10 @@ class BackgroundPush:
     async def _push_once(self, info: WorktreeInfo, state: PushState) -> None:
         state.in_flight = True
         try:
-            await self.push(info)
+            with trio.fail_after(TIMEOUT_S):
+                await self.push(info)
+        except trio.TooSlowError:
+            self._failed(state, f"The push did not finish within {TIMEOUT_S:.0f} s and was stopped (the remote is slow or hangs); it is tried again after the next checkpoint.")
         except SnapshotdError as exc:
             self._failed(state, exc.message)
         except Exception as exc:

@@ -166,6 +166,7 @@ class Transfers:
         background = None if params.get("background") is None else optional_bool(params, "background")
         if background is not None:
             await trio.to_thread.run_sync(set_background, info, background, limiter=thread_limiter)
+            self.background.configured(info, background)
         result = await self._send(info, remote, optional_bool(params, "force"))
         return result if background is None else {**result, "background": background}
 
