@@ -1,52 +1,84 @@
-"""What an agent waits for at each hook event: ``snapshotd hook claude-code``, end to end.
+"""What an agent waits for at each hook event, per hook program, side by side.
 
 Each sample is one real hook process, fed a recorded Claude Code payload on
 stdin (a prompt, a Bash tool call, the end of a turn, in turn), timed from
-spawn to exit, with a running daemon; a file is edited before each event so
-that every checkpoint records a change. Cold samples start from no daemon:
-the hook starts one and waits for its first capture. For scale, the table
-also times a bare interpreter and ``snapshotd --version`` (the command line's
-own start-up), which every hook pays before it does any work.
+spawn to exit, with a running daemon and the default budgets (a "before"
+waits for its checkpoint, an "after" hands it off), and a file edited before
+each event so that every checkpoint records a change, and a short pause before
+each prompt, as a person takes between turns. The programs compared:
 
-    .venv/bin/python bench/hook_latency.py [--events 200] [--cold 5] [--files 2000]
+- ``hook program``: what ``integrate`` writes, ``python -I -S .../hookentry.py``;
+- ``snapshotd hook``: the command line's ``hook`` command (click and the package);
+- ``--old CHECKOUT``: that checkout's ``python -m snapshotd hook`` with its own
+  venv (run ``./scripts/setup`` there), as its settings ran it.
+
+Each program has its own worktree and session (one daemon serves them all),
+and the runs alternate between the programs, so a busy machine slows each
+alike. For scale, the table also times a bare interpreter (``-I -S`` and with
+site-packages) and a direct ``checkpoint`` call on a connection held open
+(the capture alone, which a "before" hook cannot be faster than). Cold
+samples start from no daemon: the hook starts one.
+
+    .venv/bin/python bench/hook_latency.py [--events 300] [--cold 3] [--files 2000] [--old ../main]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import REPO_ROOT, git, summarize
+from snapshotd.agents.integrate import HOOK_PROGRAM
+from snapshotd.server.client import Client
 
 PAYLOADS = REPO_ROOT / "tests" / "hook_payloads" / "claude-code"
 RECORDED_CWD = "/home/user/project"
+RECORDED_SESSION = "2f6a9c1e-8b4d-4e0f-9a37-5c1d2e3f4a5b"
 EVENTS = ("1-user-prompt-submit.json", "3-post-tool-use-bash.json", "5-stop.json")
 START_TIMEOUT_S = 30
+PROMPT_PAUSE_S = 0.3
+"""The pause before each prompt, as between turns: the "before" then waits for its own checkpoint only."""
 
 
-def _timed(argv: list[str], env: dict[str, str], data: bytes | None = None) -> float:
-    """Milliseconds from spawning ``argv`` to its exit; it must exit 0, and a hook (given ``data``) print nothing."""
+class Sample(float):
+    """A wall-time sample (ms) that also carries the run's CPU time (ms)."""
+
+    cpu: float = math.nan
+
+
+def _timed(argv: list[str], env: dict[str, str], data: bytes | None = None) -> Sample:
+    """Milliseconds from spawning ``argv`` to its exit; it must exit 0, and a hook (given ``data``) print nothing.
+
+    The sample also carries the CPU time of the process (and of what it waited for): on a busy
+    machine that says what the wall time cannot.
+    """
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     proc = subprocess.run(argv, input=data, capture_output=True, env=env, check=False)
     elapsed = (time.perf_counter() - started) * 1000
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0 or (data is not None and (proc.stdout or proc.stderr)):
         raise RuntimeError(f"{argv} exited {proc.returncode}: {proc.stdout!r} {proc.stderr!r}")
-    return elapsed
+    sample = Sample(elapsed)
+    sample.cpu = (after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime) * 1000
+    return sample
 
 
-def make_repo(root: Path, files: int) -> Path:
+def make_repo(root: Path, files: int, name: str = "project") -> Path:
     """A committed repository of ``files`` small files in folders of 100."""
-    repo = root / "project"
+    repo = root / name
     for i in range(files):
         path = repo / f"pkg{i // 100}" / f"mod{i}.py"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -57,102 +89,142 @@ def make_repo(root: Path, files: int) -> Path:
     return repo
 
 
-def payloads(repo: Path) -> list[bytes]:
-    """The recorded prompt, Bash and Stop payloads, placed in ``repo``."""
-    return [(PAYLOADS / name).read_text().replace(RECORDED_CWD, str(repo)).encode() for name in EVENTS]
+def payloads(repo: Path, session: str) -> list[bytes]:
+    """The recorded prompt, Bash and Stop payloads, placed in ``repo`` under ``session``."""
+    return [
+        (PAYLOADS / name).read_text().replace(RECORDED_CWD, str(repo)).replace(RECORDED_SESSION, session).encode()
+        for name in EVENTS
+    ]
 
 
-def hook_samples(repo: Path, env: dict[str, str], count: int, edit: Callable[[int], None]) -> list[float]:
-    """``count`` hook runs against the running daemon, cycling through the event kinds."""
-    events = payloads(repo)
-    argv = [sys.executable, "-m", "snapshotd", "hook", "claude-code"]
-    samples = []
+def programs(old: Path | None) -> dict[str, list[str]]:
+    """Name -> argv of each hook program compared."""
+    found = {
+        "hook program (-I -S hookentry.py)": [sys.executable, "-I", "-S", HOOK_PROGRAM, "claude-code"],
+        "snapshotd hook (command line)": [sys.executable, "-m", "snapshotd", "hook", "claude-code"],
+    }
+    if old is not None:
+        python = old / ".venv" / "bin" / "python"
+        if not python.exists():
+            raise SystemExit(f"{old} has no .venv: run ./scripts/setup there first.")
+        found[f"old snapshotd hook ({old.name})"] = [str(python), "-m", "snapshotd", "hook", "claude-code"]
+    return found
+
+
+def warm_samples(root: Path, env: dict[str, str], argvs: dict[str, list[str]], files: int, count: int) -> dict[str, list[list[float]]]:
+    """Per program, per event kind, ``count`` hook runs against the running daemon, alternating programs."""
+    base = make_repo(root, files, "base")
+    repos, events = {}, {}
+    for n, name in enumerate(argvs):
+        repos[name] = root / f"project{n}"
+        shutil.copytree(base, repos[name], symlinks=True)
+        events[name] = payloads(repos[name], f"bench-{n}")
+        start_daemon(env, repos[name])
+    samples: dict[str, list[list[float]]] = {name: [[] for _ in EVENTS] for name in argvs}
     for i in range(count):
-        edit(i)
-        samples.append(_timed(argv, env, events[i % len(events)]))
+        kind = i % len(EVENTS)
+        if kind == 0:
+            time.sleep(PROMPT_PAUSE_S)  # a person types the next prompt: the last turn's checkpoint is done
+        for name, argv in argvs.items():
+            (repos[name] / "pkg0" / "mod0.py").write_text(f"value = {i}\n")
+            samples[name][kind].append(_timed(argv, env, events[name][kind]))
+    for n, name in enumerate(argvs):
+        got = recorded(repos[name], env, f"bench-{n}", count)
+        if got != count:
+            raise RuntimeError(f"{name}: {count} hook runs recorded {got} checkpoints")
     return samples
 
 
-def cold_samples(repo: Path, base_env: dict[str, str], count: int) -> list[float]:
-    """Hook runs that each find no daemon and start one (stopped again after each)."""
+def capture_samples(root: Path, env: dict[str, str], files: int, count: int) -> list[float]:
+    """Direct checkpoint calls after one edit, on a connection held open: the capture alone."""
+    repo = make_repo(root, files, "direct")
+    start_daemon(env, repo)
+    samples = []
+    with Client(env["SNAPSHOTD_SOCKET"]) as client:
+        for i in range(count):
+            (repo / "pkg0" / "mod0.py").write_text(f"value = {i}\n")
+            started = time.perf_counter()
+            client.call("checkpoint", path=str(repo), session="direct")
+            samples.append((time.perf_counter() - started) * 1000)
+    return samples
+
+
+def cold_samples(repo: Path, base_env: dict[str, str], argv: list[str], count: int) -> list[float]:
+    """Hook runs (the prompt, which waits) that each find no daemon and start one (stopped again after each)."""
     samples = []
     for i in range(count):
         with tempfile.TemporaryDirectory(prefix="snapshotd-cold-") as folder:
             env = dict(base_env, SNAPSHOTD_SOCKET=os.path.join(folder, "s.sock"), SNAPSHOTD_HOME=os.path.join(folder, "home"))
             try:
-                samples.append(hook_samples(repo, env, 1, lambda _i, n=i: (repo / "cold.txt").write_text(str(n)))[0])
+                (repo / "cold.txt").write_text(str(i))
+                samples.append(_timed(argv, env, payloads(repo, "cold")[0]))
             finally:
                 subprocess.run([sys.executable, "-m", "snapshotd", "stop"], env=env, capture_output=True, check=False)
     return samples
 
 
 def start_daemon(env: dict[str, str], repo: Path) -> None:
-    """Start the daemon through a first checkpoint (which also opens and watches the worktree)."""
+    """Start the daemon (if none runs) through a first checkpoint, which also opens and watches the worktree."""
     subprocess.run(
         [sys.executable, "-m", "snapshotd", "checkpoint", str(repo)], env=env, capture_output=True, check=True, timeout=START_TIMEOUT_S
     )
 
 
-def table(rows: dict[str, list[float]]) -> str:
-    lines = ["| what | n | median ms | p99 ms | min ms | max ms |", "| --- | --- | --- | --- | --- | --- |"]
-    for name, values in rows.items():
-        s = summarize(values)
-        lines.append(f"| {name} | {s['n']} | {s['median']:.1f} | {s['p99']:.1f} | {s['min']:.1f} | {s['max']:.1f} |")
-    return "\n".join(lines)
-
-
-def recorded(repo: Path, env: dict[str, str], count: int) -> list[dict]:
-    """The session's checkpoints, once ``count`` are there (some may finish in the background) or after 30 s."""
+def recorded(repo: Path, env: dict[str, str], session: str, count: int) -> int:
+    """How many checkpoints ``session`` has, once ``count`` are there (some finish in the background) or after 30 s."""
     deadline = time.monotonic() + 30
     while True:
-        checkpoints = json.loads(
-            subprocess.run(
-                [sys.executable, "-m", "snapshotd", "list", "--json", "--limit", "100000", "--session", "2f6a9c1e-8b4d-4e0f-9a37-5c1d2e3f4a5b", str(repo)],
-                env=env, capture_output=True, check=True,
-            ).stdout
-        )["checkpoints"]
-        if len(checkpoints) >= count or time.monotonic() > deadline:
-            return checkpoints
+        listed = subprocess.run(
+            [sys.executable, "-m", "snapshotd", "list", "--json", "--limit", "100000", "--session", session, str(repo)],
+            env=env, capture_output=True, check=True,
+        ).stdout
+        found = len(json.loads(listed)["checkpoints"])
+        if found >= count or time.monotonic() > deadline:
+            return found
         time.sleep(0.1)
+
+
+def table(rows: dict[str, list[float]]) -> str:
+    lines = ["| what | n | median ms | p99 ms | min ms | max ms | CPU median ms |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for name, values in rows.items():
+        s = summarize(values)
+        cpu = [value.cpu for value in values if isinstance(value, Sample)]
+        cpu_text = f"{summarize(cpu)['median']:.1f}" if cpu else "-"
+        lines.append(f"| {name} | {s['n']} | {s['median']:.1f} | {s['p99']:.1f} | {s['min']:.1f} | {s['max']:.1f} | {cpu_text} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=200, help="hook runs with a running daemon")
-    parser.add_argument("--cold", type=int, default=5, help="hook runs that start the daemon")
-    parser.add_argument("--files", type=int, default=2000, help="files in the worktree")
+    parser.add_argument("--events", type=int, default=300, help="hook runs per program with a running daemon")
+    parser.add_argument("--cold", type=int, default=3, help="hook runs per program that start the daemon")
+    parser.add_argument("--files", type=int, default=2000, help="files in each worktree")
+    parser.add_argument("--old", type=Path, help="another checkout whose `snapshotd hook` to compare")
     parser.add_argument("--json", action="store_true", help="also print every sample as JSON")
-    parser.add_argument(
-        "--agent-wait", action="store_true",
-        help="keep the default budgets: time what the agent waits for, not the whole checkpoint",
-    )
     args = parser.parse_args()
+    argvs = programs(args.old.resolve() if args.old else None)
 
     with tempfile.TemporaryDirectory(prefix="snapshotd-hook-bench-") as folder:
         root = Path(folder)
-        repo = make_repo(root, args.files)
         env = dict(os.environ, SNAPSHOTD_SOCKET=str(root / "run" / "s.sock"), SNAPSHOTD_HOME=str(root / "home"))
-        if not args.agent_wait:  # measure the whole checkpoint, not the budget
-            env.update(SNAPSHOTD_HOOK_BUDGET="30", SNAPSHOTD_HOOK_START_BUDGET="30")
-        interpreter = [_timed([sys.executable, "-c", "pass"], env) for _ in range(20)]
-        version = [_timed([sys.executable, "-m", "snapshotd", "--version"], env) for _ in range(20)]
-        start_daemon(env, repo)
+        for variable in ("SNAPSHOTD_HOOK_BUDGET", "SNAPSHOTD_HOOK_BEFORE_BUDGET", "SNAPSHOTD_HOOK_START_BUDGET"):
+            env.pop(variable, None)  # the defaults: what an agent waits for
+        rows: dict[str, list[float]] = {
+            "python -I -S -c pass": [_timed([sys.executable, "-I", "-S", "-c", "pass"], env) for _ in range(30)],
+            "python -c pass": [_timed([sys.executable, "-c", "pass"], env) for _ in range(30)],
+        }
         try:
-            warm = hook_samples(repo, env, args.events, lambda i: (repo / "pkg0" / "mod0.py").write_text(f"value = {i}\n"))
-            checkpoints = recorded(repo, env, args.events)
+            warm = warm_samples(root, env, argvs, args.files, args.events)
+            rows["checkpoint call alone (capture, one edit)"] = capture_samples(root, env, args.files, 60)
         finally:
             subprocess.run([sys.executable, "-m", "snapshotd", "stop"], env=env, capture_output=True, check=False)
-        if len(checkpoints) != args.events:
-            raise RuntimeError(f"{args.events} hook runs recorded {len(checkpoints)} checkpoints")
-        cold = cold_samples(repo, env, args.cold)
+        for name, kinds in warm.items():
+            for kind, values in zip(EVENTS, kinds, strict=True):
+                rows[f"{name}: {kind.split('-', 1)[1].removesuffix('.json')}"] = values
+        for name, argv in argvs.items():
+            if args.cold:
+                rows[f"{name}: user-prompt-submit, no daemon (autostart)"] = cold_samples(root / "base", env, argv, args.cold)
 
-    rows = {
-        "python -c pass": interpreter,
-        "snapshotd --version": version,
-        f"hook, daemon running ({args.files} files)": warm,
-        **{f"  {name.split('-', 1)[1].removesuffix('.json')}": warm[i :: len(EVENTS)] for i, name in enumerate(EVENTS)},
-        "hook, no daemon (autostart, first capture)": cold,
-    }
     print(table(rows))
     if args.json:
         print(json.dumps(rows))

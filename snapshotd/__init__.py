@@ -5,8 +5,7 @@ The clients and the engine are imported on first use, so a command-line call
 that only talks to the daemon does not pay for pygit2 and trio.
 """
 
-import importlib
-from typing import Any
+from __future__ import annotations
 
 from snapshotd.errors import (
     Ambiguous as Ambiguous,
@@ -23,6 +22,10 @@ from snapshotd.errors import (
     WorktreeMismatch as WorktreeMismatch,
 )
 from snapshotd.settings import VERSION as __version__
+
+TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 _LAZY = {"AsyncClient": ".server.client", "Client": ".server.client", "Engine": ".engine.core"}
 
@@ -55,6 +58,8 @@ def _public(obj: Any) -> Any:
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module 'snapshotd' has no attribute {name!r}")
+    import importlib  # here: an agent hook imports this package and needs none of these
+
     value = _public(getattr(importlib.import_module(_LAZY[name], __name__), name))
     globals()[name] = value
     return value

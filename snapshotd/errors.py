@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import errno
 import os
-import shlex
-from collections.abc import Sequence
-from typing import Any, ClassVar
+
+TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from typing import Any, ClassVar
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -375,6 +377,7 @@ class SpawnTimeout(Exception):
         stdout: bytes = b"",
         stderr: bytes = b"",
     ) -> None:
+        import shlex  # here, not at the top: every agent hook imports this module
         super().__init__(
             f"{shlex.join(argv)} did not finish within {timeout:g} s; its process group was killed"
         )

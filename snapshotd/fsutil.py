@@ -1,19 +1,19 @@
-"""Small file-system helpers shared by the store, the records and the capture."""
+"""Small file-system helpers shared by the store, the records and the capture.
+
+An agent's hook checks its socket's folder with this module at every event,
+so pathlib, ctypes and secrets are imported only by the helpers that use them.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import errno
 import fcntl
+import functools
 import grp
 import os
 import pwd
-import secrets
 import stat
-from collections.abc import Iterator
-from pathlib import Path
 
 from snapshotd.errors import NotFound, Untrusted
 
@@ -34,9 +34,18 @@ def changed_while_opened(worktree: str, exc: OSError) -> NotFound:
         path=worktree,
     )
 
+TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+    from typing import Any
+
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` so a crash leaves either the old or the new file."""
+    import secrets
+    from pathlib import Path
+
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
@@ -63,6 +72,8 @@ def atomic_write_at(folder_fd: int, name: str, data: bytes, mode: int = 0o600, *
     descriptor, never through a link planted in its place, and given ``mode``
     whatever the umask.
     """
+    import secrets
+
     tmp = f"{temp_prefix or f'.{name}.tmp-'}{os.getpid()}-{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
     try:
@@ -112,6 +123,8 @@ def open_private_folder(path: str | os.PathLike[str], own_levels: int = 2, *, cr
     a write or a deletion: :class:`~snapshotd.errors.Untrusted` says what is
     in the way. With ``create`` false a missing folder raises FileNotFoundError.
     """
+    from pathlib import Path
+
     parts = Path(path).parts
     base, names = Path(*parts[:-own_levels]), parts[-own_levels:]
     fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -280,6 +293,8 @@ def check_private_home(path: str | os.PathLike[str], *, create: bool) -> None:
     remedy = "move it under a folder only you can change, or point SNAPSHOTD_HOME there"
     reason = None
     if create and not os.path.lexists(path):
+        from pathlib import Path
+
         existing = Path(path).parent
         while not os.path.lexists(existing):
             existing = existing.parent
@@ -354,14 +369,22 @@ def remove_stale_temp_files(folder: Path, prefix: str) -> list[str]:
     return removed
 
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+@functools.cache
+def _libc() -> Any:
+    """The C library, loaded on first use (finding it runs ldconfig: too slow for every command's start)."""
+    import ctypes
+    import ctypes.util
+
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
 def sync_filesystem(path: str | os.PathLike[str]) -> None:
     """Flush the file system holding ``path`` (syncfs): objects reach disk before a ref names them."""
+    import ctypes
+
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        if _libc.syncfs(fd) != 0:
+        if _libc().syncfs(fd) != 0:
             err = ctypes.get_errno()
             raise OSError(err, os.strerror(err))
     finally:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
+if TYPE_CHECKING:
+    from pathlib import Path
 
 DEFAULT_SIZE_CAP = 64 * 1024 * 1024
 DEFAULT_WATCH_CEILING = 50_000
@@ -11,14 +14,21 @@ VERSION = "0.1.0"
 SAFETY_SESSION = "snapshotd:safety"  # the session of the checkpoints taken before each restore or revert
 
 
-def data_home(explicit: str | os.PathLike[str] | None = None) -> Path:
+def data_home_path(explicit: str | os.PathLike[str] | None = None) -> str:
     """The daemon's own data folder: records of worktrees and repositories of plain folders."""
     if explicit is not None:
-        return Path(explicit)
+        return os.fspath(explicit)
     if os.environ.get("SNAPSHOTD_HOME"):
-        return Path(os.environ["SNAPSHOTD_HOME"])
+        return os.environ["SNAPSHOTD_HOME"]
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
-    return Path(base) / "snapshotd"
+    return os.path.join(base, "snapshotd")
+
+
+def data_home(explicit: str | os.PathLike[str] | None = None) -> Path:
+    """:func:`data_home_path` as a Path."""
+    from pathlib import Path
+
+    return Path(data_home_path(explicit))
 
 
 def size_cap(explicit: int | None = None) -> int:
@@ -45,8 +55,7 @@ def watch_ceiling(explicit: int | None = None) -> int:
         return DEFAULT_WATCH_CEILING
 
 
-DEFAULT_HOOK_BUDGET_S = 0.5
-DEFAULT_HOOK_START_BUDGET_S = 5.0
+DEFAULT_HOOK_BUDGET_S = 0.0
 HOOK_TIMEOUT_S = 60
 """The time limit ``integrate`` writes into the agent's settings for one run of the hook (seconds)."""
 DEFAULT_HOOK_BEFORE_BUDGET_S = HOOK_TIMEOUT_S - 5.0
@@ -61,22 +70,20 @@ def _seconds(variable: str, default: float) -> float:
         return default  # a hook never fails the agent over its own setting
 
 
-def hook_budget(explicit: float | None = None, *, daemon_running: bool = True, before: bool = False) -> float:
+def hook_budget(explicit: float | None = None, *, before: bool = False) -> float:
     """Seconds an agent hook waits for its checkpoint before it lets the agent go on.
 
     A hook before the agent acts (``before``) waits for its checkpoint:
     ``$SNAPSHOTD_HOOK_BEFORE_BUDGET`` (default 55, inside :data:`HOOK_TIMEOUT_S`).
-    Other hooks let it finish in the background after ``$SNAPSHOTD_HOOK_BUDGET``
-    (default 0.5) when a daemon answers, ``$SNAPSHOTD_HOOK_START_BUDGET``
-    (default 5) when the hook must start one.
+    Other hooks hand theirs to a background process and wait
+    ``$SNAPSHOTD_HOOK_BUDGET`` (default 0: the agent waits for nothing; the
+    checkpoint still comes before the session's next one).
     """
     if explicit is not None:
         return explicit
     if before:
         return _seconds("SNAPSHOTD_HOOK_BEFORE_BUDGET", DEFAULT_HOOK_BEFORE_BUDGET_S)
-    if daemon_running:
-        return _seconds("SNAPSHOTD_HOOK_BUDGET", DEFAULT_HOOK_BUDGET_S)
-    return _seconds("SNAPSHOTD_HOOK_START_BUDGET", DEFAULT_HOOK_START_BUDGET_S)
+    return _seconds("SNAPSHOTD_HOOK_BUDGET", DEFAULT_HOOK_BUDGET_S)
 
 
 DEFAULT_CONNECT_TIMEOUT_S = 30.0
@@ -114,6 +121,8 @@ def max_connections(explicit: int | None = None) -> int:
 def git_config_home() -> Path:
     """Where git looks for the user's config, ignore and attributes files: $XDG_CONFIG_HOME/git."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    from pathlib import Path
+
     return Path(base, "git")
 
 

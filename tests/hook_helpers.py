@@ -1,13 +1,20 @@
-"""Feeding hook payloads to ``snapshotd hook`` as the agent tools do: a real process, JSON on stdin."""
+"""Feeding hook payloads to snapshotd's hook as the agent tools do: a real process, JSON on stdin.
+
+:func:`run_hook` runs the command ``integrate`` writes (the light hook program);
+``cli=True`` runs the command line's ``snapshotd hook`` instead.
+"""
 
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from snapshotd.agents.integrate import hook_command
 
 PAYLOADS = Path(__file__).resolve().parent / "hook_payloads"
 RECORDED_CWD = "/home/user/project"
@@ -32,10 +39,11 @@ def placed(payload: dict[str, Any], worktree: Path, **changes: Any) -> bytes:
     return text.encode()
 
 
-def run_hook(tool: str, data: bytes, env: dict[str, str], cwd: Path | None = None) -> HookRun:
-    """Run ``python -m snapshotd hook TOOL`` with ``data`` on stdin, as the agent would."""
+def run_hook(tool: str, data: bytes, env: dict[str, str], cwd: Path | None = None, *, cli: bool = False) -> HookRun:
+    """Run the hook command of ``tool`` with ``data`` on stdin, as the agent would."""
+    argv = [sys.executable, "-m", "snapshotd", "hook", tool] if cli else shlex.split(hook_command(tool))
     proc = subprocess.run(
-        [sys.executable, "-m", "snapshotd", "hook", tool],
+        argv,
         input=data,
         capture_output=True,
         env=env,

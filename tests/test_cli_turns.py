@@ -22,7 +22,7 @@ SESSION = "2f6a9c1e-8b4d-4e0f-9a37-5c1d2e3f4a5b"  # the recorded session's id
 
 @pytest.fixture
 def env(sock: Path) -> dict[str, str]:
-    return child_env(sock, SNAPSHOTD_HOOK_BUDGET="60", SNAPSHOTD_HOOK_START_BUDGET="60")
+    return child_env(sock, SNAPSHOTD_HOOK_BUDGET="60")
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tomllib
 from pathlib import Path
 
@@ -105,4 +106,10 @@ def test_doctor_finds_a_command_found_only_through_path_and_a_failed_hook() -> N
     checks = {c["check"]: c for c in cli("doctor", "claude-code", "--json", code=1).json()["checks"]}
     assert not checks["claude-code hooks"]["ok"] and "found only through PATH" in checks["claude-code hooks"]["detail"]
     assert "under 60 s" in checks["claude-code hooks"]["detail"]
+    settings.write_text(json.dumps({"hooks": {"Stop": [{"hooks": [{"type": "command", "command": f"{sys.executable} -m snapshotd hook claude-code", "timeout": 60}]}]}}))
+    checks = {c["check"]: c for c in cli("doctor", "claude-code", "--json", code=1).json()["checks"]}
+    assert "the command line's `snapshotd hook`" in checks["claude-code hooks"]["detail"], checks
+    cli("integrate", "claude-code")  # rewrites the entry with the hook program
+    checks = {c["check"]: c for c in cli("doctor", "claude-code", "--json", code=1).json()["checks"]}
+    assert checks["claude-code hooks"]["ok"], checks
     assert not checks["claude-code last hook"]["ok"] and "is not JSON" in checks["claude-code last hook"]["detail"]

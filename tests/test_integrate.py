@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 from daemon_helpers import assert_one_error_line, cli, cli_process
 from repo_helpers import init_repo
 
-from snapshotd.agents.integrate import EDIT_MATCHERS, hook_command
+from snapshotd.agents.integrate import EDIT_MATCHERS, HOOK_PROGRAM, hook_command
 
 # A user's Claude Code settings as people write them: four-space indent, inline
 # arrays, their own hooks on the events snapshotd also uses, a trailing newline.
@@ -157,7 +158,7 @@ def test_a_file_that_is_not_json_is_left_alone() -> None:
     assert_one_error_line(cli_process("integrate", "claude-code", code=1), "'hooks'", "not an object")
 
 
-def test_the_command_is_absolute_when_snapshotd_is_on_path_only_through_a_venv(tmp_path: Path) -> None:
+def test_the_command_is_absolute_whatever_is_on_path(tmp_path: Path) -> None:
     venv_bin = tmp_path / "venv" / "bin"
     venv_bin.mkdir(parents=True)
     program = venv_bin / "snapshotd"
@@ -165,7 +166,9 @@ def test_the_command_is_absolute_when_snapshotd_is_on_path_only_through_a_venv(t
     program.chmod(0o755)
     cli("integrate", "claude-code", env={"PATH": f"{venv_bin}:{os.environ['PATH']}"})
     commands = {h["command"] for groups in json.loads(user_file("claude-code").read_text())["hooks"].values() for g in groups for h in g["hooks"]}
-    assert commands == {f"{program} hook claude-code"}
+    # This interpreter on the light hook program, both absolute: the agent's shell needs no PATH.
+    assert commands == {f"{sys.executable} -I -S {HOOK_PROGRAM} claude-code"}
+    assert os.path.isabs(sys.executable) and os.path.isfile(HOOK_PROGRAM)
 
 
 def test_a_linked_settings_file_is_edited_where_it_lies_with_its_line_endings(tmp_path: Path) -> None:

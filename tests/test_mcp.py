@@ -45,7 +45,7 @@ def text_of(result: Any) -> str:
 
 
 async def test_every_tool_over_stdio(daemon: Daemon, sock: Path, repo: Path) -> None:
-    env = child_env(sock, SNAPSHOTD_HOOK_BUDGET="60", SNAPSHOTD_HOOK_START_BUDGET="60")
+    env = child_env(sock, SNAPSHOTD_HOOK_BUDGET="60")
     turn1, end1, turn2, end2 = two_turns(repo, env)
     assert (turn1["label"], end1["label"], turn2["label"]) == ("before: Write notes", "after turn", "before: Add a todo")
     server = StdioServerParameters(command=sys.executable, args=["-m", "snapshotd", "mcp"], env=env, cwd=str(repo))

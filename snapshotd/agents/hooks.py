@@ -21,19 +21,19 @@ checkpoints are recorded in the order of its events.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import select
-import shlex
-import signal
+import sys
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
 
-from snapshotd.agents.hookstate import Turn, last_result, record_result
+from snapshotd.agents.hookstate import Turn, last_result, may_tell, record_result
+from snapshotd.agents.jsonlite import loads
 from snapshotd.errors import InvalidParams, SnapshotdError
+
+TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any, TextIO
 
 TOOLS = ("claude-code", "codex")
 """The agent tools whose hook payloads :func:`describe` reads."""
@@ -66,14 +66,16 @@ _EDIT_TOOLS_PATH_KEYS = ("file_path", "notebook_path", "path")
 _PATCH_FILE_MARKERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
 
 
-@dataclass(frozen=True)
 class HookEvent:
     """What a hook payload asks to record: where, in which session, and under which label."""
 
-    event: str
-    cwd: str
-    session: str | None
-    label: str
+    __slots__ = ("cwd", "event", "label", "session")
+
+    def __init__(self, event: str, cwd: str, session: str | None, label: str) -> None:
+        self.event, self.cwd, self.session, self.label = event, cwd, session, label
+
+    def __repr__(self) -> str:
+        return f"HookEvent(event={self.event!r}, cwd={self.cwd!r}, session={self.session!r}, label={self.label!r})"
 
     def params(self) -> dict[str, Any]:
         """The params of the ``checkpoint`` call for this event."""
@@ -115,6 +117,8 @@ def _tool_detail(tool_name: str, tool_input: Any, cwd: str) -> str:
     if tool_name == "apply_patch" and isinstance(command, str):
         return ", ".join(_patch_files(command))
     if isinstance(command, list) and all(isinstance(part, str) for part in command):
+        import shlex  # here: most commands are strings, and every hook imports this module
+
         command = shlex.join(command)
     if isinstance(command, str):
         return command
@@ -154,8 +158,8 @@ def describe(tool: str, data: bytes) -> HookEvent:
     if tool not in TOOLS:
         raise InvalidParams(f"Unknown agent tool {tool!r}; use one of: {', '.join(TOOLS)}.")
     try:
-        payload = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        payload = loads(data.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError is one
         raise InvalidParams(f"The hook payload on stdin is not JSON ({exc}).") from exc
     if not isinstance(payload, dict):
         raise InvalidParams("The hook payload on stdin is not a JSON object.")
@@ -186,13 +190,23 @@ def read_stdin(deadline: float) -> bytes:
         chunks.append(chunk)
 
 
-def _detach() -> None:
-    """In the child: leave the agent's process group and pipes, so the agent waits for nothing."""
-    os.setsid()
+def _to_devnull() -> None:
+    """Put this process's stdin, stdout and stderr on /dev/null (what was written is flushed first)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
     devnull = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(devnull, fd)
     os.close(devnull)
+
+
+def _detach() -> None:
+    """In the child: leave the agent's process group and pipes, so the agent waits for nothing."""
+    os.setsid()
+    _to_devnull()
 
 
 def _note_for(exc: BaseException) -> str:
@@ -201,15 +215,14 @@ def _note_for(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-@dataclass(frozen=True)
 class Outcome:
     """How one hook run ended: a note for stderr (None: recorded in time), whether that is a failure,
     and the note of the previous run's failure, if it failed (perhaps in the background)."""
 
-    note: str | None = None
-    failed: bool = False
-    label: str = ""
-    previous: str | None = None
+    __slots__ = ("failed", "label", "note", "previous")
+
+    def __init__(self, note: str | None = None, failed: bool = False, label: str = "", previous: str | None = None) -> None:
+        self.note, self.failed, self.label, self.previous = note, failed, label, previous
 
     def user_line(self) -> str | None:
         """The one line to show the user through the agent's own channel, if anything failed."""
@@ -221,11 +234,24 @@ class Outcome:
         return None
 
 
+_DETACHED = b"+"
+"""The child's first byte on the pipe: it has left the agent's pipes and process group."""
+
+DETACH_WAIT_S = 5
+"""The child must have detached within this long (it does so first: a few milliseconds)."""
+
+
 def _child(work: Callable[[], None], turn: Turn | None, done: Callable[[str | None], None], write_fd: int) -> None:
     """In the child: wait for the session's earlier checkpoints, do the work, report on the pipe; never return."""
     status = 0
     try:
         _detach()
+        try:  # a hook that handed the work off has not waited
+            os.write(write_fd, _DETACHED)
+        except OSError:
+            pass
+        import signal  # in the child, off the agent's wait
+
         signal.alarm(CHILD_LIMIT_S)
         note = ""
         try:
@@ -234,12 +260,16 @@ def _child(work: Callable[[], None], turn: Turn | None, done: Callable[[str | No
             work()
         except BaseException as exc:
             note = _note_for(exc) or type(exc).__name__
-        with contextlib.suppress(BaseException):
+        try:
             done(note or None)
+        except BaseException:
+            pass
         if turn is not None:
             turn.release()
-        with contextlib.suppress(OSError):  # the hook may have left already
+        try:  # the hook may have left already
             os.write(write_fd, ("error " + note if note else "ok").encode("utf-8", "replace"))
+        except OSError:
+            pass
     except BaseException:
         status = 1
     finally:
@@ -251,13 +281,22 @@ def within_budget(
     budget_s: float,
     turn: Turn | None = None,
     done: Callable[[str | None], None] = lambda note: None,
+    hand_off: Callable[[], None] | None = None,
 ) -> str | None:
     """Run ``work`` in a child process, after ``turn``'s earlier checkpoints, and wait at most ``budget_s`` for it.
 
     Returns None when it succeeded in time, else a one-line note: its error,
     or that it goes on in the background (detached, for at most
-    :data:`CHILD_LIMIT_S`). The child calls ``done`` with its own note.
+    :data:`CHILD_LIMIT_S`). The child calls ``done`` with its own note. With
+    ``budget_s`` 0 nothing is waited for: ``hand_off`` says what there is to
+    say, this process's stdio goes to /dev/null, and the child is started
+    and left to itself, so the agent's pipes close as soon as this process
+    exits. Otherwise the child has left the agent's pipes before this returns.
     """
+    if budget_s <= 0:
+        if hand_off is not None:
+            hand_off()
+        _to_devnull()
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -267,9 +306,13 @@ def within_budget(
     if turn is not None:
         turn.close()  # the child holds the turn now
     try:
-        if not select.select([read_fd], [], [], max(budget_s, 0))[0]:
+        if budget_s <= 0:
+            return None
+        report = os.read(read_fd, 1) if select.select([read_fd], [], [], DETACH_WAIT_S)[0] else b""
+        if report == _DETACHED:
+            report = b""
+        if not select.select([read_fd], [], [], budget_s)[0]:
             return f"{STILL_RUNNING} {round(budget_s, 1):g} s; it finishes in the background."
-        report = b""
         while chunk := os.read(read_fd, 65536):
             report += chunk
         os.waitpid(pid, 0)
@@ -281,22 +324,39 @@ def within_budget(
     return text.removeprefix("error ") or "the checkpoint process ended without a report."
 
 
-def run_hook(tool: str, checkpoint: Callable[[dict[str, Any]], Any], budget_for: Callable[[bool], float]) -> Outcome:
-    """Read a payload of ``tool`` on stdin and checkpoint it through ``checkpoint(params)``.
+def run_hook(
+    tool: str,
+    checkpoint: Callable[[dict[str, Any]], Any],
+    budget_for: Callable[[bool], float],
+    say: Callable[[Outcome], None],
+) -> None:
+    """Read a payload of ``tool`` on stdin, checkpoint it through ``checkpoint(params)``, and ``say`` how it went.
 
     ``budget_for(before)`` is the wait for an event before the agent acts
-    (:data:`BEFORE_EVENTS`) or for any other. Never raises.
+    (:data:`BEFORE_EVENTS`) or for any other. ``say`` is called once, before
+    the checkpoint when it is handed off (a budget of 0). Never raises.
     """
     try:
         event = describe(tool, read_stdin(time.monotonic() + STDIN_WAIT_S))
     except BaseException as exc:  # a hook must never fail the agent, whatever happened
         unread = _note_for(exc)
-        with contextlib.suppress(BaseException):
+        try:
             record_result(tool, "", os.getcwd(), unread)
-        return Outcome(unread, failed=True)
+        except BaseException:
+            pass
+        say(Outcome(unread, failed=True))
+        return
+    told = False
+
+    def tell(outcome: Outcome) -> None:
+        nonlocal told
+        told = True
+        say(outcome)
+
     try:
         earlier = last_result(tool)
         previous = earlier.get("note") if earlier and earlier.get("ok") is False else None
+        previous = previous if isinstance(previous, str) else None
         before = event.event in BEFORE_EVENTS
         turn = Turn(event.session or event.cwd)
         note = within_budget(
@@ -304,8 +364,24 @@ def run_hook(tool: str, checkpoint: Callable[[dict[str, Any]], Any], budget_for:
             budget_for(before),
             turn,
             lambda child_note: record_result(tool, event.event, event.cwd, child_note),
+            lambda: tell(Outcome(None, False, event.label, previous)),
         )
     except BaseException as exc:
-        return Outcome(_note_for(exc), failed=True, label=event.label)
-    failed = note is not None and (before or not note.startswith(STILL_RUNNING))
-    return Outcome(note, failed, event.label, previous if isinstance(previous, str) and not failed else None)
+        if not told:
+            say(Outcome(_note_for(exc), failed=True, label=event.label))
+        return
+    if not told:
+        failed = note is not None and (before or not note.startswith(STILL_RUNNING))
+        say(Outcome(note, failed, event.label, previous if not failed else None))
+
+
+def report(tool: str, outcome: Outcome, stdout: TextIO, stderr: TextIO) -> None:
+    """Say how the run ended as the agents read it: the note on stderr and, at most once in
+    :data:`~snapshotd.agents.hookstate.TELL_EVERY_S`, one ``systemMessage`` line for the user on stdout."""
+    if outcome.note:
+        print(f"snapshotd hook: {outcome.note}", file=stderr)
+    line = outcome.user_line()
+    if line and may_tell(tool):
+        import json  # writing is rare on the hook's path (see .jsonlite)
+
+        print(json.dumps({"systemMessage": line}), file=stdout)

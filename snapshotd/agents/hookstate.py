@@ -8,21 +8,25 @@ same session is gone, so a "before" never overtakes a pending "after". A
 marker whose lock is free belongs to a process that died: it is dropped.
 
 The folder is ``<data home>/hooks`` (see :func:`snapshotd.settings.data_home`).
+Every agent event starts a hook process that imports this module, so it
+stays on the standard library's light modules (no pathlib, no typing).
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
-import hashlib
-import json
 import os
+import stat
 import time
-from pathlib import Path
-from typing import Any
+import zlib
 
-from snapshotd.fsutil import check_private_home
-from snapshotd.settings import data_home
+from snapshotd.agents.jsonlite import loads
+from snapshotd.errors import Untrusted
+from snapshotd.settings import data_home_path
+
+TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
+if TYPE_CHECKING:
+    from typing import Any
 
 POLL_S = 0.01
 """How often a waiting checkpoint looks again at the markers before it."""
@@ -31,12 +35,28 @@ TELL_EVERY_S = 600
 """The user is shown at most one failure line per tool in this many seconds."""
 
 
-def hooks_folder() -> Path:
-    """The hooks' own folder, made private on first use."""
-    home = data_home()
-    check_private_home(home, create=True)  # made 0700 if missing, as the daemon would make it
-    folder = home / "hooks"
-    folder.mkdir(mode=0o700, exist_ok=True)
+def hooks_folder() -> str:
+    """The hooks' own folder: a folder of this user's, mode 0700, made on first use.
+
+    The home above it passes :func:`~snapshotd.fsutil.check_private_home` when
+    the folder is made; later runs check the folder itself (``lstat``: ours,
+    private, not a link), which no other user can make or change.
+    """
+    home = data_home_path()
+    folder = os.path.join(home, "hooks")
+    try:
+        info = os.lstat(folder)
+    except FileNotFoundError:
+        from snapshotd.fsutil import check_private_home
+
+        check_private_home(home, create=True)  # made 0700 if missing, as the daemon would make it
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:
+            pass
+        info = os.lstat(folder)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+        raise Untrusted(f"Refusing the hooks' folder {folder}: it must be a folder of yours that only you may use (chmod 700).")
     return folder
 
 
@@ -44,12 +64,16 @@ class Turn:
     """One hook run's place in its session's order of checkpoints."""
 
     def __init__(self, key: str) -> None:
-        digest = hashlib.sha256(key.encode("utf-8", "surrogateescape")).hexdigest()[:24]
-        self.folder = hooks_folder() / "order" / digest
+        data = key.encode("utf-8", "surrogateescape")
+        # Two checksums name the folder (hashlib's OpenSSL would cost the hook 2 ms); two keys
+        # that met on one name would only wait for each other's checkpoints.
+        digest = f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}{len(data):x}"
+        self.folder = os.path.join(hooks_folder(), "order", digest)
         for attempt in range(3):  # the last run of the session may remove the folder meanwhile
-            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.makedirs(self.folder, mode=0o700, exist_ok=True)
             self.stamp = time.time_ns()
-            self.path = self.folder / f"{self.stamp:020d}-{os.getpid()}"
+            self.name = f"{self.stamp:020d}-{os.getpid()}"
+            self.path = os.path.join(self.folder, self.name)
             try:
                 self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
                 break
@@ -61,9 +85,9 @@ class Turn:
     def _earlier_pending(self) -> bool:
         """Whether a live marker older than this one remains (dead ones are removed on the way)."""
         for name in sorted(os.listdir(self.folder)):
-            if name >= self.path.name:
+            if name >= self.name:
                 return False
-            other = self.folder / name
+            other = os.path.join(self.folder, name)
             try:
                 fd = os.open(other, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
@@ -74,8 +98,10 @@ class Turn:
                 return True
             finally:
                 os.close(fd)
-            with contextlib.suppress(FileNotFoundError):
-                other.unlink()  # its process ended without removing it
+            try:
+                os.unlink(other)  # its process ended without removing it
+            except FileNotFoundError:
+                pass
         return False
 
     def wait(self, deadline: float) -> bool:
@@ -88,10 +114,14 @@ class Turn:
 
     def release(self) -> None:
         """This run's checkpoint is recorded (or failed): later ones may go."""
-        with contextlib.suppress(FileNotFoundError):
-            self.path.unlink()
-        with contextlib.suppress(OSError):  # the session's folder goes with its last marker
-            self.folder.rmdir()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        try:  # the session's folder goes with its last marker
+            os.rmdir(self.folder)
+        except OSError:
+            pass
         self.close()
 
     def close(self) -> None:
@@ -106,24 +136,30 @@ def _name(tool: str) -> str:
     return tool if tool.replace("-", "").isalpha() and tool.isascii() and len(tool) <= 32 else "other"
 
 
-def _result_path(tool: str) -> Path:
-    return hooks_folder() / f"last-{_name(tool)}.json"
+def _result_path(tool: str) -> str:
+    return os.path.join(hooks_folder(), f"last-{_name(tool)}.json")
 
 
 def record_result(tool: str, event: str, cwd: str, note: str | None) -> None:
     """Keep the outcome of this hook run (``note`` None: recorded) for ``doctor`` and for the next run."""
+    import json  # here: most runs write in the hook's child, off the agent's wait (see .jsonlite)
+
     entry = {"time": time.time(), "event": event, "cwd": cwd, "ok": note is None, "note": note}
     path = _result_path(tool)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    with contextlib.suppress(OSError):
-        tmp.write_text(json.dumps(entry), encoding="utf-8")
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry))
         os.replace(tmp, path)
+    except OSError:
+        pass
 
 
 def last_result(tool: str) -> dict[str, Any] | None:
     """The last recorded outcome of ``tool``'s hooks, if any."""
     try:
-        entry = json.loads(_result_path(tool).read_text(encoding="utf-8"))
+        with open(_result_path(tool), encoding="utf-8") as handle:
+            entry = loads(handle.read())
     except (OSError, ValueError):
         return None
     return entry if isinstance(entry, dict) else None
@@ -132,13 +168,15 @@ def last_result(tool: str) -> dict[str, Any] | None:
 def may_tell(tool: str, now: float | None = None) -> bool:
     """Whether a failure line may be shown to the user now; if so, the moment is remembered."""
     now = time.time() if now is None else now
-    mark = hooks_folder() / f"told-{_name(tool)}"
+    mark = os.path.join(hooks_folder(), f"told-{_name(tool)}")
     try:
-        if now - mark.stat().st_mtime < TELL_EVERY_S:
+        if now - os.stat(mark).st_mtime < TELL_EVERY_S:
             return False
     except OSError:
         pass
-    with contextlib.suppress(OSError):
-        mark.touch()
+    try:
+        os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
         os.utime(mark, (now, now))
+    except OSError:
+        pass
     return True

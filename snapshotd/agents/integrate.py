@@ -20,7 +20,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import tomllib
 from dataclasses import dataclass, field
@@ -70,18 +69,25 @@ class Change:
         return wire
 
 
+HOOK_PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hookentry.py")
+"""The hook program the agent runs (:mod:`.hookentry`): light enough for every event."""
+
+
 def hook_command(tool: str) -> str:
-    """The command the agent runs: ``snapshotd hook TOOL``, always by absolute path (the program found on
-    PATH, else this interpreter), since the agent's shell may not have this PATH (an activated venv)."""
-    found = shutil.which("snapshotd")
-    program = shlex.quote(os.path.abspath(found)) if found else f"{shlex.quote(sys.executable)} -m snapshotd"
-    return f"{program} hook {tool}"
+    """The command the agent runs: this interpreter on :data:`HOOK_PROGRAM` with ``-I -S`` (no
+    site-packages, no PYTHON* variables), both by absolute path, since the agent's shell may not have
+    this PATH (an activated venv)."""
+    return f"{shlex.quote(sys.executable)} -I -S {shlex.quote(HOOK_PROGRAM)} {tool}"
+
+
+_OURS = r"(?:snapshotd\S*\s+(?:\S.*\s)?hook|snapshotd/agents/hookentry\.py'?)\s+{tool}(\s|$)"
+"""A handler is snapshotd's when it runs ``snapshotd ... hook TOOL`` (older settings) or the hook program."""
 
 
 def _is_ours(hook: Any, tool: str) -> bool:
-    """Whether one hook handler of the settings runs ``snapshotd ... hook TOOL``."""
+    """Whether one hook handler of the settings runs snapshotd's hook for ``tool``."""
     command = hook.get("command") if isinstance(hook, dict) else None
-    return isinstance(command, str) and re.search(rf"snapshotd\S*\s+(?:\S.*\s)?hook\s+{re.escape(tool)}(\s|$)", command) is not None
+    return isinstance(command, str) and re.search(_OURS.format(tool=re.escape(tool)), command) is not None
 
 
 def is_ours(hook: Any, tool: str) -> bool:

@@ -7,76 +7,38 @@ They only parse and call into :mod:`snapshotd.agents.hooks`,
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from typing import Any
 
 import click
 
-from snapshotd.agents.hooks import EVENT_SETS, TOOLS, run_hook
+from snapshotd.agents.hooks import EVENT_SETS, TOOLS
 from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, fail, json_option, use_json
 from snapshotd.cli.output import to_json
-from snapshotd.errors import Busy, SnapshotdError
-from snapshotd.settings import hook_budget
-
-PING_TIMEOUT_S = 1.0
-"""A daemon that accepts but does not answer a ping within this long is taken as stuck."""
-
-
-def _daemon_state(socket_path: str | None) -> str:
-    """``up`` (answers), ``down`` (nothing listens: the hook will start one) or ``stuck`` (accepts, never answers)."""
-    from snapshotd.server.client import connect_or_none
-
-    try:
-        client = connect_or_none(socket_path, timeout=PING_TIMEOUT_S)
-    except Busy:
-        return "up"  # it runs; the hook's checkpoint waits for room (see server/dialing.py)
-    except OSError:
-        return "down"
-    if client is None:
-        return "down"
-    try:
-        client.call("ping")
-    except Busy:
-        return "up"
-    except (OSError, SnapshotdError):
-        return "stuck"
-    finally:
-        client.close()
-    return "up"
+from snapshotd.errors import SnapshotdError
 
 
 @click.command(context_settings=CONTEXT)
 @click.argument("tool", metavar="claude-code|codex", required=False, default="")
-@click.option("--budget", type=float, metavar="SECONDS", help="Wait at most this long for the checkpoint (default: 55 before a prompt or a tool, else 0.5 with a running daemon, 5 when starting one).")
+@click.option("--budget", type=float, metavar="SECONDS", help="Wait at most this long for the checkpoint (default: 55 before a prompt or a tool, else 0: it finishes in the background).")
 @click.pass_context
 def hook(ctx: click.Context, tool: str, budget: float | None) -> None:
     """Checkpoint the worktree for one hook payload of the agent on stdin; always exits 0.
 
     The label says what happened (`before: <prompt>`, `after turn`, `after Bash:
     <command>`) and the session is the agent's session id. A hook before a
-    prompt or a tool returns once its checkpoint is recorded; the others let it
-    finish in the background. A failure is one line on stderr and, at most once
-    in ten minutes, one line for the user as the agent's `systemMessage` on stdout.
+    prompt or a tool returns once its checkpoint is recorded; the others hand
+    it to a background process at once. A failure is one line on stderr and, at
+    most once in ten minutes, one line for the user as the agent's
+    `systemMessage` on stdout. `integrate` installs the same hook as a lighter
+    program (`python -I -S .../snapshotd/agents/hookentry.py TOOL`).
     """
-    from snapshotd.agents.hookstate import may_tell
+    from snapshotd.agents.hookentry import main
 
     runner: Runner = ctx.obj
-    daemon = Runner(runner.socket_path, embedded=False, json_output=True)
-    state = _daemon_state(runner.socket_path)
-
-    def budget_for(before: bool) -> float:
-        return hook_budget(budget, daemon_running=state != "down", before=before and state != "stuck")
-
-    outcome = run_hook(tool, lambda params: daemon.call("checkpoint", params), budget_for)
-    if outcome.note:
-        click.echo(f"snapshotd hook: {outcome.note}", err=True)
-    line = outcome.user_line()
-    if line and may_tell(tool):
-        click.echo(json.dumps({"systemMessage": line}))
-    sys.exit(0)
+    sys.exit(main([tool], runner.socket_path, budget))
 
 
 def _what_changed(change: Any, our_handlers: Any, tool: str) -> str:

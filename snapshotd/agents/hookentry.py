@@ -1,0 +1,71 @@
+"""The agent's hook program: ``python -I -S <this file> TOOL``, the command ``integrate`` writes.
+
+The agent starts it at every event and waits for it, so it loads only what a
+hook needs: no site-packages (``-S``: click, pygit2 and trio are out of reach),
+no environment's Python settings (``-I``), and the package from beside this
+file. The checkpoint goes through :func:`snapshotd.server.onecall.call`; when
+that is not the ordinary case (no daemon yet, a busy one), the child restores
+site-packages and takes the full launcher, which starts a daemon and waits
+for room. ``snapshotd hook TOOL`` runs the same :func:`main`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if __name__ == "__main__":  # run by path: the package is three folders up, this folder is not a package root
+    _here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [entry for entry in sys.path if os.path.abspath(entry or ".") != _here]
+    sys.path.insert(0, os.path.dirname(os.path.dirname(_here)))
+
+from snapshotd.agents.hooks import report, run_hook
+from snapshotd.settings import hook_budget, resolve_socket_path
+
+TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
+if TYPE_CHECKING:
+    from typing import Any
+
+PING_TIMEOUT_S = 1.0
+"""A daemon that accepts but does not answer a ping within this long is taken as stuck."""
+
+PROGRAM = os.path.abspath(__file__)
+"""This file: what the agent's settings run, with this interpreter."""
+
+
+def checkpoint(socket_path: str | None, params: dict[str, Any]) -> dict[str, Any]:
+    """The ``checkpoint`` call, by the fast path when the daemon runs, else by the full launcher."""
+    # Imported here, in the hook's child: the agent waits for none of it after a tool or a turn.
+    from snapshotd.server import onecall
+
+    path = os.path.abspath(resolve_socket_path(socket_path))
+    try:
+        return onecall.call(path, "checkpoint", params, PING_TIMEOUT_S)
+    except onecall.Unusual:
+        pass
+    if sys.flags.no_site:  # in the hook's child, off the agent's wait: the launcher needs site-packages
+        import site
+
+        site.main()
+    from snapshotd.cli.launcher import Runner
+
+    return Runner(path, embedded=False, json_output=True).call("checkpoint", params)
+
+
+def main(argv: list[str], socket_path: str | None = None, budget: float | None = None) -> int:
+    """Run one hook of the tool named by ``argv[0]`` on the payload on stdin; always 0."""
+    tool = argv[0] if argv else ""
+    run_hook(
+        tool,
+        lambda params: checkpoint(socket_path, params),
+        lambda before: hook_budget(budget, before=before),
+        lambda outcome: report(tool, outcome, sys.stdout, sys.stderr),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # no interpreter teardown: the agent waits for this process's exit

@@ -1,0 +1,110 @@
+"""One request on a new connection, on the standard library's light modules: an agent hook's fast path.
+
+Every agent event starts a hook process that the agent waits for, and
+:class:`~snapshotd.server.client.Client` with its framing and dialing costs
+more to import than a warm checkpoint takes. :func:`call` does what that
+client does in the ordinary case and nothing more: the socket's folder and
+listener are checked before anything is sent (the same rules:
+:func:`~snapshotd.fsutil.check_socket_folder`, SO_PEERCRED), a ``ping``
+bounds the wait for a daemon that accepts and never answers, then the
+request goes out. Anything else (no daemon, a daemon starting or busy, a
+folder or listener the rules refuse) raises :class:`Unusual`, and the caller
+takes the full client, which starts a daemon, waits for room and words each
+refusal.
+"""
+
+from __future__ import annotations
+
+# The C module under :mod:`socket`, whose own import (enums, selectors) a hook would pay for.
+import _socket
+import os
+
+from snapshotd.agents.jsonlite import dumps, loads
+from snapshotd.errors import InternalError, SnapshotdError
+from snapshotd.fsutil import check_socket_folder
+from snapshotd.server.peers import peer_credentials
+
+TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
+if TYPE_CHECKING:
+    from typing import Any
+
+_READ_CHUNK = 65536
+_LINE_LIMIT = 64 * 1024 * 1024
+
+
+class Unusual(Exception):
+    """Not the ordinary case: the full client deals with it (and says what went wrong)."""
+
+
+def _line(message: dict[str, Any]) -> bytes:
+    """A request as protocol.md frames it: one compact ASCII JSON object and a newline."""
+    return dumps(message).encode("ascii") + b"\n"
+
+
+class _Lines:
+    """The replies on one connection, a line at a time."""
+
+    def __init__(self, sock: _socket.socket, path: str) -> None:
+        self.sock, self.path, self.buffer = sock, path, b""
+
+    def reply(self, request_id: int) -> dict[str, Any]:
+        """The response to ``request_id`` (notifications and stale replies skipped)."""
+        while True:
+            while b"\n" not in self.buffer:
+                data = self.sock.recv(_READ_CHUNK)
+                if not data:
+                    raise ConnectionError(f"The connection to snapshotd at {self.path} closed before it replied.")
+                self.buffer += data
+                if len(self.buffer) > _LINE_LIMIT:
+                    raise InternalError(f"snapshotd at {self.path} sent a reply longer than {_LINE_LIMIT} bytes.")
+            line, _, self.buffer = self.buffer.partition(b"\n")
+            message = loads(line.decode("utf-8"))
+            if isinstance(message, dict) and "method" not in message and message.get("id") in (request_id, None):
+                return message
+
+
+def call(socket_path: str, method: str, params: dict[str, Any], ping_timeout_s: float) -> dict[str, Any]:
+    """``method``'s result from the daemon at ``socket_path``; its error as a :class:`SnapshotdError`.
+
+    Raises :class:`Unusual` when the full client should take over, and
+    :class:`~snapshotd.errors.InternalError` when the daemon accepts but does
+    not answer a ``ping`` within ``ping_timeout_s``.
+    """
+    try:
+        check_socket_folder(os.path.dirname(os.path.abspath(socket_path)))
+    except OSError as exc:
+        raise Unusual(str(exc)) from exc
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
+        sock.settimeout(ping_timeout_s)
+        try:
+            sock.connect(socket_path)
+        except OSError as exc:  # nobody listens, a daemon starts, or its queue is full
+            raise Unusual(str(exc)) from exc
+        if peer_credentials(sock)[1] != os.geteuid():
+            raise Unusual("another user listens")
+        lines = _Lines(sock, socket_path)
+        try:
+            sock.sendall(_line({"jsonrpc": "2.0", "id": 0, "method": "ping", "params": {}}))
+            answer = lines.reply(0)
+        except TimeoutError:
+            raise InternalError(
+                f"snapshotd at {socket_path} accepts connections but did not answer within {ping_timeout_s:g} s; "
+                "see its log, or restart it (snapshotd stop)."
+            ) from None
+        except OSError as exc:  # turned away before it read anything
+            raise Unusual(str(exc)) from exc
+        if "error" in answer:  # a busy daemon turns the connection away with an error: the full client waits for room
+            raise Unusual(str(answer["error"]))
+        sock.settimeout(None)  # the checkpoint takes what it takes; the hook's own limits bound it
+        sock.sendall(_line({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+        response = lines.reply(1)
+    finally:
+        sock.close()
+    error = response.get("error")
+    if isinstance(error, dict):
+        raise SnapshotdError.from_dict(error)
+    result = response.get("result")
+    if not isinstance(result, dict):
+        raise InternalError(f"snapshotd at {socket_path} answered {method} with no result.")
+    return result
