@@ -122,7 +122,7 @@ def print_header(cp: dict[str, Any]) -> None:
         ("Date", f"{cp['created_at'].replace('T', ' ').removesuffix('Z')} UTC"),
         ("Base", cp.get("base") or "- (no commit yet)"),
         ("Tree", cp["tree"]),
-        ("Worktree", cp["worktree"]),
+        ("Worktree", cp["worktree"] + (f" (fetched from {cp['remote']})" if cp.get("remote") else "")),
         ("Previous", cp.get("parent") or f"- (the first of {_session_name(cp['session'])})"),
         ("Changed", "yes" if cp.get("changed", True) else "no (the same tree as the previous)"),
     ]
