@@ -394,7 +394,7 @@ def test_a_diff_with_a_file_too_big_for_libgit2_is_gits_own(tmp_path: Path, monk
     new = write_tree(wt)
     calls: list[list[str]] = []
     real = process.run_git_sync
-    monkeypatch.setattr("snapshotd.store.diff.run_git_sync", lambda target, args, **kw: calls.append(args) or real(target, args, **kw))
+    monkeypatch.setattr("snapshotd.store.gitdiff.run_git_sync", lambda target, args, **kw: calls.append(args) or real(target, args, **kw))
     result = ours(wt, old, new, patch=True)
     assert [args[0] for args in calls] == ["diff-tree"]  # made by git, not by libgit2 in this process
     assert result["files"] == oracle(wt, old, new)

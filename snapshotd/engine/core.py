@@ -254,7 +254,7 @@ class Engine:
         store, checkpoint = await trio.to_thread.run_sync(self._find, ref, target, limiter=thread_limiter)
         await trio.to_thread.run_sync(transfer.refuse_remote_restore, store, checkpoint, target.info.id if target else None, allow_other)
         if target is None:
-            target = await trio.to_thread.run_sync(self.registry.by_id, checkpoint.worktree, limiter=thread_limiter)
+            target = await self.registry.by_id_in_thread(checkpoint.worktree)
         if target.info.id != checkpoint.worktree and not allow_other:
             raise WorktreeMismatch(
                 f"Checkpoint {checkpoint.id[:12]} belongs to worktree {checkpoint.worktree}, not {target.info.id}; "
@@ -284,9 +284,7 @@ class Engine:
             target_cp = newest
         if target_cp.worktree != source.worktree:
             raise WorktreeMismatch("'from' and 'to' belong to different worktrees.")
-        state = preferred
-        if state is None:
-            state = await trio.to_thread.run_sync(self.registry.by_id, source.worktree, limiter=thread_limiter)
+        state = preferred or await self.registry.by_id_in_thread(source.worktree)
         if state.info.id != source.worktree:
             raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to worktree {source.worktree}, not {state.info.id}.")
         rel_paths = [to_worktree_relative(state.info.path, p) for p in paths] if paths is not None else None

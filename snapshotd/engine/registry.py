@@ -129,6 +129,10 @@ class Registry:
         for key in vanished[:-MAX_VANISHED_KEPT]:
             self.worktrees.pop(key).capture.close()
 
+    async def by_id_in_thread(self, worktree_id: str) -> WorktreeState:
+        """:meth:`by_id` on a worker thread."""
+        return await trio.to_thread.run_sync(self.by_id, worktree_id, limiter=thread_limiter)
+
     def by_id(self, worktree_id: str) -> WorktreeState:
         """The open or recorded worktree with this id, where the records say it is."""
         state = self.worktrees.get(worktree_id)

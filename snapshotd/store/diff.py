@@ -15,25 +15,25 @@ In a repository libgit2 cannot open (SHA-256; the back-end is not
 git computes the same records: one ``git diff-tree -r -z --raw --numstat``
 (``-M`` for renames, ``-p`` for the patch), whose records and per-file
 patches (a type change prints as a deletion and an addition, as above) are
-read back in order.
+read back in order by :mod:`snapshotd.store.gitdiff`.
 """
 
 from __future__ import annotations
 
-import itertools
 import os
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import cast
 
 import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
-from snapshotd.errors import GitError, InternalError, InvalidParams, NotFound, TooLarge
+from snapshotd.errors import GitError, InvalidParams, NotFound, TooLarge
 from snapshotd.git.command import GitRepository
-from snapshotd.git.process import GitTarget, run_git_sync
+from snapshotd.git.process import GitTarget
 from snapshotd.git.repository import Repository
 from snapshotd.paths import path_matches
 from snapshotd.store.changes import DiffRequest, Entry, FileChange, TreeDiff
+from snapshotd.store.gitdiff import entries_by_git
 from snapshotd.store.renames import exact_rename_patch, exact_renames
 
 __all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "diff_trees", "load_tree"]
@@ -236,7 +236,7 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
         selected.append((index, delta, path, old_path))
     if _has_big_file(repo, selected):
         sides = [_EMPTY_TREE_SHA1 if tree is None else str(tree.id) for tree in (old, new)]
-        return _entries_by_git(GitTarget(git_dir=repo.path, work_tree=repo.workdir), sides, _ZERO_OID, request)
+        return entries_by_git(GitTarget(git_dir=repo.path, work_tree=repo.workdir), sides, _ZERO_OID, request)
 
     type_changed = {
         path for _, delta, path, _ in selected if delta.status == DeltaStatus.TYPECHANGE
@@ -295,30 +295,7 @@ def _has_big_file(repo: Repository, selected: Sequence[tuple[int, pygit2.DiffDel
     return False
 
 
-# --------------------------------------------------------------------------- through git
-
-_GIT_STATUS = {"A": "added", "D": "deleted", "M": "modified", "R": "renamed", "T": "type_changed"}
-_PATCH_HEADER = b"diff --git "
-
-
-def _patch_starts(body: bytes) -> list[int]:
-    """Where each file's ``diff --git`` line starts (a patch's own lines start with ' ', '+' or '-').
-
-    By ``bytes.find``: a regular expression's scan of a patch of megabytes
-    is one call that holds the GIL for a quarter of a second.
-    """
-    starts = [0] if body.startswith(_PATCH_HEADER) else []
-    at = body.find(b"\n" + _PATCH_HEADER)
-    while at >= 0:
-        starts.append(at + 1)
-        at = body.find(b"\n" + _PATCH_HEADER, at + 1)
-    return starts
-
-
-def _field(out: bytes, pos: int) -> tuple[bytes, int]:
-    """The NUL-terminated field of ``out`` at ``pos`` and the position after it."""
-    end = out.index(b"\0", pos)
-    return out[pos:end], end + 1
+# --------------------------------------------------------------------------- through git (store/gitdiff.py)
 
 
 def _diff_with_git(repo: GitRepository, request: DiffRequest) -> list[Entry]:
@@ -336,81 +313,8 @@ def _diff_with_git(repo: GitRepository, request: DiffRequest) -> list[Entry]:
     if sides[0] == sides[1]:
         return []
     try:
-        return _entries_by_git(GitTarget(git_dir=repo.git_dir, work_tree=repo.workdir), sides, repo.zero_id, request)
+        return entries_by_git(GitTarget(git_dir=repo.git_dir, work_tree=repo.workdir), sides, repo.zero_id, request)
     except GitError:
         load_tree(repo, request.old_tree)
         load_tree(repo, request.new_tree)
         raise
-
-
-def _entries_by_git(target: GitTarget, sides: list[str], zero: str, request: DiffRequest) -> list[Entry]:
-    """The entries of one ``git diff-tree`` of the trees ``sides`` (hex ids) in ``target``."""
-    args = ["diff-tree", "-r", "-z", "--raw", "--numstat", "-M" if request.find_renames else "--no-renames"]
-    if request.patch:
-        args += ["-p", f"-U{request.context}"]
-    out = run_git_sync(target, [*args, *sides])
-
-    records: list[dict[str, Any]] = []
-    pos = 0
-    while out.startswith(b":", pos):
-        meta, pos = _field(out, pos)
-        old_mode, new_mode, old_oid, new_oid, status = meta[1:].decode("ascii").split(" ")
-        source, pos = _field(out, pos)
-        destination = source
-        if status[0] in "RC":
-            destination, pos = _field(out, pos)
-        records.append(
-            {
-                "path": os.fsdecode(destination),
-                "old_path": os.fsdecode(source) if status[0] == "R" else None,
-                "status": _GIT_STATUS.get(status[0]),
-                "old_mode": None if old_mode == "000000" else old_mode,
-                "new_mode": None if new_mode == "000000" else new_mode,
-                "old_oid": None if old_oid == zero else old_oid,
-                "new_oid": None if new_oid == zero else new_oid,
-            }
-        )
-    for record in records:
-        counts, pos = _field(out, pos)
-        added, deleted, name = counts.split(b"\t", 2)
-        if not name:  # a rename: the two names follow as fields of their own
-            _, pos = _field(out, pos)
-            _, pos = _field(out, pos)
-        binary = added == b"-"
-        record["binary"] = binary
-        record["additions"] = 0 if binary else int(added)
-        record["deletions"] = 0 if binary else int(deleted)
-
-    texts: list[list[bytes]] = [[] for _ in records]
-    if request.patch and records:
-        if out.startswith(b"\0", pos):
-            pos += 1
-        body = out[pos:]
-        starts = [*_patch_starts(body), len(body)]
-        blocks = [body[a:b] for a, b in itertools.pairwise(starts)]
-        # Each record prints one "diff --git" block; a type change prints two.
-        wanted = sum(2 if record["status"] == "type_changed" else 1 for record in records)
-        if len(blocks) != wanted:
-            raise InternalError(f"git diff-tree printed {len(blocks)} file patches for {wanted} expected.")
-        index = 0
-        for number, record in enumerate(records):
-            step = 2 if record["status"] == "type_changed" else 1
-            texts[number] = blocks[index : index + step]
-            index += step
-
-    entries: list[Entry] = []
-    for record, text in zip(records, texts, strict=True):
-        if record["status"] is None:
-            continue
-        if request.paths is not None and not (
-            path_matches(record["path"], request.paths)
-            or (record["old_path"] is not None and path_matches(record["old_path"], request.paths))
-        ):
-            continue
-        entries.append(_ready(FileChange(**record), b"".join(text).decode("utf-8", "replace")))
-    return entries
-
-
-def _ready(change: FileChange, patch_text: str) -> Entry:
-    """An entry whose change and patch are already made."""
-    return lambda: (change, patch_text)
