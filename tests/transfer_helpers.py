@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pytest
 from daemon_helpers import CliResult, Daemon, call, child_env, cli, log_problems, start_daemon
 from repo_helpers import git
 
@@ -33,6 +35,9 @@ def _listening(port: int) -> bool:
 @contextmanager
 def git_daemon(base: Path) -> Iterator[str]:
     """``git daemon --enable=receive-pack`` serving the bare repositories under ``base``; yields its URL."""
+    exec_path = subprocess.run(["git", "--exec-path"], capture_output=True, text=True, check=True).stdout.strip()
+    if not os.access(os.path.join(exec_path, "git-daemon"), os.X_OK):
+        pytest.skip(f"git daemon is not installed in {exec_path} (Debian: the git package has it; some builds leave it out)")
     log = base.parent / f"{base.name}-git-daemon.log"
     for _attempt in range(5):
         port = free_port()
