@@ -239,6 +239,9 @@ def test_a_plain_folder_pushes_its_own_store_to_a_url_and_keeps_it(tmp_path: Pat
     write(folder / "a.txt", "plain\n")
     other.mkdir()
     made = call(daemon.socket, "checkpoint", {"path": str(folder)})["checkpoint"]
+    with pytest.raises(SnapshotdError) as caught:
+        call(daemon.socket, "push", {"path": str(folder)})
+    assert caught.value.kind == "not_found" and "give REMOTE (a URL) once" in caught.value.message
     first = call(daemon.socket, "push", {"path": str(folder), "remote": bare.as_uri()})
     assert first["pushed"] == [f"refs/snapshotd/{made['worktree']}/default"]
     assert set(remote_refs(bare.as_uri(), tmp_path)) == set(first["pushed"])

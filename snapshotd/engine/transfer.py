@@ -78,10 +78,13 @@ async def resolve_remote(info: WorktreeInfo, given: str | None, branch: str | No
             await run_git(git_target(info), ["config", "snapshotd.remote", given])
         return remote
     upstream = [value for name, value in settings if branch is not None and name == f"branch.{branch}.remote"]
-    for choice in (configured[-1:] + [u for u in upstream[-1:] if u != "."]):
-        return Remote.of(choice)
+    choices = configured[-1:] + [u for u in upstream[-1:] if u != "."]
+    if choices:
+        return Remote.of(choices[0])
     if "origin" in names or len(set(names)) == 1:
         return Remote.of("origin" if "origin" in names else names[0])
+    if info.kind == "plain":
+        raise NotFound(f"The folder {info.path} has no remote yet: give REMOTE (a URL) once, and it is kept.")
     raise NotFound(
         f"The worktree at {info.path} has no remote to use: give REMOTE (a name or a URL), "
         "or set one with 'git config snapshotd.remote NAME'."
