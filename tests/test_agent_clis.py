@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import uuid
@@ -197,3 +198,37 @@ def test_claude_code_finishes_its_turn_whatever_the_daemon_does(bin_dir: Path, t
         cli("stop", env=env)
     assert (repo / "notes.txt").read_text() == "one\n"
     assert ("only turn", 1) in script.moments  # the tool ran and the turn went on
+
+
+def test_claude_code_turn_killed_mid_tool_is_closed_when_the_session_resumes(bin_dir: Path, daemon: Daemon, sock: Path, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "project", ("a.txt", "alpha\n"))
+    config = tmp_path / "claude-config"
+    turns = {
+        "first turn": [("Bash", {"command": "echo started > started.txt && sleep 60", "description": "Start a long job"})],
+        "second turn": [("Write", {"file_path": str(repo / "notes.txt"), "content": "one\n"})],
+    }
+    script = Script(turns, lambda: oracle_tree(repo))
+    env = _quiet(child_env(sock))
+    cli("integrate", "claude-code", "--events", "tools", env={"CLAUDE_CONFIG_DIR": str(config)})
+    session = str(uuid.uuid4())
+    with MockModel(script) as mock:
+        env.update(CLAUDE_CONFIG_DIR=str(config), ANTHROPIC_BASE_URL=mock.url, ANTHROPIC_API_KEY="sk-mock")
+        base = [str(bin_dir / "claude"), "--output-format", "json", "--permission-mode", "acceptEdits", "--allowedTools", "Bash,Write"]
+        agent = subprocess.Popen([*base, "--session-id", session, "-p", "first turn"], cwd=repo, env=env, start_new_session=True,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: (repo / "started.txt").exists(), RUN_TIMEOUT_S, "the long tool to start")
+        finally:
+            os.killpg(agent.pid, signal.SIGKILL)  # the agent dies mid-tool: no PostToolUse, no Stop
+            agent.wait()
+        killed = oracle_tree(repo)
+        _run([*base, "--resume", session, "-p", "second turn"], repo, env)
+
+    labels = [(cp["label"], cp["tree"]) for cp in _checkpoints(repo, env, session, 7)]
+    assert labels[:4] == [
+        ("session start (startup)", script.moments["first turn", 0]),
+        ("before: first turn", script.moments["first turn", 0]),
+        ("after turn (interrupted)", killed),  # the killed turn's work ends where the session went on
+        ("session start (resume)", killed),
+    ]
+    assert [label for label, _ in labels[4:]] == ["before: second turn", "after Write: notes.txt", "after turn"]

@@ -7,6 +7,7 @@ checkpoints is the oracle for what a turn changed.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -123,3 +124,32 @@ def test_age_as_people_say_it() -> None:
     assert age("2026-01-01T00:00:00Z", now=1767225600 + 60) == "1 minute ago"
     assert age("2026-01-01T00:00:00Z", now=1767225600 + 7200) == "2 hours ago"
     assert age("2026-01-01T00:00:00.123Z", now=1767225600 + 86400 * 3) == "3 days ago"
+
+
+def test_a_turn_no_stop_ended_is_closed_at_the_next_prompt(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    # The user pressed Esc during the first turn: Claude Code sends no Stop for it.
+    hook(repo, env, "1-user-prompt-submit.json", prompt="First")
+    write(repo / "a.txt", "edited before Esc\n")
+    hook(repo, env, "1-user-prompt-submit.json", prompt="Second")
+    write(repo / "b.txt", "second turn\n")
+    hook(repo, env, "5-stop.json")
+
+    listed = cli("list", "--json", "--session", SESSION, str(repo), env=env).json()["checkpoints"][::-1]
+    assert [cp["label"] for cp in listed] == ["before: First", "after turn (interrupted)", "before: Second", "after turn"]
+    assert listed[1]["tree"] == listed[2]["tree"]  # the first turn's work ends where the second begins
+    turns = cli("log", "--json", str(repo), env=env).json()["turns"]
+    assert [(t["turn"], t["prompt"], t["open"], t["files"]) for t in turns] == [(2, "Second", False, 1), (1, "First", False, 1)]
+    cli("revert", "--turn", "1", "--yes", cwd=repo, env=env)
+    assert (repo / "a.txt").read_text() == "alpha\n" and (repo / "b.txt").read_text() == "second turn\n"
+
+
+def test_a_resumed_session_closes_the_turn_its_killed_agent_left(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    hook(repo, env, "1-user-prompt-submit.json", prompt="First")
+    write(repo / "a.txt", "edited, then the agent was killed\n")
+    start = {"hook_event_name": "SessionStart", "session_id": SESSION, "cwd": str(repo), "source": "resume"}
+    run = run_hook("claude-code", json.dumps(start).encode(), env)
+    assert (run.code, run.stdout, run.stderr) == (0, "", ""), run
+    listed = cli("list", "--json", "--session", SESSION, str(repo), env=env).json()["checkpoints"][::-1]
+    assert [cp["label"] for cp in listed] == ["before: First", "after turn (interrupted)", "session start (resume)"]
+    hook(repo, env, "1-user-prompt-submit.json", prompt="Second")  # nothing left open: no second close
+    assert len(cli("list", "--json", "--session", SESSION, str(repo), env=env).json()["checkpoints"]) == 4

@@ -82,7 +82,9 @@ def test_add_is_idempotent_and_remove_gives_back_every_byte(tool: str, original:
     cli("integrate", tool, "--events", "tools")
     added = path.read_bytes()
     settings = json.loads(added)
-    assert ours(settings, tool) == {"SessionStart": [None], "UserPromptSubmit": [None], "Stop": [None], "PostToolUse": [EDIT_MATCHERS[tool]]}
+    turns = {"SessionStart": [None], "UserPromptSubmit": [None], "Stop": [None], **({"StopFailure": [None]} if tool == "claude-code" else {})}
+    tools = {"PostToolUse": [EDIT_MATCHERS[tool]], **({"PostToolUseFailure": [EDIT_MATCHERS[tool]], "SubagentStop": [None]} if tool == "claude-code" else {})}
+    assert ours(settings, tool) == {**turns, **tools}
     assert {h["timeout"] for groups in settings["hooks"].values() for g in groups for h in g["hooks"] if h.get("command") == hook_command(tool)} == {60}
     before = json.loads(original)
     for event, groups in before["hooks"].items():
@@ -97,7 +99,7 @@ def test_add_is_idempotent_and_remove_gives_back_every_byte(tool: str, original:
 
     # Fewer events: the tool hooks go, the turn hooks stay.
     cli("integrate", tool)
-    assert ours(json.loads(path.read_bytes()), tool) == {"SessionStart": [None], "UserPromptSubmit": [None], "Stop": [None]}
+    assert ours(json.loads(path.read_bytes()), tool) == turns
 
     removed = cli("integrate", tool, "--remove")
     assert "removed" in removed.stdout
@@ -109,7 +111,7 @@ def test_project_scope_writes_at_the_worktree_root(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "repo", ("src/a.py", "x = 1\n"))
     cli("integrate", "claude-code", "--project", cwd=repo / "src")
     settings = json.loads((repo / ".claude" / "settings.json").read_text())
-    assert set(ours(settings, "claude-code")) == {"SessionStart", "UserPromptSubmit", "Stop"}
+    assert set(ours(settings, "claude-code")) == {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure"}
     assert not user_file("claude-code").exists()
 
     cli("integrate", "codex", "--project", cwd=repo)
@@ -202,7 +204,7 @@ def test_local_scope_writes_claude_codes_settings_local_json(tmp_path: Path) -> 
     repo = init_repo(tmp_path / "repo", ("src/a.py", "x = 1\n"))
     cli("integrate", "claude-code", "--local", cwd=repo / "src")
     settings = json.loads((repo / ".claude" / "settings.local.json").read_text())
-    assert set(ours(settings, "claude-code")) == {"SessionStart", "UserPromptSubmit", "Stop"}
+    assert set(ours(settings, "claude-code")) == {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure"}
     assert not (repo / ".claude" / "settings.json").exists()
     checks = {c["check"]: c for c in cli("doctor", "claude-code", "--json", cwd=repo, code=None).json()["checks"]}
     assert checks["claude-code hooks"]["ok"] and "settings.local.json" in checks["claude-code hooks"]["detail"]

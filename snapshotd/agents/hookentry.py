@@ -33,14 +33,14 @@ PROGRAM = os.path.abspath(__file__)
 """This file: what the agent's settings run, with this interpreter."""
 
 
-def checkpoint(socket_path: str | None, params: dict[str, Any]) -> dict[str, Any]:
-    """The ``checkpoint`` call, by the fast path when the daemon runs, else by the full launcher."""
+def call(socket_path: str | None, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """One call to the daemon, by the fast path when it runs, else by the full launcher."""
     # Imported here, in the hook's child: the agent waits for none of it after a tool or a turn.
     from snapshotd.server import onecall
 
     path = os.path.abspath(resolve_socket_path(socket_path))
     try:
-        return onecall.call(path, "checkpoint", params, PING_TIMEOUT_S)
+        return onecall.call(path, method, params, PING_TIMEOUT_S)
     except onecall.Unusual:
         pass
     if sys.flags.no_site:  # in the hook's child, off the agent's wait: the launcher needs site-packages
@@ -49,7 +49,7 @@ def checkpoint(socket_path: str | None, params: dict[str, Any]) -> dict[str, Any
         site.main()
     from snapshotd.cli.launcher import Runner
 
-    return Runner(path, embedded=False, json_output=True).call("checkpoint", params)
+    return Runner(path, embedded=False, json_output=True).call(method, params)
 
 
 def main(argv: list[str], socket_path: str | None = None, budget: float | None = None) -> int:
@@ -57,7 +57,7 @@ def main(argv: list[str], socket_path: str | None = None, budget: float | None =
     tool = argv[0] if argv else ""
     run_hook(
         tool,
-        lambda params: checkpoint(socket_path, params),
+        lambda method, params: call(socket_path, method, params),
         lambda before: hook_budget(budget, before=before),
         lambda outcome: report(tool, outcome, sys.stdout, sys.stderr),
     )

@@ -32,12 +32,18 @@ from snapshotd.errors import InvalidParams, SnapshotdError
 from snapshotd.fsutil import atomic_write
 from snapshotd.settings import HOOK_TIMEOUT_S
 
-TURN_EVENTS = ("SessionStart", "UserPromptSubmit", "Stop")
+TURN_EVENTS = {"claude-code": ("SessionStart", "UserPromptSubmit", "Stop", "StopFailure"), "codex": ("SessionStart", "UserPromptSubmit", "Stop")}
 """The events of ``--events turns``: the session's start checkpoints and warms the worktree, so that
-the first "before" (which waits for its checkpoint) is quick."""
+the first "before" (which waits for its checkpoint) is quick; Claude Code also ends a turn on an API
+error (``StopFailure``)."""
 
-EDIT_MATCHERS = {"claude-code": "Bash|Edit|Write|MultiEdit|NotebookEdit", "codex": "Bash|apply_patch"}
-"""The tools after which ``--events tools`` also checkpoints, as each agent's matcher regex."""
+TOOL_EVENTS = {"claude-code": ("PostToolUse", "PostToolUseFailure"), "codex": ("PostToolUse",)}
+"""The events ``--events tools`` adds, each with :data:`EDIT_MATCHERS` (a failed tool may have changed
+files too); Claude Code's ``SubagentStop`` comes with them, unmatched."""
+
+EDIT_MATCHERS = {"claude-code": "Bash|Edit|Write|MultiEdit|NotebookEdit|mcp__.*", "codex": "Bash|apply_patch"}
+"""The tools after which ``--events tools`` also checkpoints, as each agent's matcher regex (Claude
+Code's MCP tools, ``mcp__<server>__<tool>``, may edit files too)."""
 
 @dataclass
 class Change:
@@ -108,9 +114,12 @@ def read_settings(path: Path, project: Path | None) -> str | None:
 def wanted_entries(tool: str, events: str) -> dict[str, dict[str, Any]]:
     """Event name -> the matcher group snapshotd adds for it."""
     handler = {"type": "command", "command": hook_command(tool), "timeout": HOOK_TIMEOUT_S}
-    wanted: dict[str, dict[str, Any]] = {event: {"hooks": [handler]} for event in TURN_EVENTS}
+    wanted: dict[str, dict[str, Any]] = {event: {"hooks": [handler]} for event in TURN_EVENTS[tool]}
     if events == "tools":
-        wanted["PostToolUse"] = {"matcher": EDIT_MATCHERS[tool], "hooks": [handler]}
+        for event in TOOL_EVENTS[tool]:
+            wanted[event] = {"matcher": EDIT_MATCHERS[tool], "hooks": [handler]}
+        if tool == "claude-code":
+            wanted["SubagentStop"] = {"hooks": [handler]}
     return wanted
 
 

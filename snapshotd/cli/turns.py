@@ -2,9 +2,11 @@
 
 A turn opens at a checkpoint labelled ``before: <prompt>`` (the prompt as it
 was submitted) and closes at the next ``after turn`` of the same session
-(the agent stopping). Checkpoints between, such as those around each tool,
-belong to it. A turn whose ``after turn`` never came (interrupted, or still
-running) ends at its session's last checkpoint before the next prompt and is
+(the agent stopping; ``after turn (interrupted)`` when the hooks closed a turn
+no ``Stop`` ended at the session's next prompt, ``after turn (failed)`` on an
+API error). Checkpoints between, such as those around each tool, belong to
+it. A turn whose end never came (still running, or its session never went
+on) ends at its session's last checkpoint before the next prompt and is
 marked open. Turns are numbered 1, 2, ... per session, oldest first, so a
 number stays with its turn as more come.
 """
@@ -19,7 +21,7 @@ from typing import Any
 
 import click
 
-from snapshotd.agents.hooks import AFTER_TURN, BEFORE_PROMPT
+from snapshotd.agents.hooks import BEFORE_PROMPT, ends_turn
 from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail
 from snapshotd.cli.options import CONTEXT, Command, emit, fail, json_option, use_json
@@ -68,7 +70,7 @@ def find_turns(checkpoints: list[dict[str, Any]]) -> list[Turn]:
                 turns.append(current)
             elif current is not None and current.open:
                 current.end, current.end_seq, current.ended_at = cp["id"], cp["seq"], cp["created_at"]
-                current.open = label != AFTER_TURN
+                current.open = not ends_turn(label)
     turns.sort(key=lambda t: t.started_at, reverse=True)
     return turns
 
