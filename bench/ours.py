@@ -72,8 +72,11 @@ class Daemon:
 
 
 @contextlib.asynccontextmanager
-async def running_daemon(tag: str, *, fresh_home: bool = True) -> AsyncIterator[Daemon]:
-    """Start a daemon with its own home under bench/work/, yield it, shut it down cleanly."""
+async def running_daemon(tag: str, *, fresh_home: bool = True, checkout: str | None = None) -> AsyncIterator[Daemon]:
+    """Start a daemon with its own home under bench/work/, yield it, shut it down cleanly.
+
+    ``checkout``: run that checkout's code (its own ``.venv`` if it has one) instead of this one's.
+    """
     home = WORK / f"home-{tag}"
     if fresh_home and home.exists():
         shutil.rmtree(home)
@@ -86,9 +89,15 @@ async def running_daemon(tag: str, *, fresh_home: bool = True) -> AsyncIterator[
     env = dict(os.environ, SNAPSHOTD_HOME=str(home))
     env.pop("SNAPSHOTD_SOCKET", None)
     log = open(logs / f"daemon-{tag}.log", "wb")  # noqa: SIM115 - closed below
+    python, cwd = sys.executable, str(REPO_ROOT)
+    if checkout:
+        cwd = os.path.abspath(checkout)
+        own = os.path.join(cwd, ".venv", "bin", "python")
+        python = own if os.path.exists(own) else python
+        env["PYTHONPATH"] = cwd
     proc = subprocess.Popen(
-        [sys.executable, "-m", "snapshotd", "serve", "--socket", socket_path],
-        cwd=REPO_ROOT,
+        [python, "-m", "snapshotd", "serve", "--socket", socket_path],
+        cwd=cwd,
         env=env,
         stdin=subprocess.DEVNULL,
         stdout=log,

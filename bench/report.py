@@ -297,14 +297,15 @@ def markdown(results: dict[str, Any]) -> str:
             f"and after every turn, think time {s0['think_s'][0]}-{s0['think_s'][1]} s; "
             f"{s0['window_s']:.0f} s window after {s0['warmup_s']:.0f} s warm-up; one daemon.",
             "",
-            "| sessions | connections | captures | per s | p50 | p99 | max | failures | connect failures "
+            "| daemon | sessions | connections | captures | per s | p50 | p99 | max | failures | connect failures "
             "| processes / capture | daemon CPU (cores) | daemon peak RSS | ping p50 | ping p99 | watch_miss |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         ]
         for s in scale:
             lat, ping = s["latency_ms"], s["ping_ms"]
             lines.append(
-                f"| {s['sessions']} | {s.get('connections', s['sessions'])} | {s['captures_completed']} "
+                f"| {s.get('checkout', 'this')} | {s['sessions']} | {s.get('connections', s['sessions'])} "
+                f"| {s['captures_completed']} "
                 f"| {s['captures_per_s']} | {_fmt_ms(lat.get('median'))} "
                 f"| {_fmt_ms(lat.get('p99'))} | {_fmt_ms(lat.get('max'))} | {s['failures']} "
                 f"| {s.get('connect_failures', 0)} | "

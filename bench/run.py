@@ -83,6 +83,14 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         config["scale_window_s"] = args.window
     if args.worktrees:
         config["scale_worktrees"] = args.worktrees
+    if args.scale_files:
+        config["scale_files"] = args.scale_files
+    if args.think:
+        low, _, high = args.think.partition(",")
+        config["scale_think_s"] = [float(low), float(high or low)]
+    config["scale_checkouts"] = [*args.old, None] if args.old else None
+    config["scale_profile"] = args.profile
+    config["scale_profile_gil"] = args.profile_gil
     config["scale_pool"] = args.pool
     config["real_project"] = args.real_project
     if args.real_versions:
@@ -195,6 +203,10 @@ async def _main_async(config: dict[str, Any], results: dict[str, Any], phases: s
             window_s=config["scale_window_s"],
             warmup_s=config["scale_warmup_s"],
             pool=config["scale_pool"],
+            think=tuple(config.get("scale_think_s", (1.0, 2.0))),
+            checkouts=config["scale_checkouts"],
+            profile=config["scale_profile"],
+            profile_gil=config["scale_profile_gil"],
             log=log,
         )
 
@@ -234,6 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", help="comma-separated session counts for the scale run")
     parser.add_argument("--window", type=float, help="scale window in seconds")
     parser.add_argument("--worktrees", type=int, help="linked worktrees for the scale run")
+    parser.add_argument("--scale-files", type=int, help="files per linked worktree for the scale run")
+    parser.add_argument("--think", help="scale think time in seconds, LOW,HIGH (default 1,2)")
+    parser.add_argument("--old", action="append", default=[],
+                        help="another checkout whose daemon runs each scale level too, side by side")
+    parser.add_argument("--profile", help="py-spy profile of the daemon in each scale window: PREFIX[.svg|.txt|.json] "
+                             "gives PREFIX-N-K.svg (flame graph), .txt (collapsed stacks), .json (speedscope)")
+    parser.add_argument("--profile-gil", action="store_true",
+                        help="profile only the thread holding the GIL (where the daemon's Python core goes)")
     parser.add_argument("--pool", type=int, default=0, help="scale sessions share this many connections (0: one each)")
     parser.add_argument("--real-project", default="django", help="PyPI project for the real-tree case")
     parser.add_argument("--real-versions", help="comma-separated consecutive versions of it")

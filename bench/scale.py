@@ -11,12 +11,20 @@ fixed window, after a warm-up, are counted; every one must be answered (a
 failure is an error or no answer within the call timeout). Meanwhile another
 connection pings the daemon every 50 ms, and the daemon's CPU time and
 resident memory are sampled with psutil.
+
+With ``checkouts``, each level runs once per checkout's daemon (the order
+alternating from level to level), so two versions are measured side by side
+on the same trees and the same machine load. With ``profile``, py-spy records
+the daemon during each window (``py-spy record --pid``, all threads, idle
+ones left out) into a flame graph beside the results.
 """
 
 from __future__ import annotations
 
 import contextlib
 import random
+import shutil
+import subprocess
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -142,12 +150,19 @@ async def run_level(
     warmup_s: float,
     think: tuple[float, float],
     pool: int = 0,
+    checkout: str | None = None,
+    profile: str | None = None,
+    profile_gil: bool = False,
     log: Any = print,
 ) -> dict[str, Any]:
-    """One run with ``sessions`` sessions over ``trees`` (sharing ``pool`` connections if set); its window's figures."""
+    """One run with ``sessions`` sessions over ``trees`` (sharing ``pool`` connections if set); its window's figures.
+
+    ``checkout``: the daemon runs that checkout's code; ``profile``: py-spy records it during the window there.
+    """
     tracked = {t.path: t.tracked() for t in trees}
     window = Window()
-    async with running_daemon(f"scale-{sessions}") as daemon:
+    spy: subprocess.Popen[bytes] | None = None
+    async with running_daemon(f"scale-{sessions}", checkout=checkout) as daemon:
         now = trio.current_time()
         window.start = now + warmup_s
         window.end = window.start + window_s
@@ -162,12 +177,16 @@ async def run_level(
                 nursery.start_soon(_pinger, daemon, window)
                 nursery.start_soon(_sampler, daemon, window)
                 await trio.sleep_until(window.start)
+                if profile:
+                    spy = _py_spy(daemon.pid, window_s, profile, profile_gil)
                 cpu_start = daemon.cpu_seconds()
                 proc_start = await daemon.processes_started()
                 await trio.sleep_until(window.end)
                 cpu_end = daemon.cpu_seconds()
                 proc_end = await daemon.processes_started()
                 window.stop = True
+        if spy is not None:
+            await trio.to_thread.run_sync(spy.wait)
         log(f"    {sessions} sessions: window done, waiting for the idle reconciliation ...")
         await trio.sleep(RECONCILE_WAIT_S)
         status = await daemon.call("status")
@@ -175,6 +194,8 @@ async def run_level(
     counters = status["counters"]
     completed = len(window.latencies)
     return {
+        "checkout": checkout or "this",
+        "profile": profile,
         "sessions": sessions,
         "connections": pool or sessions,
         "worktrees": len(trees),
@@ -203,6 +224,30 @@ async def run_level(
     }
 
 
+PROFILE_FORMATS = {".svg": "flamegraph", ".txt": "raw", ".json": "speedscope"}
+
+
+def _py_spy(pid: int, seconds: float, out: str, gil: bool = False) -> subprocess.Popen[bytes]:
+    """py-spy recording ``pid`` for ``seconds`` into ``out`` (py-spy next to this Python, or on PATH).
+
+    The format follows the suffix: ``.svg`` a flame graph, ``.txt`` collapsed stacks, ``.json`` speedscope.
+    ``gil``: only the thread holding the GIL is sampled, so the profile is where the daemon's one
+    Python core goes (without it, a thread waiting for the GIL counts where it waits).
+    """
+    import sys
+    from pathlib import Path as _Path
+
+    exe = _Path(sys.executable).with_name("py-spy")
+    spy = str(exe) if exe.exists() else shutil.which("py-spy")
+    if spy is None:
+        raise RuntimeError("--profile needs py-spy: .venv/bin/pip install py-spy")
+    return subprocess.Popen(
+        [spy, "record", "--pid", str(pid), "--duration", str(int(seconds)), "--rate", "200",
+         "--threads", "--nonblocking", *(["--gil"] if gil else []), "--format", PROFILE_FORMATS[_Path(out).suffix], "--output", out],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
 def clear_sessions(trees: list[Tree]) -> None:
     """Remove the scale sessions' refs and files, so the next run starts alike."""
     base = trees[0]
@@ -223,21 +268,37 @@ async def run(
     warmup_s: float,
     think: tuple[float, float] = (1.0, 2.0),
     pool: int = 0,
+    checkouts: list[str | None] | None = None,
+    profile: str | None = None,
+    profile_gil: bool = False,
     log: Any = print,
 ) -> list[dict[str, Any]]:
+    """Every level, once per checkout (None: this one), alternating the order; ``profile``: a stem for flame graphs."""
     out = []
+    runs = checkouts or [None]
     clear_sessions(trees)
-    for sessions in levels:
-        shared = f", sharing {pool} connections" if pool else ", a connection each"
-        log(f"  scale: {sessions} sessions over {len(trees)} worktrees{shared}, {window_s:.0f} s window ...")
-        result = await run_level(
-            trees, sessions, window_s=window_s, warmup_s=warmup_s, think=think, pool=pool, log=log
-        )
-        log(
-            f"    {result['captures_completed']} captures, p50 {result['latency_ms'].get('median')} ms, "
-            f"p99 {result['latency_ms'].get('p99')} ms, failures {result['failures']}, "
-            f"connect failures {result['connect_failures']}, ping p99 {result['ping_ms'].get('p99')} ms"
-        )
-        out.append(result)
-        clear_sessions(trees)
+    for n, sessions in enumerate(levels):
+        order = runs if n % 2 == 0 else runs[::-1]
+        for checkout in order:
+            shared = f", sharing {pool} connections" if pool else ", a connection each"
+            who = f" [{checkout}]" if checkout else ""
+            log(f"  scale{who}: {sessions} sessions over {len(trees)} worktrees{shared}, {window_s:.0f} s window ...")
+            svg = None
+            if profile:
+                tag = "this" if checkout is None else str(runs.index(checkout))
+                stem, dot, suffix = profile.rpartition(".")
+                svg = f"{stem}-{sessions}-{tag}.{suffix}" if dot and f".{suffix}" in PROFILE_FORMATS else (
+                    f"{profile}-{sessions}-{tag}.svg")
+            result = await run_level(
+                trees, sessions, window_s=window_s, warmup_s=warmup_s, think=think, pool=pool,
+                checkout=checkout, profile=svg, profile_gil=profile_gil, log=log,
+            )
+            log(
+                f"    {result['captures_completed']} captures, p50 {result['latency_ms'].get('median')} ms, "
+                f"p99 {result['latency_ms'].get('p99')} ms, failures {result['failures']}, "
+                f"connect failures {result['connect_failures']}, ping p99 {result['ping_ms'].get('p99')} ms, "
+                f"CPU {result['daemon_cpu_cores']} cores"
+            )
+            out.append(result)
+            clear_sessions(trees)
     return out
