@@ -27,6 +27,7 @@ from snapshotd.capture.state import (
 )
 from snapshotd.capture.walker import Walker
 from snapshotd.errors import GitError
+from snapshotd.git import loose
 from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.store.identity import WorktreeInfo
@@ -184,7 +185,7 @@ class TreeBuilder:
             target = self.walker.readlink(path)
             if target is None:
                 return None  # no longer a link: the watcher names the path again
-            oid = self.repo.create_blob(target)
+            oid = loose.write_object(self.repo.path, "blob", target, self.odb)
         elif self.settings.filters:
             self._git_hash.append((Pending(path, basis), st, mode))
             return None
@@ -219,11 +220,7 @@ class TreeBuilder:
                 data = handle.read()
         finally:
             os.close(fd)
-        oid = pygit2.hash(data)
-        if oid not in self.odb:
-            self.odb.write(pygit2.enums.ObjectType.BLOB, data)
-            self.stats.objects_written += 1
-        return oid
+        return loose.write_object(self.repo.path, "blob", data, self.odb)
 
     def _stable_blob(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
         """Hash a file, again if it changed while being read, so the blob is never torn.

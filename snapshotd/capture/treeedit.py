@@ -14,6 +14,7 @@ from typing import cast
 
 import pygit2
 
+from snapshotd.git import loose
 from snapshotd.git.modes import MODE_TREE
 
 MAX_EDIT_DEPTH = 400  # folder levels edit_tree takes (it recurses once a level)
@@ -23,12 +24,16 @@ Changes = Mapping[str, tuple[pygit2.Oid, int] | None]
 
 
 def edit_tree(repo: pygit2.Repository, base: str | pygit2.Oid | None, changes: Changes) -> tuple[str, list[pygit2.Oid]]:
-    """The tree ``base`` with ``changes`` applied, and the ids of the trees it wrote."""
+    """The tree ``base`` with ``changes`` applied, and the ids of the trees it wrote.
+
+    Trees are written by :mod:`snapshotd.git.loose`, which lets go of the interpreter's lock
+    while the disk works (libgit2's tree builder keeps it).
+    """
     tree = cast(pygit2.Tree, repo[base]) if base is not None else None
     written: list[pygit2.Oid] = []
     new = _edit(repo, tree, changes, written)
     if new is None:
-        new = repo.TreeBuilder().write()
+        new = loose.write_object(repo.path, "tree", b"", repo.odb)
         written.append(new)
     return str(new), written
 
@@ -37,34 +42,38 @@ def _edit(
     repo: pygit2.Repository, tree: pygit2.Tree | None, changes: Changes, written: list[pygit2.Oid]
 ) -> pygit2.Oid | None:
     """Apply ``changes`` (paths relative to ``tree``); None when the result is empty."""
-    builder = repo.TreeBuilder(tree) if tree is not None else repo.TreeBuilder()
-    inserts: dict[str, tuple[pygit2.Oid, int]] = {}
-    below: dict[str, dict[str, tuple[pygit2.Oid, int] | None]] = defaultdict(dict)
+    entries: dict[bytes, tuple[int, pygit2.Oid]] = (
+        {cast(bytes, entry.raw_name): (entry.filemode, entry.id) for entry in tree} if tree is not None else {}
+    )
+    inserts: dict[bytes, tuple[pygit2.Oid, int]] = {}
+    below: dict[bytes, dict[str, tuple[pygit2.Oid, int] | None]] = defaultdict(dict)
     for path, value in changes.items():
         name, slash, rest = path.partition("/")
+        key = name.encode("utf-8")
         if slash:
-            below[name][rest] = value
+            below[key][rest] = value
         elif value is None:
-            if builder.get(name) is not None:
-                builder.remove(name)
+            entries.pop(key, None)
         else:
-            inserts[name] = value
+            inserts[key] = value
     # Removals first, then folders, then files: so a file that became a folder
     # (or the other way round) ends up as what the changes say last.
-    for name, sub_changes in below.items():
-        existing = builder.get(name)
-        subtree = cast(pygit2.Tree, repo[existing.id]) if existing is not None and existing.filemode == MODE_TREE else None
+    for key, sub_changes in below.items():
+        existing = entries.get(key)
+        is_tree = existing is not None and existing[0] == MODE_TREE
+        subtree = cast(pygit2.Tree, repo[existing[1]]) if is_tree and existing is not None else None
         new = _edit(repo, subtree, sub_changes, written)
         if new is None:
-            if existing is not None and existing.filemode == MODE_TREE:
-                builder.remove(name)
+            if is_tree:
+                del entries[key]
         else:
-            builder.insert(name, new, MODE_TREE)
-    for name, (oid, mode) in inserts.items():
-        builder.insert(name, oid, mode)
-    if len(builder) == 0:
+            entries[key] = (MODE_TREE, new)
+    for key, (oid, mode) in inserts.items():
+        entries[key] = (mode, oid)
+    if not entries:
         return None
-    oid = builder.write()
+    body = loose.tree_body((name, mode, oid) for name, (mode, oid) in entries.items())
+    oid = loose.write_object(repo.path, "tree", body, repo.odb)
     written.append(oid)
     return oid
 
@@ -104,8 +113,8 @@ class RecordingIndex:
         if not self.changes:
             return self.base_tree
         if not all(_utf8(path) and path.count("/") < MAX_EDIT_DEPTH for path in self.changes):
-            # pygit2's TreeBuilder takes names as UTF-8 text only; the index takes any bytes. The
-            # edit recurses once a folder level, so a chain of folders deeper than that goes to libgit2.
+            # The edit takes names as UTF-8 text only; the index takes any bytes. The edit
+            # recurses once a folder level, so a chain of folders deeper than that goes to libgit2.
             return str(self.inner.write_tree(repo))
         tree, self.trees_written = edit_tree(repo, self.base_tree, self.changes)
         return tree

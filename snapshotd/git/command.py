@@ -29,7 +29,8 @@ from typing import Any
 import pygit2
 
 from snapshotd.errors import GitError, RefLocked, RefMoved, SpawnTimeout, Unsupported
-from snapshotd.git import spawn
+from snapshotd.fsutil import sync_filesystem
+from snapshotd.git import loose, spawn
 from snapshotd.git.format import HEX_LENGTH, object_format
 from snapshotd.git.objects import (
     CLASSES,
@@ -314,6 +315,11 @@ class GitRepository:
         self._empty_tree_written = True
         return oid
 
+    def make_durable(self) -> None:
+        """Every object git wrote so far is on disk: git's writes are not followed here, so the file system is flushed."""
+        self.flush()
+        sync_filesystem(self.git_dir)
+
     def TreeBuilder(self) -> EmptyTreeBuilder:  # pygit2's name
         return EmptyTreeBuilder(self)
 
@@ -333,13 +339,9 @@ class GitRepository:
         """
         if update_ref is not None:
             raise NotImplementedError("create_commit here never updates a reference")
-        lines = [f"tree {self.check_id(tree)}"]
-        lines += [f"parent {self.check_id(parent)}" for parent in parents]
-        lines.append(f"author {_signature_text(author)}")
-        lines.append(f"committer {_signature_text(committer)}")
-        if encoding is not None:
-            lines.append(f"encoding {encoding}")
-        body = "\n".join(lines).encode("utf-8") + b"\n\n" + message.encode(encoding or "utf-8")
+        body = loose.commit_body(
+            self.check_id(tree), [self.check_id(parent) for parent in parents], author, committer, message, encoding
+        )
         return self._defer("commit", body)
 
     def swap_ref(self, name: str, new: str | None, expected: str | None) -> None:
@@ -370,11 +372,5 @@ class GitRepository:
                 raise RefLocked(str(exc)) from exc
             raise
 
-
-def _signature_text(signature: pygit2.Signature) -> str:
-    offset = int(signature.offset)
-    sign = "-" if offset < 0 else "+"
-    hours, minutes = divmod(abs(offset), 60)
-    return f"{signature.name} <{signature.email}> {int(signature.time)} {sign}{hours:02d}{minutes:02d}"
 
 

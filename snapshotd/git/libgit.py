@@ -7,11 +7,13 @@ store, diff, restore and capture call the same methods on either back-end
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import cast
 
 import pygit2
 
 from snapshotd.errors import GitError, RefLocked, RefMoved
+from snapshotd.git import loose
 
 
 class LibgitRepository(pygit2.Repository):
@@ -35,8 +37,36 @@ class LibgitRepository(pygit2.Repository):
         return [name for name in self.references if name.startswith(prefix)]
 
     def flush(self) -> bool:
-        """Nothing waits to be written: libgit2 writes each object at once."""
+        """Nothing waits to be written: each object is written at once."""
         return False
+
+    def create_commit(  # type: ignore[override]
+        self,
+        update_ref: str | None,
+        author: pygit2.Signature,
+        committer: pygit2.Signature,
+        message: str,
+        tree: pygit2.Oid | str,
+        parents: Sequence[pygit2.Oid | str],
+        encoding: str | None = None,
+    ) -> pygit2.Oid:
+        """A commit as libgit2 writes it, written by :mod:`.loose` (no reference is updated: ``update_ref`` is None).
+
+        libgit2 would hold the interpreter's lock while the disk works, and checks that the tree
+        and parents exist: here the callers have just read or written them.
+        """
+        if update_ref is not None:
+            raise NotImplementedError("create_commit here never updates a reference")
+        body = loose.commit_body(str(tree), [str(parent) for parent in parents], author, committer, message, encoding)
+        return loose.write_object(self.path, "commit", body)
+
+    def write_empty_tree(self) -> pygit2.Oid:
+        """The empty tree, stored (git treats it as always present, but fsck wants it there)."""
+        return loose.write_object(self.path, "tree", b"", self.odb)
+
+    def make_durable(self) -> None:
+        """Every object written so far is on disk (:func:`.loose.make_durable`): before a ref names one."""
+        loose.make_durable(self.path)
 
     def close(self) -> None:
         """Nothing to end: libgit2 holds no process."""

@@ -61,6 +61,12 @@ class Backend(Protocol):
     def flush(self) -> bool:
         """Write any objects still queued; True if there were some."""
 
+    def make_durable(self) -> None:
+        """Every object written so far is on disk (before a reference names one)."""
+
+    def write_empty_tree(self) -> Any:
+        """The empty tree's id, the tree stored."""
+
     def close(self) -> None:
         """Release what the back-end holds (a reading process)."""
 

@@ -36,12 +36,11 @@ import json
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeAlias, cast
 
 import pygit2
 
 from snapshotd.errors import NotFound, RefRaced
-from snapshotd.fsutil import sync_filesystem
 from snapshotd.git.repository import ObjectId, Repository
 from snapshotd.store.index import index_of
 from snapshotd.store.pins import TRAILER, Pin, SessionChains, commit_signature, now_iso, read_pin
@@ -135,6 +134,10 @@ def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
         )
     except ValueError:
         return None
+
+
+Outcomes: TypeAlias = "list[Checkpoint | Exception]"  # per request of Store.record_many
+Prepared: TypeAlias = "list[tuple[str, ObjectId, ObjectId | None, ObjectId] | Exception]"
 
 
 class Store(SessionChains):
@@ -249,40 +252,83 @@ class Store(SessionChains):
         base: str | None,
     ) -> Checkpoint:
         """Write a checkpoint commit and pin it; retried if another writer raced us."""
-        name = ref_name(worktree_id, session)
-        while True:
-            head_pin = self.ref_target(name)
-            head = read_pin(self.repo, head_pin) if head_pin is not None else None
-            previous = head if head is not None and head.checkpoint is not None else None
-            previous_cp = self.load(head.checkpoint) if head is not None and head.checkpoint is not None else None
-            checkpoint = Checkpoint(
-                id="",
-                tree=tree,
-                parent=previous_cp.id if previous_cp else None,
-                worktree=worktree_id,
-                session=session,
-                label=label,
-                seq=(head.last_seq if head else 0) + 1,
-                created_at=now_iso(),
-                base=base,
-                changed=previous_cp is None or previous_cp.tree != tree,
-            )
-            signature = commit_signature(checkpoint.created_at)
-            parents = [self.repo.oid(base)] if base else []
-            commit_id = self.repo.create_commit(
-                None, signature, signature, _message(checkpoint), self.repo.oid(tree), parents
-            )
-            pin = self.write_pin(
-                commit_id, previous.id if previous else None, checkpoint.seq, checkpoint.created_at, checkpoint.seq
-            )
-            self.repo.flush()  # a queued commit and pin are written now, not at the ref update
-            if checkpoint.changed:
-                sync_filesystem(self.repo.path)  # new blobs and trees are on disk before the ref
+        (outcome,) = self.record_many(worktree_id=worktree_id, requests=[(session, label)], tree=tree, base=base)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    def record_many(
+        self,
+        *,
+        worktree_id: str,
+        requests: Sequence[tuple[str | None, str | None]],
+        tree: str,
+        base: str | None,
+    ) -> Outcomes:
+        """One checkpoint of ``tree`` per (session, label), in order: the commits and pins written,
+        one flush, then each ref swapped; per request its checkpoint, or the exception that refused it.
+
+        A ref another writer moved meanwhile is recorded again on its own (written, flushed, swapped).
+        """
+        prepared: Prepared = []
+        for session, label in requests:
             try:
-                self.swap(name, pin, head_pin)
-            except RefRaced:
+                prepared.append(self._prepare(worktree_id, session, label, tree, base))
+            except Exception as exc:
+                prepared.append(exc)
+        if any(not isinstance(item, Exception) for item in prepared):
+            self.repo.flush()  # a queued commit and pin are written now, not at the ref update
+            self.repo.make_durable()  # its blobs, trees, commits and pins are on disk before a ref names them
+        out: Outcomes = []
+        for (session, label), item in zip(requests, prepared, strict=True):
+            if isinstance(item, Exception):
+                out.append(item)
                 continue
-            return self.load(commit_id)
+            name, pin, head_pin, commit_id = item
+            try:
+                while True:
+                    try:
+                        self.swap(name, pin, head_pin)
+                        break
+                    except RefRaced:
+                        name, pin, head_pin, commit_id = self._prepare(worktree_id, session, label, tree, base)
+                        self.repo.flush()
+                        self.repo.make_durable()
+                out.append(self.load(commit_id))
+            except Exception as exc:
+                out.append(exc)
+        return out
+
+    def _prepare(
+        self, worktree_id: str, session: str | None, label: str | None, tree: str, base: str | None
+    ) -> tuple[str, ObjectId, ObjectId | None, ObjectId]:
+        """The checkpoint commit and its pin on top of the session's head: (ref, pin, expected head pin, commit)."""
+        name = ref_name(worktree_id, session)
+        head_pin = self.ref_target(name)
+        head = read_pin(self.repo, head_pin) if head_pin is not None else None
+        previous = head if head is not None and head.checkpoint is not None else None
+        previous_cp = self.load(head.checkpoint) if head is not None and head.checkpoint is not None else None
+        checkpoint = Checkpoint(
+            id="",
+            tree=tree,
+            parent=previous_cp.id if previous_cp else None,
+            worktree=worktree_id,
+            session=session,
+            label=label,
+            seq=(head.last_seq if head else 0) + 1,
+            created_at=now_iso(),
+            base=base,
+            changed=previous_cp is None or previous_cp.tree != tree,
+        )
+        signature = commit_signature(checkpoint.created_at)
+        parents = [self.repo.oid(base)] if base else []
+        commit_id = self.repo.create_commit(
+            None, signature, signature, _message(checkpoint), self.repo.oid(tree), parents
+        )
+        pin = self.write_pin(
+            commit_id, previous.id if previous else None, checkpoint.seq, checkpoint.created_at, checkpoint.seq
+        )
+        return name, pin, head_pin, commit_id
 
     def rewrite(self, name: str, keep: Sequence[Checkpoint] | None = None, drop: set[str] | None = None) -> int:
         """Re-pin one session keeping only some checkpoints; return how many were dropped.
@@ -314,6 +360,7 @@ class Store(SessionChains):
                 base_pin = read_pin(self.repo, base)
                 above, base = [base_pin], base_pin.previous
             new_head = self._repin(above, None if base is None else self.repo.oid(str(base)), last_seq)
+            self.repo.make_durable()  # the new pins are on disk before the ref names them
             try:
                 self.swap(name, new_head, head_pin)
             except RefRaced:

@@ -113,7 +113,7 @@ class SessionChains:
             pin = None if pin.previous is None else read_pin(self.repo, pin.previous)
 
     def _empty_tree(self) -> ObjectId:
-        return self.repo.TreeBuilder().write()
+        return self.repo.write_empty_tree()
 
     def write_pin(
         self, checkpoint: ObjectId | None, previous: ObjectId | None, seq: int, created_at: str, last_seq: int
