@@ -130,7 +130,7 @@ class CaptureStats:
     hashed: int = 0
     skipped: dict[str, Skip] = field(default_factory=dict)  # path (a folder's ends in "/") -> why
     fallback: str | None = None
-    objects_written: int = 0
+    shared: bool = False  # the capture served other checkpoint requests queued with this one
 
     def skip(self, path: str, reason: str, *, size: int | None = None, cap: int | None = None) -> None:
         self.skipped[path] = Skip(reason, size, cap)
@@ -141,6 +141,7 @@ class CaptureStats:
             "processes": self.processes,
             "scan": self.scan,
             "hashed": self.hashed,
+            "shared": self.shared,
             "skipped": sorted(self.skipped),
             "skipped_files": [self.skipped[path].to_wire(path) for path in sorted(self.skipped)],
         }

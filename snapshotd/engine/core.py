@@ -9,7 +9,7 @@ behind a limiter so the trio loop stays responsive.
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
 import time
 from collections import Counter
@@ -23,13 +23,14 @@ from snapshotd.capture.state import CaptureResult
 from snapshotd.contract.params import optional_bool, optional_path, optional_path_list, optional_str
 from snapshotd.contract.refs import CheckpointRef, ref_param
 from snapshotd.engine import collect, reads, transfer
+from snapshotd.engine.batch import take_checkpoint
 from snapshotd.engine.disk import disk_refusals
-from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
+from snapshotd.engine.recording import record_many, record_one
+from snapshotd.engine.registry import Registry, WorktreeState
 from snapshotd.engine.repair import repair
 from snapshotd.engine.subscriptions import Subscriptions, require_connection
 from snapshotd.errors import InvalidParams, MethodNotFound, Unsupported, WorktreeMismatch
 from snapshotd.git import spawn
-from snapshotd.git.repository import Repository, repository
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
 from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
@@ -142,16 +143,6 @@ class Engine:
 
     # --- checkpoint ----------------------------------------------------------------
 
-    def _record(
-        self, state: WorktreeState, session: str | None, label: str | None, tree: str, repo: Repository | None = None
-    ) -> Checkpoint:
-        """Record ``tree`` as a checkpoint of ``state``'s worktree on its HEAD, in ``repo`` if the caller has it open."""
-        base, _ = worktree_head(state.info)
-        with contextlib.nullcontext(repo) if repo is not None else repository(state.info.store_dir) as store_repo:
-            return Store(store_repo).record(
-                worktree_id=state.info.id, session=session, label=label, tree=tree, base=base
-            )
-
     async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         options = CheckpointOptions.from_params(params)
         if options.path is not None and not options.force:  # before opening: a watch of all of $HOME is costly too
@@ -163,21 +154,16 @@ class Engine:
         return (await self._take_checkpoint(state, options)).to_wire()
 
     async def _take_checkpoint(self, state: WorktreeState, options: CheckpointOptions) -> CheckpointResult:
-        """Capture and record under the worktree's lock; a full disk or a denied write gets one sentence."""
-        started = time.perf_counter()
-        async with state.lock:
-            result = await self.capture(state, exact=options.exact)
-            try:
-                with disk_refusals(state.info.store_dir, "save the checkpoint in"):
-                    checkpoint = await trio.to_thread.run_sync(
-                        self._record, state, options.session, options.label, result.tree, limiter=thread_limiter
-                    )
-            except Exception as exc:
-                await state.capture.raise_clear_error(exc)  # deleted between the capture and the record
-                raise
-        result.stats.ms = (time.perf_counter() - started) * 1000
-        self.subscriptions.recorded(state.info.id, checkpoint.to_wire())
-        return CheckpointResult(checkpoint, result.stats)
+        """Capture and record under the worktree's lock, sharing the capture with the requests queued for it
+        (``batch.py``); a full disk or a denied write gets one sentence."""
+        result = await take_checkpoint(
+            state.lock, state.queue, options, lambda exact: self.capture(state, exact=exact),
+            functools.partial(record_many, state.info),
+            functools.partial(trio.to_thread.run_sync, limiter=thread_limiter),
+            state.capture.raise_clear_error,  # deleted between the capture and the record
+        )
+        self.subscriptions.recorded(state.info.id, result.checkpoint.to_wire())
+        return result
 
     # --- reading checkpoints ---------------------------------------------------
 
@@ -240,7 +226,7 @@ class Engine:
 
         return restore_mod.SafetyHooks(
             capture=lambda exact: self.capture(state, exact=exact),
-            record=lambda repo, tree, label: self._record(state, SAFETY_SESSION, label, tree, repo),
+            record=lambda repo, tree, label: record_one(state.info, SAFETY_SESSION, label, tree, repo),
             forget=lambda path: state.cache.forget(path),
             recaptured=recaptured,
         )

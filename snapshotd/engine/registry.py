@@ -14,7 +14,7 @@ import os
 import threading
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from snapshotd.capture.checkpoint import broad_folder, refuse_unknown_broad_fold
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.contract.params import optional_path, optional_str
+from snapshotd.engine.batch import Ticket
 from snapshotd.engine.reads import checkpoint_summary
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
 from snapshotd.fsutil import changed_while_opened, remove_stale_temp_files
@@ -40,10 +41,12 @@ OnChange = Callable[[str, set[str], bool], None]
 
 @dataclass
 class WorktreeState:
-    """What the engine keeps for one open worktree: its lock and its capture (which knows where it is)."""
+    """What the engine keeps for one open worktree: its lock, its capture (which knows where it is)
+    and the checkpoint requests waiting for the lock (``batch.py``)."""
 
     capture: WorktreeCapture
     lock: trio.Lock
+    queue: list[Ticket] = field(default_factory=list)
 
     @classmethod
     def open(cls, info: WorktreeInfo, counters: Counter[str], size_cap: int) -> WorktreeState:

@@ -1,0 +1,107 @@
+"""Checkpoints of one worktree that wait for its lock share one capture (group commit).
+
+Agent servers run many sessions in one worktree; each asks for a checkpoint
+at every turn. Taken one by one behind the worktree's lock, they queue: the
+tenth waits for nine captures. Here every request first joins the worktree's
+queue, then waits for the lock in its turn. Whoever gets the lock takes every
+request queued so far, captures once and records one checkpoint per request
+(in arrival order, each on its own session's ref), in one worker-thread call.
+The capture starts after every request it serves had arrived, so each
+checkpoint holds every write that finished before its request, as one capture
+per request would. The requests it served find their answer when their turn
+at the lock comes, and leave at once.
+
+A capture that fails is the failure of the request that ran it only: the
+others it had taken go back to the queue, and the next one to get the lock
+captures for them. An exact capture is never shared (it asks for a full scan
+of its own).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import trio
+
+from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult
+from snapshotd.capture.state import CaptureResult
+from snapshotd.store.checkpoints import Checkpoint
+
+Capture = Callable[[bool], Awaitable[CaptureResult]]  # its argument: exact
+RecordMany = Callable[["list[Ticket]", str], "list[Checkpoint | Exception]"]
+RunSync = Callable[..., Awaitable[Any]]
+OnRefused = Callable[[Exception], Awaitable[None]]
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One request in a worktree's queue: what it asked for and, once served, its checkpoint or its error."""
+
+    options: CheckpointOptions
+    started: float = field(default_factory=time.perf_counter)
+    result: CheckpointResult | None = None
+    error: Exception | None = None
+
+    @property
+    def served(self) -> bool:
+        return self.result is not None or self.error is not None
+
+
+async def take_checkpoint(
+    lock: trio.Lock,
+    queue: list[Ticket],
+    options: CheckpointOptions,
+    capture: Capture,
+    record_many: RecordMany,
+    run_sync: RunSync,
+    on_refused: OnRefused,
+) -> CheckpointResult:
+    """A checkpoint of the worktree whose ``lock`` and ``queue`` these are; shared with the queue unless exact.
+
+    ``capture`` takes the tree (the caller holds the lock); ``record_many``
+    records one checkpoint per ticket on a worker thread (through ``run_sync``)
+    and returns, per ticket, its checkpoint or the exception that refused it;
+    ``on_refused`` hears such an exception before it is raised (it may raise
+    another, e.g. the worktree was deleted meanwhile).
+    """
+    ticket = Ticket(options)
+    if options.exact:
+        async with lock:
+            await _serve([ticket], capture, record_many, run_sync, exact=True)
+    else:
+        queue.append(ticket)
+        try:
+            async with lock:
+                if not ticket.served:
+                    await _serve(queue, capture, record_many, run_sync, exact=False)
+        finally:
+            if ticket in queue:  # cancelled while waiting, or its capture failed: nobody records for it now
+                queue.remove(ticket)
+    if ticket.error is not None:
+        await on_refused(ticket.error)
+        raise ticket.error
+    assert ticket.result is not None
+    return ticket.result
+
+
+async def _serve(
+    queue: list[Ticket], capture: Capture, record_many: RecordMany, run_sync: RunSync, *, exact: bool
+) -> None:
+    """Capture once for every queued ticket (the caller holds the lock and its own ticket is queued)."""
+    taken, queue[:] = list(queue), []
+    try:
+        result = await capture(exact)
+        outcomes: list[Checkpoint | Exception] = await run_sync(record_many, taken, result.tree)
+    except BaseException:
+        queue[:0] = taken  # the next holder of the lock serves them; the caller's own ticket raises
+        raise
+    shared = len(taken) > 1
+    for ticket, outcome in zip(taken, outcomes, strict=True):
+        if isinstance(outcome, Exception):
+            ticket.error = outcome
+        else:
+            ms = (time.perf_counter() - ticket.started) * 1000
+            ticket.result = CheckpointResult(outcome, replace(result.stats, ms=ms, shared=shared))

@@ -1,0 +1,38 @@
+"""Recording the checkpoints of one captured tree: one open store and one read of HEAD for all of them."""
+
+from __future__ import annotations
+
+from snapshotd.engine.batch import Ticket
+from snapshotd.engine.disk import disk_refusals
+from snapshotd.engine.registry import worktree_head
+from snapshotd.git.repository import Repository, repository
+from snapshotd.store.checkpoints import Checkpoint, Store
+from snapshotd.store.identity import WorktreeInfo
+
+
+def record_many(info: WorktreeInfo, tickets: list[Ticket], tree: str) -> list[Checkpoint | Exception]:
+    """One checkpoint of ``tree`` per ticket (its session and label), in order; blocking, on a worker thread.
+
+    A ticket refused (a full disk, a ref that cannot be written) gets its
+    exception, in the sentence a single checkpoint would give; the others go on.
+    """
+    base, _ = worktree_head(info)
+    with disk_refusals(info.store_dir, "save the checkpoint in"), repository(info.store_dir) as repo:
+        outcomes = Store(repo).record_many(
+            worktree_id=info.id, requests=[(t.options.session, t.options.label) for t in tickets], tree=tree, base=base
+        )
+    out: list[Checkpoint | Exception] = []
+    for outcome in outcomes:
+        if isinstance(outcome, Exception):
+            try:
+                with disk_refusals(info.store_dir, "save the checkpoint in"):
+                    raise outcome
+            except Exception as exc:  # the sentence a single checkpoint would give
+                outcome = exc
+        out.append(outcome)
+    return out
+
+def record_one(info: WorktreeInfo, session: str | None, label: str | None, tree: str, repo: Repository) -> Checkpoint:
+    """Record ``tree`` as a checkpoint of the worktree on its HEAD, in the store ``repo`` the caller has open."""
+    base, _ = worktree_head(info)
+    return Store(repo).record(worktree_id=info.id, session=session, label=label, tree=tree, base=base)
