@@ -21,6 +21,7 @@ from daemon_helpers import answers, process_gone, wait_until
 import snapshotd
 from snapshotd.cli import launcher
 from snapshotd.cli.launcher import Runner
+from snapshotd.errors import InvalidParams
 from snapshotd.server.dialing import daemon_starting
 
 
@@ -94,3 +95,13 @@ def test_a_relative_home_is_made_absolute_for_the_daemon(monkeypatch: pytest.Mon
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("SNAPSHOTD_HOME", "state")
     assert launcher.daemon_environment()["SNAPSHOTD_HOME"] == str(tmp_path / "state")
+
+
+def test_a_socket_path_naming_a_file_is_refused_and_nothing_is_written_beside_it(sock: Path) -> None:
+    sock.parent.mkdir(mode=0o700)
+    sock.write_text("a file of the user's\n")
+    before = sorted(p.name for p in sock.parent.iterdir())
+    with pytest.raises(InvalidParams, match="exists and is not a socket"):
+        Runner(str(sock), embedded=False, json_output=True).call("ping", {})
+    assert sorted(p.name for p in sock.parent.iterdir()) == before  # no snapshotd.log, no lock
+    assert sock.read_text() == "a file of the user's\n"

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 import snapshotd
 from snapshotd.cli.output import show_progress
-from snapshotd.errors import InternalError, SnapshotdError, Untrusted
+from snapshotd.errors import InternalError, InvalidParams, SnapshotdError, Untrusted
 from snapshotd.fsutil import check_private_home, check_socket_folder, pid_alive
 from snapshotd.server.dialing import daemon_starting
 from snapshotd.server.peers import peer_credentials
@@ -213,6 +213,7 @@ def _connect(path: str, connect_timeout: float | None = None) -> Client | None:
 
 def _start_and_connect(path: str) -> Client:
     """Start a daemon in the background and connect to it (or to one started meanwhile)."""
+    _refuse_a_non_socket(path)
     proc, log_path = _start_daemon(path)
     deadline = time.monotonic() + DAEMON_START_TIMEOUT_S
     while True:
@@ -237,6 +238,24 @@ def _start_and_connect(path: str) -> Client:
                 log=log_path,
             )
         time.sleep(_POLL_S)
+
+
+def _refuse_a_non_socket(path: str) -> None:
+    """Refuse a socket path that names a file or folder before anything is written beside it.
+
+    A daemon would refuse to replace it anyway, but only after the log had
+    been created in that folder (a worktree, say).
+    """
+    try:
+        info = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    if not stat.S_ISSOCK(info.st_mode):
+        raise InvalidParams(
+            f"The socket path {path} exists and is not a socket; give a free path or a daemon's socket "
+            "(--socket or $SNAPSHOTD_SOCKET).",
+            socket=path,
+        )
 
 
 def _start_daemon(path: str) -> tuple[subprocess.Popen[bytes], str]:
