@@ -210,6 +210,10 @@ def test_errors_and_counts_read_as_sentences(daemon: Daemon, env: dict[str, str]
     assert "`snapshotd list` shows its sessions" in cli("show", "nobody@", cwd=repo, env=env, code=1).stderr
     assert "`snapshotd list` shows the seqs" in cli("show", "#9", cwd=repo, env=env, code=1).stderr
     assert "`snapshotd list` shows the checkpoints" in cli("show", "1234567", cwd=repo, env=env, code=1).stderr
+    cli("checkpoint", str(repo), env=env)
+    cli("checkpoint", str(repo), env=env)
+    dry = cli("gc", "--keep", "1", "--dry-run", cwd=repo, env=env).stdout
+    assert f"would delete 1 checkpoint of the default session in {repo}" in dry, dry
     made = cli("checkpoint", str(repo), env=env).stdout
     assert re.search(r", (1 process|\d+ processes), \d+ ms$", made.strip()), made
     assert plural(2, "process") == "2 processes" and plural(1, "process") == "1 process"

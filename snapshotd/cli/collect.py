@@ -22,7 +22,7 @@ from snapshotd.cli.options import (
     reference_params,
     yes_option,
 )
-from snapshotd.cli.output import checkpoint_line, plural, short_id
+from snapshotd.cli.output import checkpoint_line, one_line, plural, short_id
 
 LISTED = 20  # checkpoints listed before a question; the rest are counted
 
@@ -71,10 +71,10 @@ def _would_delete(result: dict[str, Any]) -> list[str]:
     """One line per worktree and session of a dry run, with the short ids."""
     lines = []
     for item in result["would_delete"]:
-        session = item["session"] if item["session"] is not None else "-"
+        session = f"session {one_line(item['session'])}" if item["session"] is not None else "the default session"
         ids = " ".join(short_id(each) for each in item["checkpoints"][:LISTED])
         more = f" … and {len(item['checkpoints']) - LISTED} more" if len(item["checkpoints"]) > LISTED else ""
-        lines.append(f"would delete {plural(len(item['checkpoints']), 'checkpoint')} of session {session} in {item['path']}")
+        lines.append(f"would delete {plural(len(item['checkpoints']), 'checkpoint')} of {session} in {item['path']}")
         lines.append(f"  {ids}{more}")
     return lines
 
