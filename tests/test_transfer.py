@@ -101,7 +101,8 @@ def test_a_checkpoint_pushed_by_a_restores_on_b_byte_for_byte_through_git_daemon
 
             assert b.call("resolve", checkpoint="agent@{origin}")["checkpoint"]["id"] == made["id"]
             assert b.call("resolve", checkpoint="@{origin}")["checkpoint"]["id"] == made["id"]
-            assert _error(b, "resolve", checkpoint="agent@{origin}~1").kind == "not_found"
+            short = _error(b, "resolve", checkpoint="agent@{origin}~1")
+            assert short.kind == "not_found" and "Session 'agent' fetched from origin holds 1 checkpoint, so" in short.message
             shown = b.cli("show", "agent@{origin}").stdout
             assert made["id"] in shown and f"{made['worktree']} (fetched from origin)" in shown
 

@@ -100,10 +100,11 @@ def back_from_remote_head(store: Store, key: str, session: str | None, named: bo
         raise NotFound(f"There is {what} fetched from the remote {key}; 'snapshotd fetch {key}' brings its checkpoints.")
     if named and len({cp.worktree for cp, _ in heads}) > 1:
         shown = ", ".join(f"{cp.id[:12]} of worktree {cp.worktree}" for cp, _ in heads[:5])
-        raise Ambiguous(f"{where.capitalize()} was fetched from {len(heads)} worktrees of {key}: {shown}; name one by id.")
+        raise Ambiguous(f"{where[0].upper()}{where[1:]} was fetched from {len(heads)} worktrees of {key}: {shown}; name one by id.")
     ids = store.newest_ids(heads[0][1], back + 1)
     if len(ids) <= back:
-        raise NotFound(f"{where.capitalize()} fetched from {key} holds {len(ids)} checkpoint(s), so none is {back} before its newest.")
+        held = f"{len(ids)} checkpoint" if len(ids) == 1 else f"{len(ids)} checkpoints"
+        raise NotFound(f"{where[0].upper()}{where[1:]} fetched from {key} holds {held}, so none is {back} before its newest.")
     return store.load(ids[back])
 
 
