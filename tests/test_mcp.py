@@ -7,6 +7,8 @@ revert of one turn and a restore.
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +19,8 @@ from hook_helpers import placed, recorded, run_hook
 from mcp import Client, StdioServerParameters
 from oracle import oracle_tree
 from repo_helpers import init_repo, write
+
+from snapshotd.agents.integrate import hook_command
 
 SESSION = "mcp-session"
 TOOLS = {"list_checkpoints", "show_turn", "checkpoint", "restore", "revert_turn"}
@@ -108,3 +112,43 @@ async def test_every_tool_over_stdio(daemon: Daemon, sock: Path, repo: Path) -> 
         assert result.structured_content["error"]["data"]["kind"] == "not_found"
         result = await client.call_tool("revert_turn", {"checkpoint": newest["id"]})
         assert result.is_error and "nothing to revert" in text_of(result)
+
+
+async def test_the_session_is_the_calling_agents_and_the_schemas_say_everything(daemon: Daemon, sock: Path, repo: Path) -> None:
+    env = child_env(sock, SNAPSHOTD_HOOK_BUDGET="60")
+    two_turns(repo, env)  # this test process is the agent whose hooks ran, and it starts the server below
+    # Another agent (another process) checkpoints last, in its own session.
+    [(_, prompt)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
+    other = placed(prompt, repo, session_id="other-agent", prompt="elsewhere")
+    hook = f"import subprocess, sys; subprocess.run({shlex.split(hook_command('claude-code'))!r}, input=sys.stdin.buffer.read(), check=True)"
+    subprocess.run([sys.executable, "-c", hook], input=other, env=env, check=True)
+    assert cli("list", "--json", "--limit", "1", str(repo), env=env).json()["checkpoints"][0]["session"] == "other-agent"
+
+    server = StdioServerParameters(command=sys.executable, args=["-m", "snapshotd", "mcp"], env=env, cwd=str(repo))
+    async with Client(server) as client:
+        for tool in (await client.list_tools()).tools:
+            described = {name: bool(spec.get("description")) for name, spec in tool.input_schema["properties"].items()}
+            assert all(described.values()), (tool.name, described)
+            assert tool.output_schema and tool.output_schema["type"] == "object", tool.name
+
+        result = await client.call_tool("list_checkpoints", {})
+        assert result.structured_content["session"] == SESSION, text_of(result)  # its own agent's, not the newest
+        result = await client.call_tool("checkpoint", {"label": "by the model"})
+        assert result.structured_content["checkpoint"]["session"] == SESSION  # checkpoint keeps the session
+
+        result = await client.call_tool("list_checkpoints", {"limit": "ten"})
+        assert result.is_error and len(text_of(result).splitlines()) == 1, text_of(result)
+        assert text_of(result).startswith("The arguments of list_checkpoints are wrong: 'limit' input should be a valid integer")
+
+
+def test_doctor_says_when_the_mcp_server_used_another_socket(daemon: Daemon, sock: Path, repo: Path, tmp_path: Path) -> None:
+    def start_mcp(socket_path: Path) -> None:  # the server notes its socket at start, then ends with its stdin
+        subprocess.run([sys.executable, "-m", "snapshotd", "mcp"], cwd=repo, env=child_env(socket_path), input=b"", capture_output=True, timeout=60, check=False)
+
+    start_mcp(tmp_path / "elsewhere" / "s.sock")  # as under Codex, which passes only a few variables on
+    checks = {c["check"]: c for c in cli("doctor", "--json", cwd=repo, env=child_env(sock), code=1).json()["checks"]}
+    assert not checks["mcp server"]["ok"] and str(tmp_path / "elsewhere") in checks["mcp server"]["detail"], checks
+    assert "env_vars" in checks["mcp server"]["fix"]
+    start_mcp(sock)
+    checks = {c["check"]: c for c in cli("doctor", "--json", cwd=repo, env=child_env(sock), code=None).json()["checks"]}
+    assert checks["mcp server"]["ok"], checks

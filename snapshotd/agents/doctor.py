@@ -9,6 +9,7 @@ the last hook run of the tool recorded its checkpoint (:mod:`.hookstate`).
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import time
@@ -146,6 +147,25 @@ def check_last_run(tool: str, now: float | None = None) -> Check:
     return Check(f"{tool} last hook", False, f"{what}: not recorded: {last.get('note')}", "fix what the note says; the next hook tells whether it worked")
 
 
+MCP_FIX = (
+    "pass the socket's variables to the MCP server: for Codex, env_vars = [\"SNAPSHOTD_SOCKET\", \"XDG_RUNTIME_DIR\", "
+    "\"SNAPSHOTD_HOME\"] in its [mcp_servers.snapshotd] table; for Claude Code, claude mcp add -e SNAPSHOTD_SOCKET=..."
+)
+
+
+def check_mcp(socket_path: str, now: float | None = None) -> Check:
+    """Whether the last ``snapshotd mcp`` that started used this socket (an agent may not pass the variables on)."""
+    try:
+        with open(os.path.join(hookstate.hooks_folder(), "mcp.json"), encoding="utf-8") as handle:
+            last = json.loads(handle.read())
+    except (OSError, ValueError, SnapshotdError):
+        return Check("mcp server", True, "no snapshotd MCP server has started yet")
+    ago = round((time.time() if now is None else now) - float(last.get("time", 0)))
+    if last.get("socket") != socket_path:
+        return Check("mcp server", False, f"the MCP server started {ago} s ago in {last.get('cwd')} used the socket {last.get('socket')}, not {socket_path}", MCP_FIX)
+    return Check("mcp server", True, f"the MCP server started {ago} s ago in {last.get('cwd')} uses {socket_path}")
+
+
 def run_checks(tool: str | None, cwd: str, ping: Callable[[], dict[str, Any]], socket_path: str) -> list[Check]:
     """Every check for ``tool`` (or each tool whose settings hold snapshotd's hooks; both when none does)."""
     checks = [check_daemon(ping, socket_path)]
@@ -156,4 +176,5 @@ def run_checks(tool: str | None, cwd: str, ping: Callable[[], dict[str, Any]], s
         if name == "codex" and installed[name]:
             checks += check_codex_trust(installed[name])
         checks.append(check_last_run(name))
+    checks.append(check_mcp(socket_path))
     return checks

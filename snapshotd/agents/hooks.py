@@ -23,7 +23,13 @@ import select
 import sys
 import time
 
-from snapshotd.agents.hookstate import Turn, last_result, may_tell, record_result
+from snapshotd.agents.hookstate import (
+    Turn,
+    last_result,
+    may_tell,
+    note_agent_session,
+    record_result,
+)
 from snapshotd.agents.payload import (  # re-exported: the rest of the package reads them here
     AFTER_TURN as AFTER_TURN,
     BEFORE_EVENTS as BEFORE_EVENTS,
@@ -186,14 +192,18 @@ def within_budget(
     return text.removeprefix("error ") or "the checkpoint process ended without a report."
 
 
-def record(event: HookEvent, call: Callable[[str, dict[str, Any]], dict[str, Any]]) -> None:
+def record(event: HookEvent, call: Callable[[str, dict[str, Any]], dict[str, Any]], agent: int | None = None) -> None:
     """The daemon calls for one event: its checkpoint, after closing the session's turn that no
-    ``Stop`` ended when the event opens a new one (:data:`~snapshotd.agents.payload.INTERRUPTED`)."""
+    ``Stop`` ended when the event opens a new one (:data:`~snapshotd.agents.payload.INTERRUPTED`).
+    The agent process at or above ``agent`` (the hook's parent) is noted as running the session,
+    so that its MCP server acts in it (:func:`~snapshotd.agents.hookstate.agent_session`)."""
     if event.event in OPENS_TURN and event.session is not None:
         newest = call("list", {"path": event.cwd, "session": event.session, "limit": 1})["checkpoints"]
         if newest and turn_open(newest[0].get("label") or ""):
             call("checkpoint", {**event.params(), "label": INTERRUPTED})
     call("checkpoint", event.params())
+    if agent is not None and event.session is not None:
+        note_agent_session(agent, event.session, event.cwd)
 
 
 def run_hook(
@@ -226,6 +236,7 @@ def run_hook(
         told = True
         say(outcome)
 
+    agent = os.getppid()  # the child, detached, will have another parent
     try:
         earlier = last_result(tool)
         previous = earlier.get("note") if earlier and earlier.get("ok") is False else None
@@ -233,7 +244,7 @@ def run_hook(
         before = event.event in BEFORE_EVENTS
         turn = Turn(event.session or event.cwd)
         note = within_budget(
-            lambda: record(event, call),
+            lambda: record(event, call, agent),
             budget_for(before),
             turn,
             lambda child_note: record_result(tool, event.event, event.cwd, child_note),

@@ -180,3 +180,85 @@ def may_tell(tool: str, now: float | None = None) -> bool:
     except OSError:
         pass
     return True
+
+
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox"})
+"""Programs an agent may run its hooks or MCP servers through; the agent is the first ancestor that is none."""
+
+
+def _stat(pid: int) -> tuple[str, int, str] | None:
+    """(command name, parent pid, start time) of process ``pid`` from /proc, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            text = handle.read()
+    except OSError:
+        return None
+    name, _, rest = text[text.index("(") + 1 :].rpartition(")")
+    fields = rest.split()
+    return name, int(fields[1]), fields[19]
+
+
+def agent_key(pid: int) -> str | None:
+    """``<pid>-<start time>`` of the agent process at or above ``pid`` (shells skipped), None if there is none."""
+    for _ in range(8):
+        found = _stat(pid)
+        if found is None or pid <= 1:
+            return None
+        name, parent, start = found
+        if name not in SHELLS:
+            return f"{pid}-{start}"
+        pid = parent
+    return None
+
+
+def _agents_folder() -> str:
+    folder = os.path.join(hooks_folder(), "agents")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return folder
+
+
+def note_agent_session(pid: int, session: str, cwd: str) -> None:
+    """Keep that the agent at or above ``pid`` (a hook's parent) runs ``session`` in ``cwd``, for its MCP server."""
+    key = agent_key(pid)
+    if key is None:
+        return
+    import json  # here: in the hook's child, off the agent's wait
+
+    path = os.path.join(_agents_folder(), key + ".json")
+    text = json.dumps({"session": session, "cwd": cwd})
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == text:
+                return
+    except OSError:
+        pass
+    tmp = f"{path}.{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    for name in os.listdir(os.path.dirname(path)):  # agents that ended: their records go
+        if not name.endswith(".json"):
+            continue
+        pid_text, _, rest = name.partition("-")
+        stat = _stat(int(pid_text)) if pid_text.isdigit() else None
+        if stat is None or stat[2] != rest.removesuffix(".json"):
+            try:
+                os.unlink(os.path.join(os.path.dirname(path), name))
+            except OSError:
+                pass
+
+
+def agent_session(pid: int) -> dict[str, Any] | None:
+    """What the hooks of the agent at or above ``pid`` (an MCP server's parent) recorded: its session and folder."""
+    key = agent_key(pid)
+    if key is None:
+        return None
+    try:
+        with open(os.path.join(hooks_folder(), "agents", key + ".json"), encoding="utf-8") as handle:
+            entry = loads(handle.read())
+    except (OSError, ValueError):
+        return None
+    return entry if isinstance(entry, dict) and isinstance(entry.get("session"), str) else None

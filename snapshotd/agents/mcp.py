@@ -6,13 +6,15 @@ changes files is a preview until called again with ``confirm: true``, and
 every applied restore or revert is preceded by the daemon's safety checkpoint.
 
 Each tool answers with a few lines of text for the model and the daemon's
-result as structured content; a failure is an MCP tool error (``isError``)
-carrying the daemon's one-sentence message. The worktree is the server's
-current folder (agents start MCP servers in the project) unless ``path`` is
-given; the session is ``$SNAPSHOTD_SESSION``, else the session of the
-worktree's newest checkpoint, which the agent's hooks took for the prompt
-being handled. A checkpoint is named by id (7+ hex digits) or as ``@`` (the
-session's newest), ``@~N`` (N before it) or ``#N`` (its seq N).
+result as structured content (each tool declares its output schema); a
+failure is an MCP tool error (``isError``) carrying one sentence: the
+daemon's, or which argument is wrong. The worktree is the server's current
+folder (agents start MCP servers in the project) unless ``path`` is given;
+the session is ``$SNAPSHOTD_SESSION``, else the calling agent's own: the
+agent process that started this server, whose hooks recorded its session
+(:func:`~snapshotd.agents.hookstate.agent_session`). A checkpoint is named
+by id (7+ hex digits) or as ``@`` (the session's newest), ``@~N`` (N before
+it) or ``#N`` (its seq N).
 
 The agent is confined to its project: the worktree holding the folder the
 server was started in. A ``path`` outside it, or a checkpoint of another
@@ -22,19 +24,24 @@ worktree, is refused, since the agent may be steered by what it reads;
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 import anyio
 from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import Field, ValidationError
 
+from snapshotd.agents import hookstate
 from snapshotd.agents.hooks import BEFORE_PROMPT
 from snapshotd.cli.launcher import Runner
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
-from snapshotd.settings import SAFETY_SESSION, VERSION
+from snapshotd.settings import VERSION, resolve_socket_path
 
 PATCH_LIMIT_CHARS = 20_000
 """The default bound on a patch returned to the model; longer ones are cut and say so."""
@@ -136,26 +143,32 @@ class Tools:
     def _show(self, checkpoint: str, folder: str) -> dict[str, Any]:
         """The checkpoint a reference names; ``@``, ``@~N`` and ``#N`` count in the agent's session."""
         params = {"checkpoint": checkpoint, "path": folder}
-        session = self._session(folder, None) if is_relative(checkpoint) else None
-        if session:
-            params["session"] = session
+        if is_relative(checkpoint):
+            params["session"] = self._need_session(folder, checkpoint)
         return self._own(self.runner.call("show", params)["checkpoint"], folder)
 
     def _session(self, path: str, session: str | None) -> str | None:
-        """The session asked for, else ``$SNAPSHOTD_SESSION``, else that of the newest checkpoint."""
+        """The session asked for, else ``$SNAPSHOTD_SESSION``, else the calling agent's (None: not known)."""
         if session or os.environ.get("SNAPSHOTD_SESSION"):
             return session or os.environ["SNAPSHOTD_SESSION"]
-        for cp in self.runner.call("list", {"path": path, "limit": 50})["checkpoints"]:
-            if cp.get("session") and cp["session"] != SAFETY_SESSION:
-                return cp["session"]
-        return None
+        agent = hookstate.agent_session(os.getppid())
+        return agent["session"] if agent else None
+
+    def _need_session(self, path: str, reference: str) -> str:
+        session = self._session(path, None)
+        if session is None:
+            raise InvalidParams(
+                f"{reference!r} counts in the agent's session, which this MCP server does not know (no snapshotd "
+                "hook has run for its agent): name the checkpoint by id, or run 'snapshotd integrate' for the agent."
+            )
+        return session
 
     def list_checkpoints(self, session: str | None, all_sessions: bool, limit: int, path: str | None) -> CallToolResult:
         folder = self._worktree(path)
         chosen = None if all_sessions else self._session(folder, session)
         params = {"path": folder, "limit": limit, **({"session": chosen} if chosen else {})}
         checkpoints = self.runner.call("list", params)["checkpoints"]
-        heading = f"{len(checkpoints)} checkpoint(s) of {folder}" + (f", session {chosen}" if chosen else "")
+        heading = f"{len(checkpoints)} checkpoint(s) of {folder}" + (f", session {chosen}" if chosen else ", every session")
         text = "\n".join([heading + ", newest first:", *map(_line, checkpoints)])
         return _result(text, {"worktree": folder, "session": chosen, "checkpoints": checkpoints})
 
@@ -189,7 +202,8 @@ class Tools:
         return _result("\n".join(lines), structured)
 
     def checkpoint(self, label: str | None, session: str | None, path: str | None) -> CallToolResult:
-        params = {"path": self._worktree(path), "label": label, "session": session}
+        folder = self._worktree(path)
+        params = {"path": folder, "label": label, "session": self._session(folder, session)}
         result = self.runner.call("checkpoint", {k: v for k, v in params.items() if v is not None})
         return _result(_line(result["checkpoint"]), result)
 
@@ -228,45 +242,130 @@ async def _answer(work: Callable[..., CallToolResult], *args: Any) -> CallToolRe
         return _error(error)
 
 
+def _wrong_arguments(tool: str, error: ValidationError) -> str:
+    """One sentence for arguments the tool's input schema refuses (the SDK would dump pydantic's report)."""
+    problems = []
+    for item in error.errors()[:3]:
+        where = ".".join(str(part) for part in item["loc"]) or "the arguments"
+        problems.append(f"{where!r} {str(item['msg'])[:1].lower()}{str(item['msg'])[1:]}")
+    return f"The arguments of {tool} are wrong: {'; '.join(problems)}; see the tool's input schema."
+
+
+class _Server(MCPServer):
+    """The SDK's server, with wrong arguments said in one sentence."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().call_tool(name, arguments, *args, **kwargs)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(_wrong_arguments(name, exc.__cause__)) from exc.__cause__
+            raise
+
+
+# What each tool's structured content holds (its output schema); a daemon checkpoint is an object.
+Checkpoint = dict[str, Any]
+
+
+class ListOutput(TypedDict):
+    worktree: Annotated[str, Field(description="The worktree's folder.")]
+    session: Annotated[str | None, Field(description="The session listed; null: every session.")]
+    checkpoints: Annotated[list[Checkpoint], Field(description="The checkpoints, newest first (id, seq, label, created_at, tree, session, ...).")]
+
+
+class TurnOutput(TypedDict, total=False):
+    from_: Annotated[Checkpoint, Field(alias="from", description="The checkpoint the turn starts at.")]
+    to: Annotated[Checkpoint, Field(description="The turn's last checkpoint.")]
+    files: Annotated[list[dict[str, Any]], Field(description="Each file changed: path, status, additions, deletions, binary.")]
+    patch: Annotated[str, Field(description="The patch, when asked for, cut at max_patch_chars.")]
+    truncated: Annotated[bool, Field(description="Whether the patch was cut.")]
+
+
+class CheckpointOutput(TypedDict, total=False):
+    checkpoint: Annotated[Checkpoint, Field(description="The checkpoint taken.")]
+
+
+class ChangeOutput(TypedDict, total=False):
+    applied: Annotated[bool, Field(description="Whether files were changed (confirm: true) or this is a preview.")]
+    written: Annotated[list[str], Field(description="Files written (or that would be).")]
+    deleted: Annotated[list[str], Field(description="Files deleted (or that would be).")]
+    conflicts: Annotated[list[dict[str, Any]], Field(description="Files left alone: changed since, or in the way.")]
+    safety_checkpoint: Annotated[Checkpoint | None, Field(description="The checkpoint taken first, to undo this.")]
+
+
+_PATH = Field(description="A folder of the worktree to act on; default: the folder the server started in.")
+_REF = "an id (7+ hex digits), '@' (the session's newest), '@~N' (N before it) or '#N' (its seq N)"
+_CONFIRM = Field(description="true: apply. false (default): only preview what would change.")
+_PATHS = Field(description="Only these files or folders, relative to the worktree (default: all).")
+
+
+def _note_socket(socket_path: str | None) -> None:
+    """Keep which socket this server uses, for ``snapshotd doctor`` (an agent may not pass SNAPSHOTD_SOCKET on)."""
+    try:
+        path = os.path.join(hookstate.hooks_folder(), "mcp.json")
+        entry = {"socket": resolve_socket_path(socket_path), "pid": os.getpid(), "time": time.time(), "cwd": os.getcwd()}
+        with open(path + f".{os.getpid()}", "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(entry))
+        os.replace(path + f".{os.getpid()}", path)
+    except (OSError, SnapshotdError):
+        pass
+
+
 def build_server(runner: Runner, *, any_worktree: bool = False) -> MCPServer:
     """The MCP server with snapshotd's tools, confined to the project of its folder unless ``any_worktree``."""
     tools = Tools(runner, None if any_worktree else project_root(os.getcwd()))
-    server = MCPServer(name="snapshotd", version=VERSION, instructions=__doc__.split("\n\n")[1])
+    server = _Server(name="snapshotd", version=VERSION, instructions=__doc__.split("\n\n")[1])
     reading = ToolAnnotations(read_only_hint=True)
 
     @server.tool(annotations=reading)
     async def list_checkpoints(
-        session: str | None = None, all_sessions: bool = False, limit: int = _LIST_LIMIT, path: str | None = None
-    ) -> CallToolResult:
+        session: Annotated[str | None, Field(description="The session to list; default: the calling agent's.")] = None,
+        all_sessions: Annotated[bool, Field(description="true: every session of the worktree.")] = False,
+        limit: Annotated[int, Field(description="At most this many, newest first.", ge=1, le=1000)] = _LIST_LIMIT,
+        path: Annotated[str | None, _PATH] = None,
+    ) -> Annotated[CallToolResult, ListOutput]:
         """List the checkpoints of this worktree and session, newest first (labels such as 'before: <prompt>', 'after turn')."""
         return await _answer(tools.list_checkpoints, session, all_sessions, limit, path)
 
     @server.tool(annotations=reading)
     async def show_turn(
-        checkpoint: str, to: str | None = None, patch: bool = False, max_patch_chars: int = PATCH_LIMIT_CHARS, path: str | None = None
-    ) -> CallToolResult:
-        """Show what one turn changed: from CHECKPOINT (a turn's 'before:' checkpoint; an id, @, @~N or #N) to the turn's end, or to TO. Lines per file by default; patch=true adds the patch, cut at max_patch_chars."""
+        checkpoint: Annotated[str, Field(description=f"The turn's 'before:' checkpoint: {_REF}.")],
+        to: Annotated[str | None, Field(description=f"Show up to this checkpoint instead of the turn's end: {_REF}.")] = None,
+        patch: Annotated[bool, Field(description="true: add the patch to the lines per file.")] = False,
+        max_patch_chars: Annotated[int, Field(description="Cut the patch at this many characters.", ge=1)] = PATCH_LIMIT_CHARS,
+        path: Annotated[str | None, _PATH] = None,
+    ) -> Annotated[CallToolResult, TurnOutput]:
+        """Show what one turn changed: from CHECKPOINT (a turn's 'before:' checkpoint) to the turn's end, or to TO. Lines per file by default; patch=true adds the patch, cut at max_patch_chars."""
         return await _answer(tools.show_turn, checkpoint, to, patch, max_patch_chars, path)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False))
-    async def checkpoint(label: str | None = None, session: str | None = None, path: str | None = None) -> CallToolResult:
+    async def checkpoint(
+        label: Annotated[str | None, Field(description="What the checkpoint is for, shown in lists.")] = None,
+        session: Annotated[str | None, Field(description="The session to record it in; default: the calling agent's.")] = None,
+        path: Annotated[str | None, _PATH] = None,
+    ) -> Annotated[CallToolResult, CheckpointOutput]:
         """Take a checkpoint of the worktree now (a git commit of every file as it is; nothing of yours is touched)."""
         return await _answer(tools.checkpoint, label, session, path)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
-    async def restore(checkpoint: str, paths: list[str] | None = None, confirm: bool = False, path: str | None = None) -> CallToolResult:
-        """Make the worktree (or PATHS) equal CHECKPOINT (an id, @, @~N or #N). Without confirm=true it only previews; applying takes a safety checkpoint first."""
+    async def restore(
+        checkpoint: Annotated[str, Field(description=f"The checkpoint to make the files equal: {_REF}.")],
+        paths: Annotated[list[str] | None, _PATHS] = None,
+        confirm: Annotated[bool, _CONFIRM] = False,
+        path: Annotated[str | None, _PATH] = None,
+    ) -> Annotated[CallToolResult, ChangeOutput]:
+        """Make the worktree (or PATHS) equal CHECKPOINT. Without confirm=true it only previews; applying takes a safety checkpoint first."""
         return await _answer(tools.restore, checkpoint, paths, confirm, path)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
     async def revert_turn(
-        checkpoint: str,
-        to: str | None = None,
-        paths: list[str] | None = None,
-        force: bool = False,
-        confirm: bool = False,
-        path: str | None = None,
-    ) -> CallToolResult:
+        checkpoint: Annotated[str, Field(description=f"The turn's 'before:' checkpoint: {_REF}.")],
+        to: Annotated[str | None, Field(description=f"Undo up to this checkpoint instead of the turn's end: {_REF}.")] = None,
+        paths: Annotated[list[str] | None, _PATHS] = None,
+        force: Annotated[bool, Field(description="true: also overwrite files changed since the turn.")] = False,
+        confirm: Annotated[bool, _CONFIRM] = False,
+        path: Annotated[str | None, _PATH] = None,
+    ) -> Annotated[CallToolResult, ChangeOutput]:
         """Undo one turn (from CHECKPOINT to the turn's end, or to TO), leaving later work alone; files changed since are reported, not touched, unless force=true. Without confirm=true it only previews."""
         return await _answer(tools.revert_turn, checkpoint, to, paths, force, confirm, path)
 
@@ -275,4 +374,5 @@ def build_server(runner: Runner, *, any_worktree: bool = False) -> MCPServer:
 
 def serve_stdio(runner: Runner, *, any_worktree: bool = False) -> None:
     """Serve the tools on stdin/stdout until the client closes them."""
+    _note_socket(runner.socket_path)
     build_server(runner, any_worktree=any_worktree).run("stdio")
