@@ -18,7 +18,7 @@ import pytest
 import trio
 from daemon_helpers import Daemon, call, child_env, cli, ping
 from oracle import oracle_tree
-from repo_helpers import init_repo, write
+from repo_helpers import git, init_repo, write
 
 from snapshotd.capture import worktree as worktree_mod
 from snapshotd.capture.worktree import WorktreeCapture
@@ -93,6 +93,26 @@ def test_moved_deleted_and_renamed_worktrees_are_shown_as_such_and_the_daemon_st
     assert again["worktree"] == ids["moved"] and again["tree"] == oracle_tree(tmp_path / "moved2")
     assert presence_of(daemon.socket)[ids["moved"]]["presence"] == "here"
     assert ping(daemon.socket)["pid"] == pid
+
+
+def test_a_worktree_removed_and_added_again_at_its_path_is_shown_once_there(daemon: Daemon, tmp_path: Path) -> None:
+    env = child_env(daemon.socket)
+    main = init_repo(tmp_path / "main", ("a.txt", "a\n"))
+    linked = tmp_path / "linked"
+    git(main, "worktree", "add", "-q", "--detach", str(linked))
+    old = warm_checkpoints(linked, env)
+    git(main, "worktree", "remove", "--force", str(linked))
+    deadline = time.monotonic() + 20
+    while presence_of(daemon.socket)[old].get("presence") != "gone":
+        assert time.monotonic() < deadline, presence_of(daemon.socket)
+        time.sleep(0.2)
+    git(main, "worktree", "add", "-q", "--detach", str(linked))
+    new = call(daemon.socket, "checkpoint", {"path": str(linked)})["checkpoint"]
+    assert new["worktree"] != old and new["tree"] == oracle_tree(linked)
+    for method in ("worktrees", "status"):
+        shown = [wt for wt in call(daemon.socket, method, {})["worktrees"] if wt["path"] == str(linked)]
+        assert [(wt["id"], wt["presence"], wt["problem"]) for wt in shown] == [(new["worktree"], "here", None)]
+    assert "attention" not in cli("status", cwd=main, env=env).stdout
 
 
 async def test_a_failing_reconciliation_is_logged_and_makes_only_its_worktree_cold(

@@ -358,13 +358,13 @@ class Engine:
         return {"worktree": await self.registry.wire_worktree(state)}
 
     async def _worktrees(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        return {"worktrees": [await self.registry.wire_worktree(state) for state in list(self.worktrees.values())]}
+        return {"worktrees": [await self.registry.wire_worktree(state) for state in self.registry.shown()]}
 
     async def _status(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         counters = dict(self.counters)
         counters["processes_started"] = spawn.spawned_total()
         counters.setdefault("watch_miss", 0)
-        states = list(self.worktrees.values())  # other requests open worktrees while this one awaits
+        states = self.registry.shown()  # a copy: other requests open worktrees while this one awaits
         for state in states:
             for name, count in state.capture.watch_counters().items():
                 counters[name] = counters.get(name, 0) + count

@@ -21,6 +21,7 @@ from typing import Any
 import trio
 
 from snapshotd.capture.checkpoint import broad_folder, refuse_unknown_broad_folder
+from snapshotd.capture.presence import GONE
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.contract.params import optional_path, optional_str
@@ -131,6 +132,20 @@ class Registry:
         vanished = [key for key, state in self.worktrees.items() if state.capture.vanished is not None]
         for key in vanished[:-MAX_VANISHED_KEPT]:
             self.worktrees.pop(key).capture.close()
+
+    def shown(self) -> list[WorktreeState]:
+        """The open worktrees, less each one gone from a folder that another open worktree now holds.
+
+        A worktree removed and made anew at its path (``git worktree remove``,
+        then ``add``) is another worktree there; the old one's ``gone``, whose
+        remedy has nothing left to do, is forgotten, as a restart forgets it.
+        """
+        here = {state.info.path for state in self.worktrees.values() if state.capture.vanished is None}
+        for key, state in list(self.worktrees.items()):
+            vanished = state.capture.vanished
+            if vanished is not None and vanished.how == GONE and state.info.path in here:
+                self.worktrees.pop(key).capture.close()
+        return list(self.worktrees.values())
 
     async def by_id_in_thread(self, worktree_id: str) -> WorktreeState:
         """:meth:`by_id` on a worker thread."""
