@@ -139,3 +139,15 @@ async def test_a_background_push_to_a_remote_that_hangs_is_stopped_and_kept_as_t
         pushes = (await watched_engine.call("status"))["background_push"][worktree]
         assert "did not finish within 1 s" in pushes["last_error"] and not pushes["in_flight"]
         assert not [pid for pid, argv in _processes() if "push" in argv and any(port in arg for arg in argv)]
+
+
+def test_push_and_fetch_name_sessions_as_people_gave_them_and_count_them_in_words(daemon: Daemon, tmp_path: Path) -> None:
+    repo, _url = _clone(tmp_path)
+    env = {"SNAPSHOTD_SOCKET": str(daemon.socket)}
+    call(daemon.socket, "checkpoint", {"path": str(repo), "session": "agent"})
+    call(daemon.socket, "checkpoint", {"path": str(repo), "session": "my bot: one"})  # not ref-safe: hex in the ref
+    assert cli("push", cwd=repo, env=env).stdout.endswith(" sessions to origin: agent, my bot: one\n")
+    assert cli("push", cwd=repo, env=env).stdout == "origin is up to date (2 sessions)\n"
+    call(daemon.socket, "checkpoint", {"path": str(repo)})
+    assert cli("push", cwd=repo, env=env).stdout == "pushed 1 session to origin: the default session\n"
+    assert cli("fetch", cwd=repo, env=env).stdout == "fetched 3 sessions from origin\n"

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from snapshotd.cli.options import CONTEXT, invoke, json_option
+from snapshotd.cli.output import plural
 
 
 def _where(args: tuple[str, ...]) -> tuple[str, str | None]:
@@ -21,8 +22,12 @@ def _where(args: tuple[str, ...]) -> tuple[str, str | None]:
     return (args[0] if args else "."), None
 
 
-def _refs(names: list[str]) -> str:
-    return ", ".join(name.split("/", 2)[-1] for name in names)
+def _sessions(refs: list[str]) -> str:
+    """The sessions of ``refs/snapshotd/<worktree>/<key>`` names, as people gave them (pygit2 loaded only here)."""
+    from snapshotd.store.checkpoints import session_of_key
+
+    names = (session_of_key(ref.rsplit("/", 1)[-1]) for ref in refs)
+    return ", ".join("the default session" if name is None else name for name in names)
 
 
 @click.command(context_settings=CONTEXT)
@@ -44,9 +49,10 @@ def push(ctx: click.Context, where: tuple[str, ...], force: bool, background: bo
 
     def human(result: dict[str, Any]) -> None:
         if result["pushed"]:
-            click.echo(f"pushed {len(result['pushed'])} session(s) to {result['remote']}: {_refs(result['pushed'])}")
+            pushed = result["pushed"]
+            click.echo(f"pushed {plural(len(pushed), 'session')} to {result['remote']}: {_sessions(pushed)}")
         else:
-            click.echo(f"{result['remote']} is up to date ({len(result['up_to_date'])} session(s))")
+            click.echo(f"{result['remote']} is up to date ({plural(len(result['up_to_date']), 'session')})")
         if "background" in result:
             click.echo("pushing after every checkpoint from now on" if result["background"] else "background push off")
 
@@ -64,7 +70,7 @@ def fetch(ctx: click.Context, where: tuple[str, ...], json_output: bool) -> None
 
     def human(result: dict[str, Any]) -> None:
         if result["fetched"]:
-            click.echo(f"fetched {len(result['fetched'])} session(s) from {result['remote']}")
+            click.echo(f"fetched {plural(len(result['fetched']), 'session')} from {result['remote']}")
         else:
             click.echo(f"nothing new on {result['remote']}")
 

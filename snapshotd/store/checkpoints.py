@@ -58,6 +58,18 @@ def session_key(session: str | None) -> str:
     return "x-" + session.encode("utf-8", "surrogateescape").hex()
 
 
+def session_of_key(key: str) -> str | None:
+    """The session a ref name component stands for: the inverse of :func:`session_key`."""
+    if key == "default":
+        return None
+    if key.startswith("x-"):
+        try:
+            return bytes.fromhex(key[2:]).decode("utf-8", "surrogateescape")
+        except ValueError:
+            return key
+    return key[2:] if key.startswith("s-") else key
+
+
 def ref_name(worktree_id: str, session: str | None) -> str:
     return f"{REF_ROOT}{worktree_id}/{session_key(session)}"
 
