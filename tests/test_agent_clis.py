@@ -17,11 +17,14 @@ telemetry, updates and error reports are switched off.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shlex
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -232,3 +235,38 @@ def test_claude_code_turn_killed_mid_tool_is_closed_when_the_session_resumes(bin
         ("session start (resume)", killed),
     ]
     assert [label for label, _ in labels[4:]] == ["before: second turn", "after Write: notes.txt", "after turn"]
+
+
+def test_claude_code_mcp_tools_act_in_the_calling_agents_session(bin_dir: Path, daemon: Daemon, sock: Path, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "project", ("a.txt", "alpha\n"))
+    config = tmp_path / "claude-config"
+    # Another agent checkpoints in its own session during the turn, so that its checkpoint is the newest
+    # when the model asks (claude -p connects its MCP servers while the turn starts: the call waits a little).
+    elsewhere = f"{shlex.quote(sys.executable)} -m snapshotd checkpoint --session another-agent --label elsewhere . && sleep 4"
+    turns = {
+        "first turn": [("Write", {"file_path": str(repo / "notes.txt"), "content": "one\n"})],
+        "second turn": [("Bash", {"command": elsewhere, "description": "Wait"}), ("mcp__snapshotd__list_checkpoints", {}),
+                        ("mcp__snapshotd__checkpoint", {"label": "by the model"})],
+    }
+    script = Script(turns, lambda: oracle_tree(repo))
+    env = _quiet(child_env(sock))
+    cli("integrate", "claude-code", env={"CLAUDE_CONFIG_DIR": str(config)})  # turns only: nothing after the Bash tool
+    servers = {"mcpServers": {"snapshotd": {"command": sys.executable, "args": ["-m", "snapshotd", "mcp"], "env": child_env(sock)}}}
+    (tmp_path / "mcp.json").write_text(json.dumps(servers))
+    session = str(uuid.uuid4())
+    with MockModel(script) as mock:
+        env.update(CLAUDE_CONFIG_DIR=str(config), ANTHROPIC_BASE_URL=mock.url, ANTHROPIC_API_KEY="sk-mock")
+        base = [str(bin_dir / "claude"), "--output-format", "json", "--permission-mode", "acceptEdits", "--mcp-config", str(tmp_path / "mcp.json"),
+                "--allowedTools", "Write,Bash,mcp__snapshotd__list_checkpoints,mcp__snapshotd__checkpoint"]
+        _run([*base, "--session-id", session, "-p", "first turn"], repo, env)
+        _run([*base, "--resume", session, "-p", "second turn"], repo, env)
+
+    results = [part for request in script.requests for message in request["body"].get("messages", []) if message.get("role") == "user"
+               for part in (message["content"] if isinstance(message["content"], list) else []) if part.get("type") == "tool_result"]
+    # Claude Code hands the model the structured content, as JSON text.
+    listed = next((json.loads(part["content"]) for part in results if '"checkpoints"' in str(part["content"])), results)
+    assert isinstance(listed, dict) and listed["session"] == session, listed
+    assert "before: first turn" in [cp["label"] for cp in listed["checkpoints"]], listed
+    assert cli("list", "--json", str(repo), env=env).json()["checkpoints"][2]["session"] == "another-agent"  # newest when asked
+    labels = [cp["label"] for cp in _checkpoints(repo, env, session, 7)]
+    assert "by the model" in labels, labels  # the model's checkpoint went to its own session
