@@ -116,6 +116,7 @@ class Subscriptions:
             subscription = subscriptions.get(subscription_id or "")
             if subscription is not None:
                 subscription.cancel.cancel()
+                self._release(subscription)  # its place is free now, not when its task next runs
                 return
         raise NotFound(f"No subscription {subscription_id} exists.")
 
@@ -159,10 +160,15 @@ class Subscriptions:
                         break
             except (trio.BrokenResourceError, trio.ClosedResourceError):
                 pass
+        self._release(subscription)
+
+    def _release(self, subscription: Subscription) -> None:
+        """Forget the subscription and give its connection's place back (once, however often called)."""
+        subscriptions = self.by_worktree.get(subscription.worktree, {})
+        if subscriptions.pop(subscription.id, None) is None:
+            return
+        if not subscriptions:
+            self.by_worktree.pop(subscription.worktree, None)
         held = self._per_session.pop(id(subscription.session), 1) - 1
         if held:
             self._per_session[id(subscription.session)] = held
-        subscriptions = self.by_worktree.get(subscription.worktree, {})
-        subscriptions.pop(subscription.id, None)
-        if not subscriptions:
-            self.by_worktree.pop(subscription.worktree, None)
