@@ -32,7 +32,8 @@ def _recent(ctx: click.Context) -> list[dict[str, Any]]:
     with suppress(OSError, ConnectionError, SnapshotdError, ValueError), Client(
         socket_path, timeout=_ASK_S, connect_timeout=_ASK_S
     ) as client:
-        return client.call("list", {"path": os.getcwd(), "limit": RECENT})["checkpoints"]
+        found: list[dict[str, Any]] = client.call("list", {"path": os.getcwd(), "limit": RECENT})["checkpoints"]
+        return found
     return []
 
 
