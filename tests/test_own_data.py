@@ -18,7 +18,7 @@ from oracle import oracle_tree
 from repo_helpers import git, init_repo, write
 
 from snapshotd.engine.core import Engine
-from snapshotd.errors import NeedsForce
+from snapshotd.errors import NeedsForce, PathOutsideWorktree
 
 
 def top_names(folder: Path, tree: str) -> set[str]:
@@ -85,3 +85,15 @@ def test_the_command_line_refuses_home_without_a_terminal_and_asks_at_one() -> N
     assert asked.returncode == 0, err
     assert "home folder" in err and "Go ahead anyway?" in err
     assert '"changed": true' in out
+
+
+@pytest.mark.parametrize("where", [".", "ui"])
+async def test_a_checkpoint_of_the_data_folder_itself_is_refused_and_opens_nothing(engine: Engine, where: str) -> None:
+    home = Path(os.environ["SNAPSHOTD_HOME"])
+    home.mkdir(mode=0o700, exist_ok=True)
+    (home / "ui").mkdir(mode=0o700, exist_ok=True)
+    (home / "ui" / "1.json").write_text('{"token": "the page\'s secret"}\n')
+    with pytest.raises(PathOutsideWorktree, match=r"snapshotd's own data folder .*give a folder of your project"):
+        await engine.call("checkpoint", {"path": str(home / where)})
+    assert not (home / "repos").exists()  # no store was made for it
+    assert (await engine.call("worktrees", {}))["worktrees"] == []

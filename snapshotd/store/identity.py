@@ -308,6 +308,17 @@ def _own_id(git_dir: str, known: dict[str, dict], root: str, st: os.stat_result)
         os.close(fd)
 
 
+def _refuse_own_data(root: str, home: Path) -> None:
+    """A plain folder at or inside snapshotd's home is refused: its records, stores and page tokens are no project."""
+    own = os.path.realpath(home)
+    if root == own or root.startswith(own.rstrip("/") + "/"):
+        raise PathOutsideWorktree(
+            f"The path {root} is in snapshotd's own data folder {own}, which is never captured; "
+            "give a folder of your project instead.",
+            path=root,
+        )
+
+
 def identify(located: Located, records: Records) -> WorktreeInfo:
     """Give the located worktree its stable id, creating one on first sight."""
     home = records.home
@@ -338,6 +349,7 @@ def identify(located: Located, records: Records) -> WorktreeInfo:
             home=str(home),
         )
     else:
+        _refuse_own_data(root, home)
         claim = "plain"
         worktree_id = records.claim_folder(root, st, claim)
         store_dir = home / "repos" / f"{worktree_id}.git"
