@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import stat
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,8 @@ def test_a_revert_shows_its_conflicts_and_leaves_them_alone_unless_forced(
         assert (repo / "theirs.txt").read_text() == "theirs, edited again by someone else\n"
         forced = act(confirm=True, force=True)
         assert forced["written"] == ["theirs.txt"] and (repo / "theirs.txt").read_text() == "theirs\n"
+
+
+def test_the_page_stopped_by_sigterm_removes_its_token_file_as_on_ctrl_c(daemon: Daemon, env: dict[str, str]) -> None:
+    with ui_process(env, stop=signal.SIGTERM) as page:  # ui_process checks: exit 0, no traceback, no token file
+        assert status(page.base + "/api/worktrees", page.cookie) == 200

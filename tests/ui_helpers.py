@@ -26,8 +26,8 @@ class Page:
 
 
 @contextmanager
-def ui_process(env: dict[str, str], path: Path | None = None) -> Iterator[Page]:
-    """``python -m snapshotd ui --no-open [PATH]`` for the block; it must stop cleanly on SIGINT, its token file gone."""
+def ui_process(env: dict[str, str], path: Path | None = None, stop: int = signal.SIGINT) -> Iterator[Page]:
+    """``python -m snapshotd ui --no-open [PATH]`` for the block; it must stop cleanly on ``stop``, its token file gone."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "snapshotd", "ui", "--no-open", *([str(path)] if path else [])],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -41,7 +41,7 @@ def ui_process(env: dict[str, str], path: Path | None = None) -> Iterator[Page]:
         token_file = Path(found[1])
         yield Page(proc, first.split()[-1], token_file)
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         try:
             rest, _ = proc.communicate(timeout=15)
         except subprocess.TimeoutExpired:

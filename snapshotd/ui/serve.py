@@ -3,12 +3,16 @@
 The socket is bound here, on 127.0.0.1 and port 0, before uvicorn starts,
 so the address (and its token) is known and printed before the first request
 and nothing ever listens beyond loopback. The token file is written once the
-port is known and removed when the server stops.
+port is known and removed when the server stops, on SIGTERM as on Ctrl-C
+(uvicorn raises the signal again once it has shut down, which would end the
+process before that).
 """
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +47,11 @@ def bind_loopback(port: int = 0) -> socket.socket:
     return sock
 
 
+def _stop_cleanly(signum: int, _frame: object) -> None:
+    """SIGTERM raised again after uvicorn's shutdown: leave through ``run``'s cleanup, as Ctrl-C does."""
+    raise SystemExit(0)
+
+
 def run(socket_path: str, focus: str | None, announce: Callable[[Address], None], port: int = 0) -> None:
     """Serve the page until interrupted; ``announce`` hears the address once it listens."""
     sock = bind_loopback(port)
@@ -52,6 +61,8 @@ def run(socket_path: str, focus: str | None, announce: Callable[[Address], None]
     bridge = Bridge(socket_path)
     bridge.start()
     token_file = write_token_file(data_home(), url, port, token)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _stop_cleanly)
     try:
         app, _page = make_app(bridge, token, port, focus)
         config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="on", timeout_graceful_shutdown=2)
