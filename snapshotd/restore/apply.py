@@ -35,6 +35,7 @@ from snapshotd.restore.fileops import (
     readlink_at,
     remove_empty_tree,
 )
+from snapshotd.restore.parallel import run_each
 from snapshotd.restore.plan import (
     REASON_CHANGED_ON_DISK,
     REASON_FILE,
@@ -77,14 +78,42 @@ class Applier:
         self.synced: set[tuple[str, ...]] = set()
         self.backups = backups
         self.undo: list[tuple[str, str, Any]] = []
+        self.folders: dict[tuple[str, ...], int | PathBlocked] = {}  # open for the writes, by parts
+        self.ready: set[str] = set()  # paths whose temporary file already holds their content
 
     def skip(self, path: str, reason: str) -> None:
         """Leave ``path`` alone, for ``reason`` (the first reason given stands)."""
         self.skipped.setdefault(path, reason)
 
     def close(self) -> None:
-        """Remove the backup folder (the plan is done or rolled back)."""
+        """Close the writes' folders and remove the backup folder (the plan is done or rolled back)."""
+        for fd in self.folders.values():
+            if isinstance(fd, int):
+                os.close(fd)
+        self.folders.clear()
         self.backups.close()
+
+    def folder(self, parts: tuple[str, ...]) -> int:
+        """The folder ``parts`` opened for writes (created if missing, each creation logged), kept open.
+
+        Opened once per folder, after the deletes and the pruning of folders,
+        never following a symlink; a folder that is blocked raises PathBlocked
+        every time it is asked for. The descriptor is the folder's, wherever it
+        is moved meanwhile, so nothing is ever written through a link.
+        """
+        found = self.folders.get(parts)
+        if found is None:
+            created: list[str] = []
+            try:
+                found = open_dir(self.root_fd, parts, create=True, created=created)
+            except PathBlocked as blocked:
+                found = blocked
+            finally:
+                self.undo.extend(("rmdir", folder, None) for folder in created)
+            self.folders[parts] = found
+        if isinstance(found, PathBlocked):
+            raise found
+        return found
 
     # what is on disk --------------------------------------------------------
 
@@ -113,23 +142,28 @@ class Applier:
         return blob_id(data, entry.oid) == entry.oid or self.stage.clean_id(path, data) == entry.oid
 
     def stale(self) -> list[str]:
-        """The planned paths that no longer hold what the safety checkpoint recorded."""
+        """The planned paths that no longer hold what the safety checkpoint recorded (each folder opened once)."""
         found = []
-        for path in (*self.plan.deletes, *(p for p, _ in self.plan.writes)):
-            parts = path.split("/")
-            try:
-                fd = open_dir(self.root_fd, parts[:-1], create=False)
-            except FileNotFoundError:
-                if self.plan.expected.get(path) is not None:
-                    found.append(path)
-                continue
-            except (OSError, PathBlocked):
-                continue  # applying reports it
-            try:
-                if not self.as_recorded(fd, parts[-1], path):
-                    found.append(path)
-            finally:
-                os.close(fd)
+        folders: dict[tuple[str, ...], int | OSError | PathBlocked] = {}
+        try:
+            for path in (*self.plan.deletes, *(p for p, _ in self.plan.writes)):
+                parts = path.split("/")
+                key = tuple(parts[:-1])
+                if key not in folders:
+                    try:
+                        folders[key] = open_dir(self.root_fd, key, create=False)
+                    except (OSError, PathBlocked) as exc:
+                        folders[key] = exc
+                fd = folders[key]
+                if isinstance(fd, FileNotFoundError):
+                    if self.plan.expected.get(path) is not None:
+                        found.append(path)
+                elif isinstance(fd, int) and not self.as_recorded(fd, parts[-1], path):
+                    found.append(path)  # (a folder blocked or refused: applying reports it)
+        finally:
+            for fd in folders.values():
+                if isinstance(fd, int):
+                    os.close(fd)
         return sorted(set(found))
 
     # undoing ------------------------------------------------------------------
@@ -242,22 +276,21 @@ class Applier:
         """Put ``entry`` at ``path`` through its temporary name ``temp``, creating missing folders."""
         parts = path.split("/")
         name = parts[-1]
-        created: list[str] = []
         try:
-            fd = open_dir(self.root_fd, parts[:-1], create=True, created=created)
+            fd = self.folder(tuple(parts[:-1]))
         except PathBlocked as blocked:
             self.skip(path, _blocked_reason(blocked))
             return
         except OSError as exc:
             raise _fail(path, exc) from exc
-        finally:
-            self.undo.extend(("rmdir", folder, None) for folder in created)
         try:
             self._write_at(fd, path, name, entry, temp, link)
         except OSError as exc:
             raise _fail(path, exc) from exc
-        finally:
-            os.close(fd)
+        if path in self.ready and path in self.skipped and temp is not None:
+            with contextlib.suppress(OSError):  # written ahead, then left alone
+                os.unlink(temp.rsplit("/", 1)[-1], dir_fd=fd)
+        self.ready.discard(path)
         self.synced.add(tuple(parts[:-1]))
 
     def _write_at(
@@ -294,20 +327,13 @@ class Applier:
         if entry.mode == MODE_LINK:
             assert link is not None
             os.symlink(link, os.fsencode(tmp_name), dir_fd=fd)
-        else:
-            data = self.stage.take(path, entry)
-            out = os.open(
-                tmp_name,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=fd,
-            )
-            try:
-                fileops.write_all(out, data)
-                os.fchmod(out, file_permissions(entry.mode, existing, self.umask))
-                os.fsync(out)
-            finally:
-                os.close(out)
+        elif path not in self.ready:
+            fileops.write_temp(fd, tmp_name, name, self.stage.take(path, entry), entry.mode, self.umask)
+        if os.fstat(fd).st_nlink == 0:  # its folder was removed meanwhile: the file would be lost
+            with contextlib.suppress(OSError):
+                os.unlink(tmp_name, dir_fd=fd)
+            self.skip(path, REASON_CHANGED_ON_DISK)
+            return
         if existing is not None:
             self._keep(fd, name, path)
         try:
@@ -351,6 +377,5 @@ class Applier:
 
     def sync(self) -> None:
         """Sync every folder a step changed, so the renames survive a crash."""
-        for parts in self.synced:
-            fsync_dir(self.root_fd, parts)
+        run_each(lambda parts: fsync_dir(self.root_fd, parts), self.synced)
 

@@ -22,6 +22,7 @@ import secrets
 from snapshotd.errors import Untrusted
 from snapshotd.fsutil import open_private_folder
 from snapshotd.restore.fileops import DIR_FLAGS, TEMP_PREFIX, copy_entry
+from snapshotd.restore.parallel import run_each
 
 BACKUP_PREFIX = "backup-"
 _NO_LINK = (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.EOPNOTSUPP)
@@ -85,9 +86,8 @@ class Backups:
     def close(self) -> None:
         """Remove the backup folder and what is left in it."""
         if self._fd is not None:
-            for child in os.listdir(self._fd):
-                with contextlib.suppress(OSError):
-                    os.unlink(child, dir_fd=self._fd)
+            folder = self._fd
+            run_each(lambda child: _unlink(child, folder), os.listdir(folder))
             os.close(self._fd)
             self._fd = None
             assert self._parent_fd is not None
@@ -96,6 +96,12 @@ class Backups:
         if self._parent_fd is not None:
             os.close(self._parent_fd)
             self._parent_fd = None
+
+
+def _unlink(name: str, dir_fd: int) -> None:
+    """Remove ``name`` under ``dir_fd``, if it is still there."""
+    with contextlib.suppress(OSError):
+        os.unlink(name, dir_fd=dir_fd)
 
 
 def remove_left_behind(journal_dir: str, name: object) -> bool:

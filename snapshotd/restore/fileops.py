@@ -121,6 +121,19 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def write_temp(dir_fd: int, temp: str, name: str, data: bytes, mode: int, umask: int) -> None:
+    """Create ``temp`` under ``dir_fd`` (never an existing name) holding ``data``, synced, with the
+    permissions of git ``mode`` over those of ``name`` there now (:func:`file_permissions`)."""
+    existing = lstat_at(dir_fd, name)
+    out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        write_all(out, data)
+        os.fchmod(out, file_permissions(mode, existing, umask))
+        os.fsync(out)
+    finally:
+        os.close(out)
+
+
 def lstat_at(dir_fd: int, name: str) -> os.stat_result | None:
     """The lstat of ``name`` under ``dir_fd``, None when it does not exist."""
     try:

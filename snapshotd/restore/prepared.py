@@ -34,6 +34,7 @@ from snapshotd.restore.journal import STAGE_PREFIX, write_journal
 from snapshotd.restore.outcome import RestoreOutcome
 from snapshotd.restore.plan import Plan
 from snapshotd.restore.stage import GitCheckout, Stage
+from snapshotd.restore.writes import write_planned
 
 __all__ = ["PreparedPlan", "apply_plan", "prepared_plan"]
 
@@ -102,8 +103,7 @@ class PreparedPlan:
                 if entry.mode == MODE_GITLINK:
                     keep.add(path)
             applier.prune_folders(self.plan.deletes, keep)
-            for path, entry in self.plan.writes:
-                applier.write(path, entry, self._temps.get(path), self._links.get(path))
+            write_planned(applier, self.plan.writes, self._temps, self._links)
             applier.sync()
         except SnapshotdError as exc:
             unrestored = applier.roll_back()

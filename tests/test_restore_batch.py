@@ -1,0 +1,94 @@
+"""A big restore: its files' content written ahead on several threads, each folder opened once.
+
+The safety rules of a small restore hold as they are (a path changed meanwhile
+is left alone, a failure part-way puts everything back and leaves no temporary
+file or folder it made); these tests take the many-file path
+(``parallel.PARALLEL_FROM`` files or more).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from oracle import oracle_tree
+from restore_helpers import temps_left
+from test_restore_safety import checkpoint, files_as_they_are, fsck_clean, make_repo
+
+from snapshotd.errors import FilesystemError
+from snapshotd.restore import apply as apply_mod, fileops, parallel
+
+FILES = 200
+FOLDERS = 8
+
+
+def _scene(tmp_path: Path) -> tuple[Path, list[str]]:
+    """A repository of FILES files in FOLDERS folders; returns it and the paths."""
+    paths = [f"d{i % FOLDERS}/f{i:03}.txt" for i in range(FILES)]
+    return make_repo(tmp_path / "wt", {rel: f"{rel} at A\n" for rel in paths}), paths
+
+
+async def test_a_big_restore_opens_each_folder_once_and_writes_every_file(engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wt, paths = _scene(tmp_path)
+    cp = await checkpoint(engine, wt)
+    for rel in paths:
+        (wt / rel).write_text("edited\n")
+    os.chmod(wt / paths[5], 0o755)
+    opened: list[tuple[str, ...]] = []
+    real = apply_mod.open_dir
+
+    def counted(root_fd: int, parts: Any, **kwargs: Any) -> int:
+        opened.append(tuple(parts))
+        return real(root_fd, parts, **kwargs)
+
+    monkeypatch.setattr(apply_mod, "open_dir", counted)
+    result = await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
+    assert len(result["written"]) == FILES and not result.get("skipped")
+    assert oracle_tree(wt) == cp["tree"]
+    assert not os.stat(wt / paths[5]).st_mode & 0o111
+    # Once to check the disk against the safety checkpoint, once to write (and sync): not once per file.
+    assert len(opened) <= 3 * FOLDERS, len(opened)
+    assert temps_left(wt) == []
+
+
+async def test_a_full_disk_part_way_through_a_big_restore_changes_nothing(engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wt, paths = _scene(tmp_path)
+    for i in range(FILES):  # files in folders that only the checkpoint has: the restore creates them
+        (wt / f"new{i % 4}" / f"n{i:03}.txt").parent.mkdir(exist_ok=True)
+        (wt / f"new{i % 4}" / f"n{i:03}.txt").write_text(f"n{i} at A\n")
+    cp = await checkpoint(engine, wt)
+    for rel in paths:
+        (wt / rel).write_text("edited\n")
+    for i in range(4):
+        for child in (wt / f"new{i}").iterdir():
+            child.unlink()
+        (wt / f"new{i}").rmdir()
+    before = files_as_they_are(wt)
+    real = fileops.write_all
+    lock = threading.Lock()
+    calls = {"n": 0}
+
+    def full_disk_part_way(fd: int, data: bytes) -> None:
+        if data.endswith(b" at A\n"):
+            with lock:
+                calls["n"] += 1
+                fail = calls["n"] == FILES
+            if fail:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd, data)
+
+    monkeypatch.setattr(fileops, "write_all", full_disk_part_way)
+    assert parallel.PARALLEL_FROM <= 2 * FILES
+    with pytest.raises(FilesystemError) as info:
+        await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
+    assert "disk is full" in info.value.message and "Nothing was changed" in info.value.message
+    assert files_as_they_are(wt) == before  # the new folders too: no temporary file was left in them
+    assert temps_left(wt) == []
+    fsck_clean(wt)
+    monkeypatch.undo()
+    await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
+    assert oracle_tree(wt) == cp["tree"]
