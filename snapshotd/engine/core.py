@@ -35,7 +35,7 @@ from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
 from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
 from snapshotd.store.checkpoints import Checkpoint, Store
-from snapshotd.store.identity import Records, locate
+from snapshotd.store.identity import Records
 from snapshotd.threads import thread_limiter
 
 
@@ -145,9 +145,8 @@ class Engine:
 
     async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         options = CheckpointOptions.from_params(params)
-        if options.path is not None and not options.force:  # before opening: a watch of all of $HOME is costly too
-            refuse_broad_folder((await trio.to_thread.run_sync(locate, options.path, limiter=thread_limiter)).root)
-        state = await self._resolve(params)
+        # $HOME or / refused before opening (a watch of all of $HOME is costly too), in the same look at the path
+        state = await self.registry.resolve(params, checkpoint=options.path is not None and not options.force)
         assert state is not None
         if options.path is None and not options.force:
             refuse_broad_folder(state.info.path)

@@ -20,7 +20,11 @@ from typing import Any
 
 import trio
 
-from snapshotd.capture.checkpoint import broad_folder, refuse_unknown_broad_folder
+from snapshotd.capture.checkpoint import (
+    broad_folder,
+    refuse_broad_folder,
+    refuse_unknown_broad_folder,
+)
 from snapshotd.capture.presence import GONE
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
@@ -31,7 +35,14 @@ from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMi
 from snapshotd.fsutil import changed_while_opened, remove_stale_temp_files
 from snapshotd.git.repository import read_head
 from snapshotd.restore.core import recover
-from snapshotd.store.identity import Records, WorktreeInfo, check_still_trusted, identify, locate
+from snapshotd.store.identity import (
+    Located,
+    Records,
+    WorktreeInfo,
+    check_still_trusted,
+    identify,
+    locate,
+)
 from snapshotd.threads import thread_limiter
 
 MAX_VANISHED_KEPT = 64  # worktrees found gone or moved that are still shown; older ones are forgotten
@@ -94,8 +105,8 @@ class Registry:
         self.worktrees: dict[str, WorktreeState] = {}
         self._opening = threading.Lock()
 
-    def open_path(self, path: str) -> WorktreeState:
-        """The state of the worktree holding ``path``, opened on first sight.
+    def open_path(self, path: str, located: Located | None = None) -> WorktreeState:
+        """The state of the worktree holding ``path`` (``located`` already, if given), opened on first sight.
 
         A known worktree met at a new place (the folder or repository was
         moved) keeps its id and state; :meth:`ensure_watch` then replaces
@@ -103,7 +114,7 @@ class Registry:
         """
         with self._opening:  # one at a time: two first sights of a folder would both create its store
             try:
-                info = identify(locate(path), self.records)
+                info = identify(located if located is not None else locate(path), self.records)
             except OSError as exc:  # its .git or the folder went between looking and opening
                 raise changed_while_opened(path, exc) from exc
         state = self.worktrees.get(info.id)
@@ -117,15 +128,19 @@ class Registry:
             state.capture.info = info
         return state
 
-    def _open_unless_broad(self, path: str, force: bool) -> WorktreeState:
-        """:meth:`open_path`, after refusing a broad folder never recorded (``$HOME``, ``/``...) unless ``force``."""
+    def _open_unless_broad(self, path: str, force: bool, checkpoint: bool = False) -> WorktreeState:
+        """:meth:`open_path`, after refusing a broad folder never recorded (``$HOME``, ``/``...) unless ``force``;
+        for a ``checkpoint``, refusing ``$HOME`` and ``/`` first even when recorded (one look at the path for both)."""
+        located = None
         if not force:
             located = locate(path)
+            if checkpoint:
+                refuse_broad_folder(located.root)
             plain = located.git_dir is None
             if broad_folder(located.root, plain=plain) is not None:
                 known = any(record.get("path") == located.root for record in self.records.load().values())
                 refuse_unknown_broad_folder(located.root, plain=plain, known=known)
-        return self.open_path(path)
+        return self.open_path(path, located)
 
     def _forget_vanished(self) -> None:
         """Keep only the newest :data:`MAX_VANISHED_KEPT` vanished worktrees (agents delete worktrees all day)."""
@@ -169,13 +184,20 @@ class Registry:
             raise NotFound(f"The folder {record['path']} now holds a different worktree than {worktree_id}.")
         return state
 
-    async def resolve(self, params: dict[str, Any], required: bool = True) -> WorktreeState | None:
-        """The worktree the params name by ``path`` or ``worktree`` (both must agree), watched from now on."""
+    async def resolve(
+        self, params: dict[str, Any], required: bool = True, *, checkpoint: bool = False
+    ) -> WorktreeState | None:
+        """The worktree the params name by ``path`` or ``worktree`` (both must agree), watched from now on.
+
+        ``checkpoint``: a path that is ``$HOME`` or ``/`` is refused unless forced (``refuse_broad_folder``).
+        """
         path = optional_path(params, "path")
         worktree_id = optional_str(params, "worktree")
         if path is not None:
             force = params.get("force") is True
-            state = await trio.to_thread.run_sync(self._open_unless_broad, path, force, limiter=thread_limiter)
+            state = await trio.to_thread.run_sync(
+                self._open_unless_broad, path, force, checkpoint, limiter=thread_limiter
+            )
             if worktree_id is not None and worktree_id != state.info.id:
                 raise WorktreeMismatch(f"The path {path} belongs to worktree {state.info.id}, not {worktree_id}.")
             await self.ensure_watch(state)
