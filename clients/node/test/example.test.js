@@ -45,7 +45,7 @@ test("a turn through the plug-in's hooks reads as the conversation, and one step
       "before: Add a greeting",
       "before bash: echo hi > hi.txt",
       "after bash: echo hi > hi.txt",
-      `before edit: ${path.join(repo, "app.js")}`,
+      "before edit: app.js",
       "after edit: app.js",
       "after turn",
     ]);
