@@ -218,3 +218,15 @@ def test_errors_and_counts_read_as_sentences(daemon: Daemon, env: dict[str, str]
     assert re.search(r", (1 process|\d+ processes), \d+ ms$", made.strip()), made
     assert plural(2, "process") == "2 processes" and plural(1, "process") == "1 process"
     assert plural(3, "file") == "3 files"
+
+
+def test_a_restore_into_another_repository_names_both_and_what_to_do(
+    daemon: Daemon, env: dict[str, str], tmp_path: Path
+) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
+    other = init_repo(tmp_path / "other", ("o.txt", "o\n"))
+    cp = checkpoint(repo, env)
+    refused = cli_process("restore", cp["id"], "--into", str(other), "--yes", cwd=repo, env=env, code=1)
+    assert_one_error_line(refused, f"Checkpoint {cp['id'][:12]} is stored in the repository of {repo}", str(other),
+                          "git worktree add")
+    assert (other / "o.txt").read_text() == "o\n" and not (other / "a.txt").exists()

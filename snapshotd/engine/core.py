@@ -246,7 +246,12 @@ class Engine:
                 "pass allow_other_worktree to restore it here."
             )
         if os.path.realpath(store.repo.path) != os.path.realpath(target.info.store_dir):
-            raise Unsupported("The checkpoint is stored in another repository than the target worktree's.")
+            holder = (await trio.to_thread.run_sync(self.registry.records.load, limiter=thread_limiter)).get(checkpoint.worktree, {})
+            raise Unsupported(
+                f"Checkpoint {checkpoint.id[:12]} is stored in the repository of {holder.get('path', store.repo.path)}, "
+                f"not in that of {target.info.path}; restore it into a worktree of its own repository "
+                "('git worktree add' makes one)."
+            )
         rel_paths = [to_worktree_relative(target.info.path, p) for p in paths] if paths is not None else None
         options = restore_mod.RestoreOptions(checkpoint, rel_paths, dry_run)
         async with target.lock:
