@@ -270,3 +270,41 @@ def test_claude_code_mcp_tools_act_in_the_calling_agents_session(bin_dir: Path, 
     assert cli("list", "--json", str(repo), env=env).json()["checkpoints"][2]["session"] == "another-agent"  # newest when asked
     labels = [cp["label"] for cp in _checkpoints(repo, env, session, 7)]
     assert "by the model" in labels, labels  # the model's checkpoint went to its own session
+
+
+def test_codex_turn_killed_mid_tool_is_closed_when_the_thread_resumes(bin_dir: Path, daemon: Daemon, sock: Path, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "project", ("a.txt", "alpha\n"))
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    turns = {
+        "first turn": [("exec_command", {"cmd": "echo started > started.txt && sleep 60"})],
+        "second turn": [("exec_command", {"cmd": "printf 'v1\\n' > CHANGES"})],
+    }
+    script = Script(turns, lambda: oracle_tree(repo))
+    env = _quiet(child_env(sock, CODEX_HOME=str(home), MOCK_API_KEY="sk-mock"))
+    with MockModel(script) as mock:
+        (home / "config.toml").write_text(
+            'model = "gpt-5-codex"\nmodel_provider = "mock"\ncheck_for_update_on_startup = false\n\n'
+            f'[model_providers.mock]\nname = "mock"\nbase_url = "{mock.url}/v1"\nwire_api = "responses"\nenv_key = "MOCK_API_KEY"\n\n'
+            "[analytics]\nenabled = false\n"
+        )
+        cli("integrate", "codex", env={"CODEX_HOME": str(home)})
+        base = [str(bin_dir / "codex"), "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "--json"]
+        agent = subprocess.Popen([*base, "first turn"], cwd=repo, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_until(lambda: (repo / "started.txt").exists(), RUN_TIMEOUT_S, "the long command to start")
+        finally:
+            os.killpg(agent.pid, signal.SIGKILL)  # the agent dies mid-command: no Stop
+            agent.wait()
+        killed = oracle_tree(repo)
+        _run([*base, "resume", "--last", "second turn"], repo, env)
+
+    [session] = {cp["session"] for cp in cli("list", "--json", str(repo), env=env).json()["checkpoints"]}
+    labels = [(cp["label"], cp["tree"]) for cp in _checkpoints(repo, env, session, 6)]
+    assert labels[:4] == [
+        ("session start (startup)", script.moments["first turn", 0]),
+        ("before: first turn", script.moments["first turn", 0]),
+        ("after turn (interrupted)", killed),
+        ("session start (resume)", killed),
+    ], labels
+    assert [label for label, _ in labels[4:]] == ["before: second turn", "after turn"]

@@ -182,7 +182,7 @@ def test_a_daemon_that_cannot_start_exits_0(tmp_path: Path, repo: Path) -> None:
     run = run_hook("claude-code", placed(prompt, repo), env)
     assert run.code == 0, run
     [line] = run.stderr.splitlines()
-    assert "could not start" in line and "could not start" in user_line(run), run
+    assert "is not a socket" in line and "is not a socket" in user_line(run), run
 
 
 def test_a_hook_starts_the_daemon_when_none_runs(tmp_path: Path, repo: Path) -> None:
@@ -291,11 +291,11 @@ def test_a_failure_is_shown_to_the_user_once_in_a_while(tmp_path: Path, repo: Pa
     env = child_env(folder / "s.sock", SNAPSHOTD_HOOK_BUDGET=LONG_WAIT)
     [(_, prompt)] = [item for item in recorded("codex") if "user-prompt" in item[0]]
     first = run_hook("codex", placed(prompt, repo), env)
-    assert first.code == 0 and "could not start" in first.stderr, first
+    assert first.code == 0 and "is not a socket" in first.stderr, first
     line = user_line(first)
     assert line.startswith("snapshotd: the checkpoint 'before: Add a CHANGES file") and "snapshotd doctor" in line, first
     second = run_hook("codex", placed(prompt, repo), env)
-    assert second.code == 0 and "could not start" in second.stderr and second.stdout == "", second  # told already
+    assert second.code == 0 and "is not a socket" in second.stderr and second.stdout == "", second  # told already
 
 
 def test_a_failure_in_the_background_is_shown_at_the_next_hook(tmp_path: Path, repo: Path) -> None:
@@ -306,4 +306,4 @@ def test_a_failure_in_the_background_is_shown_at_the_next_hook(tmp_path: Path, r
     [(_, stop)] = [item for item in recorded("claude-code") if "stop" in item[0]]
     first = run_hook("claude-code", placed(stop, repo), env)
     assert (first.code, first.stdout, first.stderr) == (0, "", ""), first
-    wait_until(lambda: "could not start" in (run_hook("claude-code", placed(stop, repo), env).stdout), 60, "the earlier failure told")
+    wait_until(lambda: "is not a socket" in (run_hook("claude-code", placed(stop, repo), env).stdout), 60, "the earlier failure told")
