@@ -345,11 +345,14 @@ export interface ConnectOptions {
   connectTimeoutMs?: number;
   /** Longest reply line accepted, in bytes. Default 256 MiB. */
   lineLimit?: number;
+  /** How long each call (the connection's confirming ping too) waits for its reply before CallTimeoutError. Default 120000; 0: no limit. */
+  callTimeoutMs?: number;
   /** The environment for discovery and for a started daemon. Default `process.env`. */
   env?: Record<string, string | undefined>;
 }
 
 export const DEFAULT_LINE_LIMIT: number;
+export const DEFAULT_CALL_TIMEOUT_MS: number;
 export const SUBSCRIPTION_BUFFER: number;
 export const DEFAULT_DAEMON_COMMAND: readonly string[];
 export const DEFAULT_START_TIMEOUT_MS: number;
@@ -491,6 +494,7 @@ export class DaemonUnreachableError extends ClientError {}
 export class UnsafeSocketFolderError extends ClientError {}
 export class UntrustedDaemonError extends ClientError {}
 export class ResponseTooLongError extends ClientError {}
+export class CallTimeoutError extends ClientError {}
 
 export const ERROR_CODES: {
   readonly PARSE_ERROR: -32700;

@@ -8,6 +8,7 @@ import * as path from "node:path";
 import { startAndConnect } from "./autostart.js";
 import { DEFAULT_CONNECT_TIMEOUT_MS, RoomWait, dial, isRefusal } from "./dialing.js";
 import {
+  CallTimeoutError,
   ClientError,
   ConnectionClosedError,
   DaemonUnreachableError,
@@ -20,6 +21,8 @@ import { resolveSocketPath, unusablePathReason } from "./socket.js";
 export const DEFAULT_LINE_LIMIT = 256 * 1024 * 1024;
 /** Notifications a subscription holds for a slow reader before it folds them into one overflow. */
 export const SUBSCRIPTION_BUFFER = 1024;
+/** How long a call waits for its reply by default (ms); `callTimeoutMs: 0` waits without limit. */
+export const DEFAULT_CALL_TIMEOUT_MS = 120_000;
 
 /**
  * Connect to the daemon (see {@link Snapshotd.connect}).
@@ -35,6 +38,7 @@ export class Snapshotd {
   #nextId = 1;
   /** @type {Map<number, {resolve: Function, reject: Function, method: string, onResult?: Function}>} */
   #pending = new Map();
+  #callTimeoutMs = DEFAULT_CALL_TIMEOUT_MS;
   /** @type {Map<string, Subscription>} */
   #subscriptions = new Map();
   /** @type {Error | null} set once the connection is over */
@@ -74,7 +78,8 @@ export class Snapshotd {
           { data: { socket: socketPath } },
         );
       }
-      const client = new Snapshotd(socket, socketPath, options.lineLimit ?? DEFAULT_LINE_LIMIT);
+      const callTimeoutMs = options.callTimeoutMs ?? DEFAULT_CALL_TIMEOUT_MS;
+      const client = new Snapshotd(socket, socketPath, options.lineLimit ?? DEFAULT_LINE_LIMIT, callTimeoutMs);
       try {
         client.daemon = await client.ping();
         return client;
@@ -92,13 +97,14 @@ export class Snapshotd {
   }
 
   /** Wrap a connected socket; use {@link Snapshotd.connect}. */
-  constructor(socket, socketPath, lineLimit = DEFAULT_LINE_LIMIT) {
+  constructor(socket, socketPath, lineLimit = DEFAULT_LINE_LIMIT, callTimeoutMs = DEFAULT_CALL_TIMEOUT_MS) {
     /** The absolute path of the socket this client talks to. */
     this.socketPath = socketPath;
     /** The daemon's `ping` result from connecting (`{version, pid, uptime_s}`). */
     this.daemon = null;
     this.#socket = socket;
     this.#lines = new LineReader(lineLimit);
+    this.#callTimeoutMs = callTimeoutMs;
     this.#closed = new Promise((resolve) => socket.once("close", resolve));
     socket.on("data", (chunk) => this.#receive(chunk));
     socket.on("error", (error) => this.#fail(new ConnectionClosedError(
@@ -189,7 +195,15 @@ export class Snapshotd {
     const id = this.#nextId++;
     const line = JSON.stringify({ jsonrpc: "2.0", id, method, params }) + "\n";
     return new Promise((resolve, reject) => {
-      this.#pending.set(id, { resolve, reject, method, onResult });
+      const limit = this.#callTimeoutMs;
+      const timer = limit > 0 ? setTimeout(() => {
+        if (!this.#pending.delete(id)) return;
+        reject(new CallTimeoutError(
+          `snapshotd at ${this.socketPath} did not answer ${method} within ${limit / 1000} s.`,
+          { data: { method, timeout_ms: limit } },
+        ));
+      }, limit) : null;
+      this.#pending.set(id, { resolve, reject, method, onResult, timer });
       this.#socket.write(line);
     });
   }
@@ -231,6 +245,7 @@ export class Snapshotd {
       return;
     }
     this.#pending.delete(message.id);
+    clearTimeout(waiter.timer);
     if (message.error) waiter.reject(errorFromWire(message.error, waiter.method));
     else waiter.resolve(waiter.onResult ? waiter.onResult(message.result) : message.result);
   }
@@ -239,7 +254,10 @@ export class Snapshotd {
   #fail(error) {
     if (this.#closedError) return;
     this.#closedError = error;
-    for (const waiter of this.#pending.values()) waiter.reject(error);
+    for (const waiter of this.#pending.values()) {
+      clearTimeout(waiter.timer);
+      waiter.reject(error);
+    }
     this.#pending.clear();
     for (const subscription of this.#subscriptions.values()) subscription._end(this.#closing ? null : error);
     this.#subscriptions.clear();

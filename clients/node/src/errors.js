@@ -61,6 +61,8 @@ export class UnsafeSocketFolderError extends ClientError {}
 export class UntrustedDaemonError extends ClientError {}
 /** A reply line is longer than the client's `lineLimit`; the connection is closed. */
 export class ResponseTooLongError extends ClientError {}
+/** The daemon did not answer a call within the client's `callTimeoutMs`; the connection stays, a late reply is dropped. */
+export class CallTimeoutError extends ClientError {}
 
 /** JSON-RPC codes of the protocol errors. */
 export const ERROR_CODES = Object.freeze({
