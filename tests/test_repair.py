@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 from oracle import oracle_tree
 from repo_helpers import commit_all, git, git_ok
 
@@ -334,3 +335,23 @@ async def test_a_copy_opened_after_the_original_moved_does_not_take_its_id(tmp_p
     assert await wt_id(fresh, moved) == original_id
     listed = (await fresh.call("list", {"path": str(moved)}))["checkpoints"]
     assert [c["id"] for c in listed] == [checkpoint["id"]]
+
+
+async def test_status_right_after_a_repair_shows_the_repaired_worktrees_here(watched_engine, tmp_path):
+    """The main worktree moved: it and the linked worktree whose git folder went with it are 'here' once repaired."""
+    engine = watched_engine
+    main, linked = main_with_linked(tmp_path)
+    await cp(engine, main)
+    await cp(engine, linked)
+    moved = tmp_path / "main-moved"
+    os.rename(main, moved)
+
+    async def presences() -> dict[str, tuple[str, str | None]]:
+        shown = (await engine.call("status", {}))["worktrees"]
+        return {w["path"]: (w["presence"], w["problem"]) for w in shown}
+
+    with trio.fail_after(20):
+        while any(presence == "here" for presence, _ in (await presences()).values()):
+            await trio.sleep(0.1)
+    await engine.call("repair", {"path": str(moved)})
+    assert await presences() == {str(moved): ("here", None), str(linked): ("here", None)}

@@ -349,7 +349,9 @@ class Engine:
 
     async def _repair(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         path = optional_path(params, "path")
-        return (await repair(self.registry, path)).to_wire()
+        result = await repair(self.registry, path)
+        await self.registry.revisit_vanished()
+        return result.to_wire()
 
     # --- daemon-level ------------------------------------------------------------
 

@@ -162,6 +162,21 @@ class Registry:
                 self.worktrees.pop(key).capture.close()
         return list(self.worktrees.values())
 
+    async def revisit_vanished(self) -> None:
+        """Open again each vanished worktree that is usable where the records now say (after a repair).
+
+        A repair mends git's links of worktrees it never moved (those of a
+        repository moved from under them) and re-points the moved one; without
+        this, ``status`` kept them ``gone`` or ``moved`` until each was used.
+        """
+        for state in [s for s in self.worktrees.values() if s.capture.vanished is not None]:
+            try:
+                again = await trio.to_thread.run_sync(self.open_path, state.info.path, limiter=thread_limiter)
+            except SnapshotdError:
+                continue  # still gone, or its git folder still is
+            if again is state:
+                await self.ensure_watch(state)
+
     async def by_id_in_thread(self, worktree_id: str) -> WorktreeState:
         """:meth:`by_id` on a worker thread."""
         return await trio.to_thread.run_sync(self.by_id, worktree_id, limiter=thread_limiter)
