@@ -472,14 +472,14 @@ def test_open_worktrees_status_and_repair(
     status_text = cli("status", env=env).stdout
     assert f"pid {daemon.pid}" in status_text and wt["id"] in status_text and str(repo) in status_text
 
-    assert cli("repair", "--json", env=env).json() == {"moved": []}
+    assert cli("repair", "--json", env=env).json() == {"moved": [], "gone": []}
     assert cli("repair", env=env).stdout.strip() == "nothing moved"
 
     cp = checkpoint(repo, env, "--session", "m")["checkpoint"]
     moved_to = tmp_path / "moved-repo"
     os.rename(repo, moved_to)
     repaired = cli("repair", "--json", moved_to, env=env).json()
-    assert repaired == {"moved": [{"worktree": wt["id"], "from": str(repo), "to": str(moved_to)}]}
+    assert repaired == {"moved": [{"worktree": wt["id"], "from": str(repo), "to": str(moved_to)}], "gone": []}
     after = cli("list", "--json", moved_to, env=env).json()["checkpoints"]
     assert [c["id"] for c in after] == [cp["id"]] and after[0]["worktree"] == wt["id"]
     assert checkpoint(moved_to, env, "--session", "m")["checkpoint"]["worktree"] == wt["id"]

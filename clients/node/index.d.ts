@@ -279,6 +279,20 @@ export interface Move {
 
 export interface RepairResult {
   moved: Move[];
+  /** Open worktrees still gone after the repair (deleted, or moved where no watcher saw). */
+  gone: ForgottenWorktree[];
+}
+
+/** Either the id of a worktree no longer at its path, or the path it was recorded at. */
+export type ForgetParams = { worktree: string; path?: never } | { path: string; worktree?: never };
+
+export interface ForgottenWorktree {
+  worktree: string;
+  path: string;
+}
+
+export interface ForgetResult {
+  forgotten: ForgottenWorktree[];
 }
 
 export interface StatusWorktree extends Worktree {
@@ -406,6 +420,8 @@ export class Snapshotd {
   delete(params: DeleteParams): Promise<DeleteResult>;
   gc(params: GcParams): Promise<GcResult>;
   repair(params?: RepairParams): Promise<RepairResult>;
+  /** Drop a worktree deleted on purpose (its record too); its checkpoints in a shared store stay until gc. */
+  forget(params: ForgetParams): Promise<ForgetResult>;
   status(): Promise<StatusResult>;
   verify(target: string | WorktreeTarget): Promise<VerifyResult>;
   push(params: PushParams): Promise<PushResult>;

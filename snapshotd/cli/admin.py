@@ -1,7 +1,7 @@
 """The commands that run and look after the daemon and its worktrees.
 
 ``serve``, ``status``, ``verify``, ``open``, ``worktrees``, ``stop``, ``ping``,
-``repair``, and ``completion`` (the shell's completion script).
+``repair``, ``forget``, and ``completion`` (the shell's completion script).
 """
 
 from __future__ import annotations
@@ -78,8 +78,38 @@ def repair(ctx: click.Context, path: str | None, json_output: bool) -> None:
             click.echo("nothing moved")
         for item in result["moved"]:
             click.echo(f"{item['worktree']}  {item['from']} -> {item['to']}")
+        gone = result.get("gone") or []
+        if gone:
+            count = f"{len(gone)} worktree{'s' if len(gone) != 1 else ''}"
+            click.echo(f"{count} gone (deleted, or moved elsewhere):")
+            for item in gone:
+                click.echo(f"  {item['worktree']}  {item['path']}")
+            click.echo("if one moved, run 'snapshotd repair NEW_PATH'; if it was deleted, 'snapshotd forget PATH|ID'")
 
     invoke(ctx, "repair", {"path": os.path.abspath(path) if path else None}, human)
+
+
+@click.command(context_settings=CONTEXT)
+@click.argument("target", metavar="PATH|ID")
+@json_option
+@click.pass_context
+def forget(ctx: click.Context, target: str, json_output: bool) -> None:
+    """Forget a worktree that is gone (deleted on purpose): the daemon drops it and its record.
+
+    PATH is where the worktree was, ID its id (wt_..., as `worktrees` and
+    `status` show). A worktree still there is refused. Its checkpoints are
+    not deleted: in a repository's shared store (linked worktrees) they stay
+    reachable until `snapshotd gc`; a worktree made at that path later is a
+    new one, with a new id.
+    """
+
+    def human(result: dict[str, Any]) -> None:
+        for item in result["forgotten"]:
+            click.echo(f"forgot {item['worktree']}  {item['path']}")
+
+    is_id = target.startswith("wt_") and "/" not in target and not os.path.exists(target)
+    params = {"worktree": target} if is_id else {"path": os.path.abspath(target)}
+    invoke(ctx, "forget", params, human)
 
 
 def _problem(wt: dict[str, Any]) -> None:

@@ -48,7 +48,10 @@ def health_line(result: dict[str, Any]) -> str:
     spawn = result.get("spawn", {})
     notes = []
     if gone:
-        notes.append(f"{gone} worktree{'s' if gone != 1 else ''} not where recorded (see warnings; `snapshotd repair`)")
+        notes.append(
+            f"{gone} worktree{'s' if gone != 1 else ''} not where recorded "
+            "(see warnings; `snapshotd repair` lists them, `snapshotd forget PATH` drops a deleted one)"
+        )
     if cold:
         notes.append(f"{cold} captured cold (no watcher: each checkpoint scans)")
     if not spawn.get("native", True):

@@ -82,6 +82,7 @@ for _command in (
     admin.stop,
     admin.ping,
     admin.repair,
+    admin.forget,
     admin.completion,
     agents.hook,
     agents.integrate,

@@ -79,6 +79,7 @@ class Engine:
             "delete": self._delete,
             "gc": self._gc,
             "repair": self._repair,
+            "forget": self._forget,
             "status": self._status,
             "shutdown": self._shutdown,
             "subscribe": self._subscribe,
@@ -351,7 +352,12 @@ class Engine:
         path = optional_path(params, "path")
         result = await repair(self.registry, path)
         await self.registry.revisit_vanished()
-        return result.to_wire()
+        gone = [{"worktree": state.info.id, "path": state.info.path} for state in self.registry.gone()]
+        return {**result.to_wire(), "gone": gone}
+
+    async def _forget(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        forgotten = await self.registry.forget(optional_str(params, "worktree"), optional_path(params, "path"))
+        return {"forgotten": forgotten}
 
     # --- daemon-level ------------------------------------------------------------
 

@@ -162,6 +162,44 @@ class Registry:
                 self.worktrees.pop(key).capture.close()
         return list(self.worktrees.values())
 
+    def gone(self) -> list[WorktreeState]:
+        """The open worktrees found ``gone`` (deleted, or moved where no watcher saw): ``forget`` drops them."""
+        return [s for s in self.worktrees.values() if s.capture.vanished is not None and s.capture.vanished.how == GONE]
+
+    async def forget(self, worktree_id: str | None, path: str | None) -> list[dict[str, str]]:
+        """Drop the worktree named by id or recorded path, when it is no longer there: its entry and its record.
+
+        A worktree still at its path is refused (its next checkpoint would
+        only open it again); its checkpoints are left where they are (a
+        shared store keeps them reachable until ``gc``).
+        """
+        if (path is None) == (worktree_id is None):
+            raise InvalidParams("Give either 'path' (where the worktree was) or 'worktree' (its id), one of the two.")
+        known = await trio.to_thread.run_sync(self.records.load, limiter=thread_limiter)
+        ids = {key for key in {*self.worktrees, *known} if key == worktree_id}
+        ids |= {key for key, state in self.worktrees.items() if path is not None and state.info.path == path}
+        ids |= {key for key, record in known.items() if path is not None and record.get("path") == path}
+        if not ids:
+            named = f"at {path}" if path is not None else f"with the id {worktree_id}"
+            raise NotFound(f"No worktree is recorded {named}; 'snapshotd worktrees' lists the open ones.")
+        forgotten = []
+        for key in sorted(ids):
+            state = self.worktrees.get(key)
+            where = state.info.path if state is not None else str(known[key].get("path", ""))
+            if (state.capture.vanished is None) if state is not None else os.path.isdir(where):
+                raise InvalidParams(
+                    f"The worktree {key} is still at {where}: only one no longer there can be forgotten "
+                    "(if it moved, 'snapshotd repair NEW_PATH' keeps its checkpoints)."
+                )
+            forgotten.append({"worktree": key, "path": where})
+        for item in forgotten:
+            state = self.worktrees.pop(item["worktree"], None)
+            if state is not None:
+                state.capture.close()
+            if item["worktree"] in known:
+                await trio.to_thread.run_sync(self.records.update, item["worktree"], None, limiter=thread_limiter)
+        return forgotten
+
     async def revisit_vanished(self) -> None:
         """Open again each vanished worktree that is usable where the records now say (after a repair).
 

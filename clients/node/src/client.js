@@ -159,6 +159,7 @@ export class Snapshotd {
   delete(params) { return this.#request("delete", withAbsolutePath(params)); }
   gc(params) { return this.#request("gc", withAbsolutePath(params)); }
   repair(params = {}) { return this.#request("repair", withAbsolutePath(params)); }
+  forget(params) { return this.#request("forget", withAbsolutePath(params)); }
   status() { return this.#request("status", {}); }
   verify(target) { return this.#request("verify", worktreeParams(target)); }
   push(params) { return this.#request("push", withAbsolutePath(params)); }

@@ -161,7 +161,7 @@ describe("a turn: checkpoint, list, show, diff, revert, restore", () => {
   });
 
   test("repair with nothing moved", async () => {
-    assert.deepEqual(await sd.repair({ path: repo }), { moved: [] });
+    assert.deepEqual(await sd.repair({ path: repo }), { moved: [], gone: [] });
   });
 });
 
