@@ -186,8 +186,9 @@ def test_safety_labels_name_checkpoints_by_12_digits_and_list_keeps_its_columns(
     ]
     lines = cli("list", str(repo), env=env).stdout.splitlines()
     labels = ["before restore", "before revert", "", ""]
-    starts = {line.index(label) if label else len(line) for line, label in zip(lines, labels, strict=True)}
+    starts = {line.index(label) for line, label in zip(lines, labels, strict=True) if label}
     assert len(starts) == 1, lines  # every label starts in the same column, after the longest session
+    assert all(line == line.rstrip() for line in lines), lines  # and a line with none ends at its session
 
 
 def test_diff_of_an_id_against_its_worktree_works_from_any_folder(
@@ -206,7 +207,8 @@ def test_errors_and_counts_read_as_sentences(daemon: Daemon, env: dict[str, str]
     """A session's name keeps its case, counts take their plural, and each refusal says what to do."""
     cli("checkpoint", "--session", "MyBot", str(repo), env=env)
     short = cli("diff", "MyBot@~2", "@", cwd=repo, env=env, code=1)
-    assert_one_error_line(short, "Session 'MyBot' of worktree", "has 1 checkpoint, so none is 2", "`snapshotd list`")
+    assert_one_error_line(short, f"Session 'MyBot' of the worktree {repo} has 1 checkpoint, so none is 2", "`snapshotd list`")
+    assert "wt_" not in short.stderr
     assert "`snapshotd list` shows its sessions" in cli("show", "nobody@", cwd=repo, env=env, code=1).stderr
     assert "`snapshotd list` shows the seqs" in cli("show", "#9", cwd=repo, env=env, code=1).stderr
     assert "`snapshotd list` shows the checkpoints" in cli("show", "1234567", cwd=repo, env=env, code=1).stderr
@@ -230,3 +232,16 @@ def test_a_restore_into_another_repository_names_both_and_what_to_do(
     assert_one_error_line(refused, f"Checkpoint {cp['id'][:12]} is stored in the repository of {repo}", str(other),
                           "git worktree add")
     assert (other / "o.txt").read_text() == "o\n" and not (other / "a.txt").exists()
+
+
+def test_lines_without_a_label_end_where_their_text_does(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    """No trailing spaces after the session; ``(unchanged)`` stands where the label would."""
+    first = cli("checkpoint", str(repo), env=env).stdout.splitlines()[0]
+    again = cli("checkpoint", str(repo), env=env).stdout.splitlines()[0]
+    listed = cli("list", str(repo), env=env).stdout.splitlines()
+    for line in (first, again, *listed):
+        assert line == line.rstrip(), repr(line)
+    assert first.endswith("  -") and again.endswith("  -            (unchanged)")
+    assert listed == [again, first]
+    far = cli("show", "@~999", cwd=repo, env=env, code=1)
+    assert_one_error_line(far, f"The default session of the worktree {repo} has 2 checkpoints, so none is 999")

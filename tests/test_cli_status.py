@@ -71,3 +71,10 @@ def test_status_counts_from_the_index_without_listing(daemon: Daemon, sock: Path
     table = cli("status", env=env).stdout.splitlines()
     assert table[2].split()[4] == "2"
     assert cli("status", "--json", env=env).json()["counters"].get("calls.list", 0) == lists_before
+
+
+def test_status_under_embedded_says_what_is_true(tmp_path: Path) -> None:
+    """No daemon runs: nothing is open or watched, and the line says so rather than "all watched"."""
+    repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
+    lines = cli("--embedded", "status", cwd=repo).stdout.splitlines()
+    assert lines[1:] == ["ok: embedded (no daemon: each command opens its worktree and scans it)"]

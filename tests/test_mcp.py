@@ -65,6 +65,9 @@ async def test_every_tool_over_stdio(daemon: Daemon, sock: Path, repo: Path) -> 
         assert result.structured_content["session"] == SESSION
         assert [cp["id"] for cp in result.structured_content["checkpoints"]] == [end2["id"], turn2["id"], end1["id"], turn1["id"]]
         assert "before: Write notes" in text_of(result) and f"session {SESSION}" in text_of(result)
+        assert text_of(result).startswith(f"4 checkpoints of {repo}, session {SESSION}, newest first:")
+        one = await client.call_tool("list_checkpoints", {"limit": 1})
+        assert text_of(one).startswith(f"1 checkpoint of {repo}, session {SESSION}, newest first:")
 
         # One turn's diff: only that turn's files; the patch is bounded.
         result = await client.call_tool("show_turn", {"checkpoint": turn1["id"]})

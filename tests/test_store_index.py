@@ -62,7 +62,7 @@ def answers(store: Store, made: list[Checkpoint]) -> dict:
         "list2": [cp.id for cp in store.list(WORKTREE, None, 2, all_sessions=True)],
         "live": [store.is_live(cp) for cp in made],
         "seq": [getattr(by_seq(store, WORKTREE, "s", cp.seq), "id", None) for cp in made],
-        "back1": back_from_head(store, WORKTREE, "s", 1).id if len(listed) > 1 else None,
+        "back1": back_from_head(store, WORKTREE, "s", 1, "/wt").id if len(listed) > 1 else None,
         "count": store.count(NAME),
         "gc": [c.checkpoints for c in collect_sessions(store, info, GcOptions(2, None, False, True, True))],
     }

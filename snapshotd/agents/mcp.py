@@ -39,6 +39,7 @@ from pydantic import Field, ValidationError
 from snapshotd.agents import hookstate
 from snapshotd.agents.hooks import BEFORE_PROMPT
 from snapshotd.cli.launcher import Runner
+from snapshotd.cli.output import plural
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.settings import VERSION, resolve_socket_path
@@ -168,7 +169,7 @@ class Tools:
         chosen = None if all_sessions else self._session(folder, session)
         params = {"path": folder, "limit": limit, **({"session": chosen} if chosen else {})}
         checkpoints = self.runner.call("list", params)["checkpoints"]
-        heading = f"{len(checkpoints)} checkpoint(s) of {folder}" + (f", session {chosen}" if chosen else ", every session")
+        heading = f"{plural(len(checkpoints), 'checkpoint')} of {folder}" + (f", session {chosen}" if chosen else ", every session")
         text = "\n".join([heading + ", newest first:", *map(_line, checkpoints)])
         return _result(text, {"worktree": folder, "session": chosen, "checkpoints": checkpoints})
 

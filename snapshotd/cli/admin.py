@@ -127,8 +127,10 @@ def _problem(wt: dict[str, Any]) -> None:
 def status(ctx: click.Context, verbose: bool, json_output: bool) -> None:
     """A table of the daemon's worktrees and one health line (--verbose adds the counters)."""
 
+    runner: Runner = ctx.obj
+
     def human(result: dict[str, Any]) -> None:
-        print_status(result, verbose)
+        print_status(result, verbose, runner.embedded)
 
     invoke(ctx, "status", {}, human)
 

@@ -40,9 +40,14 @@ def _checkpoints(wt: dict[str, Any]) -> tuple[str, str]:
     return str(count), age(newest) if newest else "never"
 
 
-def health_line(result: dict[str, Any]) -> str:
-    """One line: all well, or how many worktrees need a look and whether captures run cold."""
+def health_line(result: dict[str, Any], embedded: bool = False) -> str:
+    """One line: all well, or how many worktrees need a look and whether captures run cold.
+
+    ``embedded``: the engine ran in this command alone, so no worktree is open or watched.
+    """
     worktrees = result["worktrees"]
+    if embedded and not worktrees:
+        return click.style("ok", fg="green") + ": embedded (no daemon: each command opens its worktree and scans it)"
     gone = sum(1 for wt in worktrees if _state(wt) not in ("watching", "cold"))
     cold = sum(1 for wt in worktrees if _state(wt) == "cold")
     spawn = result.get("spawn", {})
@@ -70,7 +75,7 @@ def background_push_line(worktree: str, push: dict[str, Any]) -> str:
     return line + (click.style(f"; last error: {push['last_error']}", fg="red") if push.get("last_error") else "")
 
 
-def print_status(result: dict[str, Any], verbose: bool) -> None:
+def print_status(result: dict[str, Any], verbose: bool, embedded: bool = False) -> None:
     """The version line, the table of worktrees, the health line, and with ``verbose`` the counters."""
     click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}")
     rows = [("ID", "PATH", "KIND", "STATE", "CHECKPOINTS", "LAST CAPTURE", "WARNINGS")]
@@ -82,9 +87,9 @@ def print_status(result: dict[str, Any], verbose: bool) -> None:
         for row in rows:
             cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
             click.echo("  ".join([*cells, row[-1]]).rstrip())
-    else:
+    elif not embedded:
         click.echo("no worktrees open yet (a checkpoint opens one)")
-    click.echo(health_line(result))
+    click.echo(health_line(result, embedded))
     for worktree, push in (result.get("background_push") or {}).items():
         click.echo(background_push_line(worktree, push))
     counters = result["counters"]

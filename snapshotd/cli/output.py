@@ -111,13 +111,11 @@ def one_line(text: str) -> str:
 
 def checkpoint_line(cp: dict[str, Any], session_width: int = 12) -> str:
     """One checkpoint on one line; ``session_width`` aligns the label column across a listing."""
-    mark = "" if cp.get("changed", True) else click.style(" (unchanged)", dim=True)
-    label = one_line(cp.get("label") or "")
+    mark = "" if cp.get("changed", True) else click.style("(unchanged)", dim=True)
+    tail = " ".join(part for part in (one_line(cp.get("label") or ""), mark) if part)
     session = one_line(cp.get("session") or "-")
-    return (
-        f"{click.style(short_id(cp['id']), fg='yellow')}  #{cp['seq']:<4} {cp['created_at'][:19].replace('T', ' ')}"
-        f"  {session:<{session_width}} {label}{mark}"
-    )
+    head = f"{click.style(short_id(cp['id']), fg='yellow')}  #{cp['seq']:<4} {cp['created_at'][:19].replace('T', ' ')}"
+    return f"{head}  {session:<{session_width}} {tail}" if tail else f"{head}  {session}"
 
 
 

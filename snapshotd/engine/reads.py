@@ -90,7 +90,7 @@ def find_checkpoint(ref: CheckpointRef, store_dirs: Iterable[str], worktree: Wor
         return FoundCheckpoint(store, found)
     if isinstance(ref, SessionHead):
         session = ref.session.name if ref.session.named else _newest_session(store, worktree)
-        return FoundCheckpoint(store, lookup.back_from_head(store, worktree.id, session, ref.back))
+        return FoundCheckpoint(store, lookup.back_from_head(store, worktree.id, session, ref.back, worktree.path))
     return FoundCheckpoint(store, _by_seq(store, worktree, ref))
 
 

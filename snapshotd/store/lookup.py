@@ -59,18 +59,18 @@ def session_heads(store: Store, worktree_id: str) -> list[Checkpoint]:
     return sorted(heads, key=lambda cp: (cp.created_at, cp.seq), reverse=True)
 
 
-def back_from_head(store: Store, worktree_id: str, session: str | None, back: int) -> Checkpoint:
-    """The checkpoint ``back`` before the newest of the session; NotFound when the session is shorter."""
+def back_from_head(store: Store, worktree_id: str, session: str | None, back: int, path: str) -> Checkpoint:
+    """The checkpoint ``back`` before the newest of the session; NotFound (naming the worktree at ``path``) when shorter."""
     ids = store.newest_ids(ref_name(worktree_id, session), back + 1)
     if len(ids) > back:
         return store.load(ids[back])
     count = len(ids)
     where = f"session {session!r}" if session is not None else "the default session"
     if count == 0:
-        raise NotFound(f"There is no checkpoint in {where} of worktree {worktree_id}; `snapshotd list` shows its sessions.")
+        raise NotFound(f"There is no checkpoint in {where} of the worktree {path}; `snapshotd list` shows its sessions.")
     held = f"{count} checkpoint" if count == 1 else f"{count} checkpoints"
     raise NotFound(
-        f"{where[0].upper()}{where[1:]} of worktree {worktree_id} has {held}, so none is {back} before the newest; "
+        f"{where[0].upper()}{where[1:]} of the worktree {path} has {held}, so none is {back} before the newest; "
         "`snapshotd list` shows them."
     )
 
