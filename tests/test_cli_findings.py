@@ -11,6 +11,7 @@ them; the man page's synopsis has every command and its -y.
 from __future__ import annotations
 
 import re
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from daemon_helpers import (
     cli,
     cli_process,
 )
-from repo_helpers import init_repo, worktree_listing, write
+from repo_helpers import git, init_repo, worktree_listing, write
 from terminal_helpers import at_a_terminal
 
 from snapshotd.cli.main import main as cli_main
@@ -245,3 +246,26 @@ def test_lines_without_a_label_end_where_their_text_does(daemon: Daemon, env: di
     assert listed == [again, first]
     far = cli("show", "@~999", cwd=repo, env=env, code=1)
     assert_one_error_line(far, f"The default session of the worktree {repo} has 2 checkpoints, so none is 999")
+
+
+def test_restoring_a_deleted_submodule_says_git_fills_its_folder(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    """A checkpoint holds a submodule's commit, not its files: the restore makes its folder and names git's step."""
+    sub = init_repo(repo / "sub", ("inner.txt", "inside\n"))
+    git(repo, "add", "sub")
+    git(repo, "commit", "-q", "-m", "a submodule")
+    cp = checkpoint(repo, env)
+    shutil.rmtree(sub)
+    preview = cli("restore", cp["id"], "--dry-run", cwd=repo, env=env).stdout.splitlines()
+    assert preview[0] == (
+        "S  sub: submodule: would make its folder only (a checkpoint holds no submodule's files); "
+        "'git submodule update --init -- sub' checks it out"
+    )
+    assert preview[1] == "would write 0 files, would delete 0 files, would make 1 submodule folder"
+    done = cli("restore", cp["id"], "--yes", cwd=repo, env=env)
+    lines = done.stdout.splitlines() + done.stderr.splitlines()
+    assert any(line.startswith("S  sub: submodule: made its folder only") for line in lines), done
+    assert not any(line.startswith("W  sub") for line in lines), done
+    assert any(line.startswith("wrote 0 files, deleted 0 files, made 1 submodule folder") for line in lines), done
+    assert sub.is_dir() and list(sub.iterdir()) == []
+    result = cli("restore", cp["id"], "--dry-run", "--json", cwd=repo, env=env).json()
+    assert result["submodules"] == result["written"] == ["sub"]  # the wire names them too, and keeps them written

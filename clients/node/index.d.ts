@@ -238,6 +238,8 @@ export interface RestoreResult {
   safety_checkpoint: Checkpoint | null;
   written: string[];
   deleted: string[];
+  /** The written paths that are submodules: only their folder is made (git submodule update fills it). */
+  submodules?: string[];
   /** Paths left alone because something stood in the way. */
   skipped?: Conflict[];
   /** Files left in place (e.g. ignored when the restore began). */
@@ -248,6 +250,8 @@ export interface RevertResult {
   safety_checkpoint: Checkpoint | null;
   written: string[];
   deleted: string[];
+  /** The written paths that are submodules: only their folder is made (git submodule update fills it). */
+  submodules?: string[];
   conflicts: Conflict[];
 }
 

@@ -39,7 +39,7 @@ from pydantic import Field, ValidationError
 from snapshotd.agents import hookstate
 from snapshotd.agents.hooks import BEFORE_PROMPT
 from snapshotd.cli.launcher import Runner
-from snapshotd.cli.output import plural
+from snapshotd.cli.output import plural, submodule_note
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.settings import VERSION, resolve_socket_path
@@ -86,7 +86,9 @@ def turn_end(session_checkpoints: list[dict[str, Any]], start: dict[str, Any]) -
 def _changes_text(result: dict[str, Any], applied: bool) -> str:
     """What a restore or revert wrote and deleted (or would), with the way back."""
     verb = "" if applied else "would "
-    lines = [f"W  {p}" for p in result.get("written", [])] + [f"D  {p}" for p in result.get("deleted", [])]
+    submodules = set(result.get("submodules") or [])
+    lines = [f"S  {submodule_note(p, not applied)}" if p in submodules else f"W  {p}" for p in result.get("written", [])]
+    lines += [f"D  {p}" for p in result.get("deleted", [])]
     lines += [f"!  {c['path']}: {c['reason']}" for c in result.get("conflicts", []) + result.get("skipped", [])]
     lines.append(f"{verb}write {len(result.get('written', []))}, {verb}delete {len(result.get('deleted', []))}")
     safety = result.get("safety_checkpoint")

@@ -135,9 +135,22 @@ def print_patch(text: str) -> None:
 
 
 
+def submodule_note(path: str, dry_run: bool) -> str:
+    """What a restore does for a submodule (a gitlink): only its folder, which ``git submodule update`` fills."""
+    made = "would make" if dry_run else "made"
+    return (
+        f"{quote_path(path)}: submodule: {made} its folder only (a checkpoint holds no submodule's files); "
+        f"'git submodule update --init -- {quote_path(path)}' checks it out"
+    )
+
+
 def print_changes(result: dict[str, Any], dry_run: bool, err: bool = False) -> None:
     """Written, deleted, left alone (and why) and kept paths, a summary, and how to undo."""
+    submodules = set(result.get("submodules") or [])
     for path in result.get("written", []):
+        if path in submodules:
+            click.echo(f"{click.style('S', fg='yellow')}  {submodule_note(path, dry_run)}", err=err)
+            continue
         click.echo(f"{click.style('W', fg='green')}  {quote_path(path)}", err=err)
     for path in result.get("deleted", []):
         click.echo(f"{click.style('D', fg='red')}  {quote_path(path)}", err=err)
@@ -145,12 +158,14 @@ def print_changes(result: dict[str, Any], dry_run: bool, err: bool = False) -> N
         click.echo(f"{click.style('!', fg='magenta')}  {quote_path(item['path'])}: {item['reason']}", err=err)
     for item in result.get("kept", []):
         click.echo(f"{click.style('K', fg='cyan')}  {quote_path(item['path'])}: {item['reason']}", err=err)
-    written, deleted = len(result.get("written", [])), len(result.get("deleted", []))
+    written, deleted = len(result.get("written", [])) - len(submodules), len(result.get("deleted", []))
     summary = (
         f"would write {plural(written, 'file')}, would delete {plural(deleted, 'file')}"
         if dry_run
         else f"wrote {plural(written, 'file')}, deleted {plural(deleted, 'file')}"
     )
+    if submodules:
+        summary += f", {'would make' if dry_run else 'made'} {plural(len(submodules), 'submodule folder')}"
     click.echo(click.style(summary, dim=True), err=err)
     safety = result.get("safety_checkpoint")
     if safety:

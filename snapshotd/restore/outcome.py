@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from snapshotd.git.modes import MODE_GITLINK
 from snapshotd.restore.plan import Plan
 from snapshotd.store.checkpoints import Checkpoint
 
@@ -19,6 +20,9 @@ class RestoreOutcome:
     reports no such list. ``safety_checkpoint`` is the checkpoint recorded
     just before anything was touched (None when nothing was to be done, or
     with ``dry_run``, where the paths are those the plan would touch).
+    ``submodules`` are the written paths that are gitlinks: a restore makes
+    only their folder (a checkpoint holds no submodule's files), which
+    ``git submodule update`` fills.
     """
 
     written: list[str]
@@ -27,6 +31,7 @@ class RestoreOutcome:
     kept: list[dict[str, str]] | None = None
     safety_checkpoint: Checkpoint | None = None
     dry_run: bool = False
+    submodules: list[str] = field(default_factory=list)
 
     @classmethod
     def of_plan(cls, plan: Plan, skipped: Mapping[str, str] | None = None, *, dry_run: bool = False) -> RestoreOutcome:
@@ -39,6 +44,7 @@ class RestoreOutcome:
             deleted=sorted(path for path in plan.deletes if path not in skipped),
             conflicts=sorted(conflicts, key=lambda conflict: conflict["path"]),
             dry_run=dry_run,
+            submodules=sorted(p for p, entry in plan.writes if entry.mode == MODE_GITLINK and p not in skipped),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -52,6 +58,8 @@ class RestoreOutcome:
             "written": list(self.written),
             "deleted": list(self.deleted),
         }
+        if self.submodules:
+            result["submodules"] = list(self.submodules)
         if self.kept is None:
             result["conflicts"] = list(self.conflicts)
             return result
