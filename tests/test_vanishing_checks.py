@@ -206,7 +206,7 @@ def _loose(repo: Path, oid: str) -> Path:
 
 
 @pytest.mark.parametrize("deleted", ["the captured tree", "every object"])
-async def test_a_store_losing_objects_between_capture_and_record_is_a_clear_error(tmp_path, deleted):
+async def test_a_store_losing_objects_between_capture_and_record_is_a_clear_error(tmp_path, deleted, monkeypatch):
     """Fault: ``rm -rf`` of the worktree is under way in ``.git/objects`` after the tree was captured and
     before its checkpoint is recorded: ``not_found`` once the git folder is no repository any more, and
     with one object gone, the sentence naming the repository and the object (never an internal error)."""
@@ -215,16 +215,18 @@ async def test_a_store_losing_objects_between_capture_and_record_is_a_clear_erro
     try:
         await engine.call("checkpoint", {"path": str(repo)})
         (repo / "a.txt").write_text("changed\n")
-        record = engine._record
+        from snapshotd.engine import core as core_mod
 
-        def record_after_deleting(state, session, label, tree, repo_=None):  # type: ignore[no-untyped-def]
+        record_many = core_mod.record_many
+
+        def record_after_deleting(info, tickets, tree):  # type: ignore[no-untyped-def]
             if deleted == "every object":
                 shutil.rmtree(repo / ".git" / "objects")
             else:
                 _loose(repo, tree).unlink()
-            return record(state, session, label, tree, repo_)
+            return record_many(info, tickets, tree)
 
-        engine._record = record_after_deleting  # type: ignore[method-assign]
+        monkeypatch.setattr(core_mod, "record_many", record_after_deleting)
         with pytest.raises(SnapshotdError) as caught:
             await engine.call("checkpoint", {"path": str(repo)})
     finally:

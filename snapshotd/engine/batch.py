@@ -94,7 +94,10 @@ async def _serve(
     taken, queue[:] = list(queue), []
     try:
         result = await capture(exact)
-        outcomes: list[Checkpoint | Exception] = await run_sync(record_many, taken, result.tree)
+        try:
+            outcomes: list[Checkpoint | Exception] = await run_sync(record_many, taken, result.tree)
+        except Exception as exc:  # the store refused them all (its git dir deleted meanwhile, say)
+            outcomes = [exc] * len(taken)
     except BaseException:
         queue[:0] = taken  # the next holder of the lock serves them; the caller's own ticket raises
         raise

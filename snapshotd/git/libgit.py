@@ -52,11 +52,15 @@ class LibgitRepository(pygit2.Repository):
     ) -> pygit2.Oid:
         """A commit as libgit2 writes it, written by :mod:`.loose` (no reference is updated: ``update_ref`` is None).
 
-        libgit2 would hold the interpreter's lock while the disk works, and checks that the tree
-        and parents exist: here the callers have just read or written them.
+        libgit2 would hold the interpreter's lock while the disk works. Its check that the tree
+        and parents exist is kept (a look each, no read): a commit naming a tree deleted meanwhile
+        (``rm -rf`` under way in ``.git``, say) is never written, as with libgit2 (KeyError, its form).
         """
         if update_ref is not None:
             raise NotImplementedError("create_commit here never updates a reference")
+        for needed in (tree, *parents):
+            if needed not in self.odb:
+                raise KeyError(f"object not found - no match for id ({needed})")
         body = loose.commit_body(str(tree), [str(parent) for parent in parents], author, committer, message, encoding)
         return loose.write_object(self.path, "commit", body)
 
