@@ -668,12 +668,11 @@ def test_a_socket_folder_others_may_write_is_refused_before_a_start(repo: Path, 
 def test_a_daemon_that_cannot_start_is_reported(repo: Path, tmp_path: Path) -> None:
     folder = tmp_path / "run"
     folder.mkdir(mode=0o700)
-    (folder / "s.sock").write_text("not a socket")  # the daemon will not remove a file in its way
-    env = child_env(folder / "s.sock")
+    env = child_env(folder / "s.sock", SNAPSHOTD_MAX_CONNECTIONS="bogus")  # only the daemon reads it, and refuses it
     human = cli_process("list", repo, env=env, code=1)
     line = assert_one_error_line(human, "could not start", str(folder / "snapshotd.log"))
     assert "exit status 1" in line
-    assert "not a socket" in (folder / "snapshotd.log").read_text()
+    assert "SNAPSHOTD_MAX_CONNECTIONS must be a whole number" in (folder / "snapshotd.log").read_text()
     assert_json_error(cli("--json", "list", repo, env=env, code=1))
 
 
