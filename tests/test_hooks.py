@@ -164,8 +164,8 @@ def test_a_stuck_daemon_costs_a_before_hook_one_ping(tmp_path: Path, repo: Path)
         listener.listen(8)  # accepts connections, never answers
         [(_, prompt)] = [item for item in recorded("codex") if "user-prompt" in item[0]]
         started = time.monotonic()
-        # A "before" waits up to 55 s for its checkpoint; the ping tells a stuck daemon at once.
-        run = run_hook("codex", placed(prompt, repo), child_env(path))
+        # A "before" waits up to 55 s for its checkpoint; the ping tells a stuck daemon after the wait for room.
+        run = run_hook("codex", placed(prompt, repo), child_env(path, SNAPSHOTD_CONNECT_TIMEOUT="1"))
         waited = time.monotonic() - started
     assert run.code == 0 and waited < 10, (waited, run)
     [line] = run.stderr.splitlines()

@@ -20,14 +20,11 @@ if __name__ == "__main__":  # run by path: the package is three folders up, this
     sys.path.insert(0, os.path.dirname(os.path.dirname(_here)))
 
 from snapshotd.agents.hooks import report, run_hook
-from snapshotd.settings import hook_budget, resolve_socket_path
+from snapshotd.settings import connect_timeout, hook_budget, resolve_socket_path
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
 if TYPE_CHECKING:
     from typing import Any
-
-PING_TIMEOUT_S = 1.0
-"""A daemon that accepts but does not answer a ping within this long is taken as stuck."""
 
 PROGRAM = os.path.abspath(__file__)
 """This file: what the agent's settings run, with this interpreter."""
@@ -40,7 +37,8 @@ def call(socket_path: str | None, method: str, params: dict[str, Any]) -> dict[s
 
     path = os.path.abspath(resolve_socket_path(socket_path))
     try:
-        return onecall.call(path, method, params, PING_TIMEOUT_S)
+        # A daemon busy with a burst answers late, one stopped never: both wait as long as for room.
+        return onecall.call(path, method, params, connect_timeout())
     except onecall.Unusual:
         pass
     if sys.flags.no_site:  # in the hook's child, off the agent's wait: the launcher needs site-packages
