@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import shutil
 import signal
 import stat
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 from urllib.parse import quote
 
 import pytest
-from daemon_helpers import Daemon, call, child_env
+from daemon_helpers import Daemon, call, child_env, running_daemon
 from repo_helpers import git, init_repo, write
 from ui_helpers import request, status, ui_process
 
@@ -254,3 +255,38 @@ def test_a_revert_shows_its_conflicts_and_leaves_them_alone_unless_forced(
 def test_the_page_stopped_by_sigterm_removes_its_token_file_as_on_ctrl_c(daemon: Daemon, env: dict[str, str]) -> None:
     with ui_process(env, stop=signal.SIGTERM) as page:  # ui_process checks: exit 0, no traceback, no token file
         assert status(page.base + "/api/worktrees", page.cookie) == 200
+
+
+def test_a_restarted_daemons_page_still_lists_every_recorded_worktree_with_its_checkpoints(
+    daemon: Daemon, env: dict[str, str], tmp_path: Path
+) -> None:
+    sock = env["SNAPSHOTD_SOCKET"]
+    ids = {}
+    for name in ("one", "two", "deleted"):
+        repo = init_repo(tmp_path / name, ("a.txt", f"{name}\n"))
+        ids[name] = call(sock, "checkpoint", {"path": str(repo), "session": name})["checkpoint"]["worktree"]
+        write(repo / "a.txt", f"{name} again\n")
+        call(sock, "checkpoint", {"path": str(repo), "session": name})
+    assert daemon.terminate() == 0, daemon.log_text()
+    shutil.rmtree(tmp_path / "deleted")
+    with running_daemon(sock, tmp_path / "second.log"):
+        assert call(sock, "worktrees")["worktrees"] == []  # the plain method is as it was
+        known = {wt["id"]: wt for wt in call(sock, "worktrees", {"known": True})["worktrees"]}
+        assert set(known) == set(ids.values())
+        assert {known[ids[name]]["path"] for name in ("one", "two")} == {str(tmp_path / "one"), str(tmp_path / "two")}
+        assert [(wt["open"], wt["presence"], wt["kind"]) for wt in known.values()].count((False, "here", "git")) == 2
+        gone = known[ids["deleted"]]
+        assert (gone["open"], gone["presence"], gone["path"]) == (False, "gone", str(tmp_path / "deleted"))
+        assert "snapshotd forget" in gone["problem"]
+        assert call(sock, "worktrees")["worktrees"] == []  # listing the records opened none
+        with ui_process(env) as page:
+            code, body = request(page.base + "/api/worktrees", page.cookie)
+            assert code == 200, body
+            shown = {wt["id"]: wt for wt in json.loads(body)["worktrees"]}
+        assert set(shown) == set(ids.values())
+        for name in ("one", "two"):
+            listed = shown[ids[name]]
+            assert "error" not in listed, listed
+            assert (listed["entries"], [s["name"] for s in listed["sessions"]]) == (2, [name])
+        assert (shown[ids["deleted"]]["presence"], shown[ids["deleted"]]["entries"]) == ("gone", 0)
+        assert "error" not in shown[ids["deleted"]]

@@ -205,8 +205,21 @@ export interface WorktreeResult {
   worktree: Worktree;
 }
 
+export interface WorktreesParams {
+  /** Also every recorded worktree this daemon has not opened (each with `open: false`). */
+  known?: boolean;
+}
+
+export interface KnownWorktree extends Worktree {
+  /** False for a worktree listed from its record alone (head, branch null; not watched). */
+  open?: boolean;
+  /** "here", or "gone" when its folder is no longer at its path. */
+  presence?: string;
+  problem?: string | null;
+}
+
 export interface WorktreesResult {
-  worktrees: Worktree[];
+  worktrees: KnownWorktree[];
 }
 
 export interface CheckpointResult {
@@ -413,7 +426,7 @@ export class Snapshotd {
 
   ping(): Promise<PingResult>;
   open(target: string | WorktreeTarget): Promise<WorktreeResult>;
-  worktrees(): Promise<WorktreesResult>;
+  worktrees(params?: WorktreesParams): Promise<WorktreesResult>;
   checkpoint(params: CheckpointParams): Promise<CheckpointResult>;
   list(params: ListParams): Promise<ListResult>;
   show(ref: CheckpointRef | ShowParams): Promise<ShowResult>;

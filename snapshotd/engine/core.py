@@ -370,7 +370,7 @@ class Engine:
         return {"worktree": await self.registry.wire_worktree(state)}
 
     async def _worktrees(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        return {"worktrees": [await self.registry.wire_worktree(state) for state in self.registry.shown()]}
+        return {"worktrees": await self.registry.listed(params)}
 
     async def _status(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         counters = dict(self.counters)

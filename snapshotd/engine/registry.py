@@ -25,10 +25,10 @@ from snapshotd.capture.checkpoint import (
     refuse_broad_folder,
     refuse_unknown_broad_folder,
 )
-from snapshotd.capture.presence import GONE
+from snapshotd.capture.presence import GONE, HERE
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
-from snapshotd.contract.params import optional_path, optional_str
+from snapshotd.contract.params import optional_bool, optional_path, optional_str
 from snapshotd.engine.batch import Ticket
 from snapshotd.engine.reads import checkpoint_summary
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
@@ -82,6 +82,25 @@ def worktree_head(info: WorktreeInfo) -> tuple[str | None, str | None]:
     if info.git_dir is None:
         return None, None
     return read_head(info.git_dir, info.path, info.common_dir)
+
+
+def recorded_wire(worktree_id: str, record: dict[str, Any], opened: dict[str, WorktreeState]) -> dict[str, Any]:
+    """A recorded worktree not open, from its record alone: nothing is opened or run there.
+
+    It is ``here`` when its folder is (listing its checkpoints by id opens
+    it, with every check an open makes), else ``gone``, as it is when an
+    open worktree now holds its path.
+    """
+    path = str(record.get("path", ""))
+    taken = any(state.info.path == path for state in opened.values())
+    here = os.path.isdir(path) and not taken
+    wire = {name: record.get(name) for name in ("path", "kind", "git_dir", "common_dir")}
+    problem = None if here else (
+        f"The worktree {worktree_id} is no longer at {path}; 'snapshotd repair NEW_PATH' finds it if it moved, "
+        f"'snapshotd forget {worktree_id}' drops it."
+    )
+    return {"id": worktree_id, **wire, "head": None, "branch": None, "watching": False, "open": False,
+            "presence": HERE if here else GONE, "problem": problem}
 
 
 class Registry:
@@ -280,6 +299,17 @@ class Registry:
                 except SnapshotdError:
                     continue
         return states
+
+    async def listed(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+        """The open worktrees as the contract shows them; with ``known``, then every recorded one not open."""
+        shown = [await self.wire_worktree(state) for state in self.shown()]
+        if not optional_bool(params, "known"):
+            return shown
+        for wire in shown:
+            wire["open"] = True
+        known = await trio.to_thread.run_sync(self.records.load, limiter=thread_limiter)
+        return shown + [recorded_wire(key, record, self.worktrees) for key, record in sorted(known.items())
+                        if key not in self.worktrees]
 
     async def wire_worktree(self, state: WorktreeState, *, summary: bool = False) -> dict[str, Any]:
         """The worktree as the contract shows it; HEAD is read on a worker thread.

@@ -119,10 +119,17 @@ class Timeline:
             self._entries.pop(worktree_id, None)
 
     async def worktrees(self) -> list[dict[str, Any]]:
-        """Every worktree the daemon knows, each with its sessions (name, entries, newest time), newest first."""
-        found = (await self.bridge.call("worktrees"))["worktrees"]
+        """Every worktree the daemon knows, each with its sessions (name, entries, newest time), newest first.
+
+        ``known``: the recorded worktrees too, so a restarted daemon's page
+        still lists them (listing one's checkpoints opens it); one gone has none.
+        """
+        found = (await self.bridge.call("worktrees", {"known": True}))["worktrees"]
         shown = []
         for worktree in found:
+            if worktree.get("open") is False and worktree.get("presence") == "gone":
+                shown.append({**worktree, "sessions": [], "newest": "", "entries": 0})
+                continue
             try:
                 entries = await self.entries(worktree["id"])
             except SnapshotdError as error:

@@ -148,7 +148,7 @@ export class Snapshotd {
 
   ping() { return this.#request("ping", {}); }
   open(target) { return this.#request("open", worktreeParams(target)); }
-  worktrees() { return this.#request("worktrees", {}); }
+  worktrees(params = {}) { return this.#request("worktrees", params); }
   checkpoint(params) { return this.#request("checkpoint", withAbsolutePath(params)); }
   list(params) { return this.#request("list", withAbsolutePath(params)); }
   show(ref) { return this.#request("show", checkpointParams(ref)); }

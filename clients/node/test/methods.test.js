@@ -47,6 +47,8 @@ describe("the daemon's own methods", () => {
     assert.equal(worktree.branch, "main");
     assert.equal(worktree.head, git(repo, "rev-parse", "HEAD").trim());
     assert.ok((await sd.worktrees()).worktrees.some((each) => each.id === worktree.id));
+    const known = await sd.worktrees({ known: true });
+    assert.ok(known.worktrees.some((each) => each.id === worktree.id && each.open === true));
     const status = await sd.status();
     assert.ok(status.worktrees.some((each) => each.id === worktree.id));
     assert.ok(status.counters["calls.open"] >= 1);

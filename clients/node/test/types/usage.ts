@@ -36,6 +36,7 @@ export async function turn(worktree: string): Promise<void> {
   const wouldDelete = gc.would_delete?.[0]?.session;
   const moved: string[] = (await sd.repair()).moved.map((move) => move.to);
   const counters: Record<string, number> = (await sd.status()).counters;
+  const unopened: boolean = (await sd.worktrees({ known: true })).worktrees.some((each) => each.open === false);
   const { differences, scan_ms } = await sd.verify(worktree);
   const { pushed, up_to_date } = await sd.push({ path: worktree, remote: "origin" });
   const { fetched } = await sd.fetch({ path: worktree });
