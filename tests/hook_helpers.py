@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from repo_helpers import write
+
 from snapshotd.agents.integrate import hook_command
 
 PAYLOADS = Path(__file__).resolve().parent / "hook_payloads"
@@ -52,3 +54,20 @@ def run_hook(tool: str, data: bytes, env: dict[str, str], cwd: Path | None = Non
         check=False,
     )
     return HookRun(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
+
+
+def claude_hook(repo: Path, env: dict[str, str], name: str, **changes: Any) -> None:
+    """Run Claude Code's recorded payload ``name`` in ``repo`` (with ``changes``); it must succeed silently."""
+    payload = dict(recorded("claude-code"))[name]
+    run = run_hook("claude-code", placed(payload, repo, **changes), env)
+    assert (run.code, run.stdout) == (0, ""), run
+
+
+def recorded_claude_turn(repo: Path, env: dict[str, str]) -> None:
+    """Claude Code's recorded turn: CHANGES added by its Bash call and a.txt edited, each followed by its hook."""
+    for name, payload in recorded("claude-code"):
+        if "post-tool-use-bash" in name:
+            subprocess.run(["sh", "-c", payload["tool_input"]["command"]], cwd=repo, check=True)
+        elif "post-tool-use-edit" in name:
+            write(repo / "a.txt", "hello\n")
+        claude_hook(repo, env, name)

@@ -8,12 +8,11 @@ checkpoints is the oracle for what a turn changed.
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import pytest
 from daemon_helpers import Daemon, child_env, cli
-from hook_helpers import placed, recorded, run_hook
+from hook_helpers import claude_hook, recorded_claude_turn, run_hook
 from repo_helpers import git, init_repo, write
 
 from snapshotd.cli.turns import age
@@ -31,25 +30,14 @@ def repo(tmp_path: Path) -> Path:
     return init_repo(tmp_path / "project", ("a.txt", "alpha\n"))
 
 
-def hook(repo: Path, env: dict[str, str], name: str, **changes: str) -> None:
-    payload = dict(recorded("claude-code"))[name]
-    run = run_hook("claude-code", placed(payload, repo, **changes), env)
-    assert (run.code, run.stdout) == (0, ""), run
-
-
 def two_turns_and_an_open_one(repo: Path, env: dict[str, str]) -> None:
     """Turn 1 as recorded (CHANGES added, a.txt edited); turn 2 adds notes.txt; turn 3 has only its prompt."""
-    for name, payload in recorded("claude-code"):
-        if "post-tool-use-bash" in name:
-            subprocess.run(["sh", "-c", payload["tool_input"]["command"]], cwd=repo, check=True)
-        elif "post-tool-use-edit" in name:
-            write(repo / "a.txt", "hello\n")
-        hook(repo, env, name)
-    hook(repo, env, "1-user-prompt-submit.json", prompt="Write notes\nwith two lines\n")
+    recorded_claude_turn(repo, env)
+    claude_hook(repo, env, "1-user-prompt-submit.json", prompt="Write notes\nwith two lines\n")
     write(repo / "notes.txt", "one\ntwo\nthree\n")
-    hook(repo, env, "4-post-tool-use-edit.json")
-    hook(repo, env, "5-stop.json")
-    hook(repo, env, "1-user-prompt-submit.json", prompt="Now tidy up")
+    claude_hook(repo, env, "4-post-tool-use-edit.json")
+    claude_hook(repo, env, "5-stop.json")
+    claude_hook(repo, env, "1-user-prompt-submit.json", prompt="Now tidy up")
 
 
 def test_log_lists_turns_from_real_hook_payloads(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
@@ -128,11 +116,11 @@ def test_age_as_people_say_it() -> None:
 
 def test_a_turn_no_stop_ended_is_closed_at_the_next_prompt(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     # The user pressed Esc during the first turn: Claude Code sends no Stop for it.
-    hook(repo, env, "1-user-prompt-submit.json", prompt="First")
+    claude_hook(repo, env, "1-user-prompt-submit.json", prompt="First")
     write(repo / "a.txt", "edited before Esc\n")
-    hook(repo, env, "1-user-prompt-submit.json", prompt="Second")
+    claude_hook(repo, env, "1-user-prompt-submit.json", prompt="Second")
     write(repo / "b.txt", "second turn\n")
-    hook(repo, env, "5-stop.json")
+    claude_hook(repo, env, "5-stop.json")
 
     listed = cli("list", "--json", "--session", SESSION, str(repo), env=env).json()["checkpoints"][::-1]
     assert [cp["label"] for cp in listed] == ["before: First", "after turn (interrupted)", "before: Second", "after turn"]
@@ -144,12 +132,12 @@ def test_a_turn_no_stop_ended_is_closed_at_the_next_prompt(daemon: Daemon, env: 
 
 
 def test_a_resumed_session_closes_the_turn_its_killed_agent_left(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
-    hook(repo, env, "1-user-prompt-submit.json", prompt="First")
+    claude_hook(repo, env, "1-user-prompt-submit.json", prompt="First")
     write(repo / "a.txt", "edited, then the agent was killed\n")
     start = {"hook_event_name": "SessionStart", "session_id": SESSION, "cwd": str(repo), "source": "resume"}
     run = run_hook("claude-code", json.dumps(start).encode(), env)
     assert (run.code, run.stdout, run.stderr) == (0, "", ""), run
     listed = cli("list", "--json", "--session", SESSION, str(repo), env=env).json()["checkpoints"][::-1]
     assert [cp["label"] for cp in listed] == ["before: First", "after turn (interrupted)", "session start (resume)"]
-    hook(repo, env, "1-user-prompt-submit.json", prompt="Second")  # nothing left open: no second close
+    claude_hook(repo, env, "1-user-prompt-submit.json", prompt="Second")  # nothing left open: no second close
     assert len(cli("list", "--json", "--session", SESSION, str(repo), env=env).json()["checkpoints"]) == 4

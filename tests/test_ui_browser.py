@@ -14,7 +14,6 @@ import http.server
 import json
 import os
 import stat
-import subprocess
 import threading
 import urllib.error
 import urllib.request
@@ -23,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from daemon_helpers import Daemon, child_env
-from hook_helpers import placed, recorded, run_hook
+from hook_helpers import claude_hook, recorded_claude_turn
 from repo_helpers import git, init_repo, write
 from ui_helpers import Page, status, ui_process
 
@@ -69,25 +68,14 @@ def env(sock: Path) -> dict[str, str]:
     return child_env(sock, SNAPSHOTD_HOOK_BUDGET="60", SNAPSHOTD_HOOK_START_BUDGET="60")
 
 
-def hook(repo: Path, env: dict[str, str], name: str, **changes: str) -> None:
-    payload = dict(recorded("claude-code"))[name]
-    run = run_hook("claude-code", placed(payload, repo, **changes), env)
-    assert (run.code, run.stdout) == (0, ""), run
-
-
 def two_turns(repo: Path, env: dict[str, str]) -> None:
     """Turn 1 as recorded (CHANGES added, a.txt edited); turn 2 rewrites greet.py and adds test_greet.py."""
-    for name, payload in recorded("claude-code"):
-        if "post-tool-use-bash" in name:
-            subprocess.run(["sh", "-c", payload["tool_input"]["command"]], cwd=repo, check=True)
-        elif "post-tool-use-edit" in name:
-            write(repo / "a.txt", "hello\n")
-        hook(repo, env, name)
-    hook(repo, env, "1-user-prompt-submit.json", prompt="Add a greeting helper\nin Python")
+    recorded_claude_turn(repo, env)
+    claude_hook(repo, env, "1-user-prompt-submit.json", prompt="Add a greeting helper\nin Python")
     write(repo / "greet.py", GREET)
     write(repo / "test_greet.py", TEST_GREET)
-    hook(repo, env, "4-post-tool-use-edit.json")
-    hook(repo, env, "5-stop.json")
+    claude_hook(repo, env, "4-post-tool-use-edit.json")
+    claude_hook(repo, env, "5-stop.json")
 
 
 @pytest.fixture
@@ -180,7 +168,7 @@ def test_the_page_shows_turns_reverts_undoes_and_hears_new_checkpoints(
 
             # A checkpoint taken elsewhere arrives live, without a reload.
             page.evaluate("window.__same_page = true")
-            hook(repo, env, "1-user-prompt-submit.json", prompt="Now tidy up")
+            claude_hook(repo, env, "1-user-prompt-submit.json", prompt="Now tidy up")
             sync_api.expect(page.locator("#entries > li").first).to_contain_text("Now tidy up")
             assert page.evaluate("window.__same_page") is True
 
