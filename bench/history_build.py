@@ -21,8 +21,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from snapshotd.store.checkpoints import Checkpoint, _message, ref_name
+from snapshotd.store.checkpoints import Checkpoint, _message
 from snapshotd.store.pins import IDENTITY
+from snapshotd.store.refnames import ref_name
 
 TYPES = {"commit": 1, "tree": 2, "blob": 3}
 EMPTY_TREE = hashlib.sha1(b"tree 0\x00").hexdigest()

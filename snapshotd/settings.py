@@ -39,6 +39,17 @@ def size_cap(explicit: int | None = None) -> int:
     return int(value) if value else DEFAULT_SIZE_CAP
 
 
+def host_name() -> str:
+    """The machine name each checkpoint records (``$SNAPSHOTD_HOST``, default the host name): a fetched one says it.
+
+    Containers and CI runners often get a random host name; the setting gives
+    them a stable one.
+    """
+    import socket
+
+    return os.environ.get("SNAPSHOTD_HOST") or socket.gethostname()
+
+
 def watch_ceiling(explicit: int | None = None) -> int:
     """The most folders the daemon watches in one worktree (``$SNAPSHOTD_WATCH_CEILING``, default 50,000).
 

@@ -26,9 +26,10 @@ from snapshotd.engine import reads
 from snapshotd.errors import Ambiguous, InvalidParams, NotFound
 from snapshotd.git.repository import repository
 from snapshotd.settings import SAFETY_SESSION
-from snapshotd.store.checkpoints import Checkpoint, Store, ref_name
+from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
 from snapshotd.store.pins import now_iso
+from snapshotd.store.refnames import ref_name
 
 NEWEST = SessionChoice()
 

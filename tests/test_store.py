@@ -16,9 +16,10 @@ from repo_helpers import commit_all, git
 
 from snapshotd.errors import RefRaced, StateUnreadable
 from snapshotd.git.repository import Repository, open_repository, repository
-from snapshotd.store.checkpoints import Store, ref_name
+from snapshotd.store.checkpoints import Store
 from snapshotd.store.lookup import by_prefix
 from snapshotd.store.pins import read_pin
+from snapshotd.store.refnames import ref_name
 
 WORKTREE = "wt-test"
 

@@ -19,9 +19,10 @@ from repo_helpers import commit_all, git
 from snapshotd.engine.collect import GcOptions, collect_sessions
 from snapshotd.git.repository import repository
 from snapshotd.store import index as index_mod
-from snapshotd.store.checkpoints import Checkpoint, Store, ref_name
+from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.store.lookup import back_from_head, by_seq
+from snapshotd.store.refnames import ref_name
 
 WORKTREE = "wt-index"
 NAME = ref_name(WORKTREE, "s")

@@ -93,8 +93,10 @@ def test_a_checkpoint_pushed_by_a_restores_on_b_byte_for_byte_through_git_daemon
             ]
             assert user_refs(b.repo) == b_refs and not b.local_refs()
             listed = b.call("list", remote=True)["checkpoints"]
-            assert [(cp["id"], cp["remote"], cp["worktree"]) for cp in listed] == [(made["id"], "origin", made["worktree"])]
-            assert made["id"][:12] in b.cli("list", "--remote", "origin").stdout
+            assert [(cp["id"], cp["remote"], cp["worktree"], cp["host"]) for cp in listed] == [
+                (made["id"], "origin", made["worktree"], "machine-a")
+            ]
+            assert f"origin machine-a {made['worktree']}" in b.cli("list", "--remote", "origin").stdout
             assert b.call("show", checkpoint=made["id"][:10])["checkpoint"]["remote"] == "origin"
             files = {f["path"]: f["status"] for f in b.call("diff", **{"from": made["id"], "to": "worktree"})["files"]}
             assert files["bin.dat"] == "deleted" and files["gone.txt"] == "added"
@@ -104,7 +106,7 @@ def test_a_checkpoint_pushed_by_a_restores_on_b_byte_for_byte_through_git_daemon
             short = _error(b, "resolve", checkpoint="agent@{origin}~1")
             assert short.kind == "not_found" and "Session 'agent' fetched from origin holds 1 checkpoint, so" in short.message
             shown = b.cli("show", "agent@{origin}").stdout
-            assert made["id"] in shown and f"{made['worktree']} (fetched from origin)" in shown
+            assert made["id"] in shown and f"{made['worktree']} (fetched from origin, taken on machine-a)" in shown
 
             refused = _error(b, "restore", checkpoint=made["id"])
             assert refused.kind == "worktree_mismatch" and "allow_other_worktree" in refused.message

@@ -103,7 +103,7 @@ def machine(folder: Path, name: str, url: str) -> Iterator[Machine]:
     repo = folder / name
     git(folder, "clone", "-q", url, str(repo))
     home = folder / f"{name}-home"
-    daemon = start_daemon(folder / f"{name}-run" / "s.sock", folder / f"{name}.log", env=child_env(SNAPSHOTD_HOME=str(home)))
+    daemon = start_daemon(folder / f"{name}-run" / "s.sock", folder / f"{name}.log", env=child_env(SNAPSHOTD_HOME=str(home), SNAPSHOTD_HOST=f"machine-{name}"))
     try:
         yield Machine(name, repo, home, daemon)
         problems = log_problems(daemon.log_text())

@@ -42,6 +42,8 @@ export interface Checkpoint {
   /** HEAD when it was taken; the commit's git parent. */
   base: Oid | null;
   changed: boolean;
+  /** The machine it was taken on (host name or SNAPSHOTD_HOST); null for older checkpoints. */
+  host: string | null;
   /** Set on checkpoints fetched from a remote (`list` with `remote`). */
   remote?: string;
 }

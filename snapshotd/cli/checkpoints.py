@@ -102,11 +102,24 @@ def list_(
             click.echo("no checkpoints" if remote is None else "no checkpoints here or fetched; 'snapshotd fetch' brings a remote's")
         width = max((len(one_line(cp.get("session") or "-")) for cp in result["checkpoints"]), default=12)
         for cp in result["checkpoints"]:
-            origin = f"  {click.style(cp['remote'] + ' ' + cp['worktree'], fg='cyan')}" if "remote" in cp else ""
+            origin = f"  {click.style(_where_taken(cp), fg='cyan')}" if "remote" in cp else ""
             click.echo(checkpoint_line(cp, max(width, 12)) + origin)
 
     params = {"path": os.path.abspath(path), "session": session, "limit": limit, "remote": True if remote == "" else remote}
     invoke(ctx, "list", params, human)
+
+
+def _where_taken(cp: dict[str, Any]) -> str:
+    """A fetched checkpoint's origin for ``list``: the remote, the machine it was taken on, its worktree id."""
+    host = f"{one_line(cp['host'])} " if cp.get("host") else ""
+    return f"{cp['remote']} {host}{cp['worktree']}"
+
+
+def _origin(cp: dict[str, Any]) -> str:
+    """What ``show`` adds to a fetched checkpoint's worktree: where it was fetched from and taken."""
+    if not cp.get("remote"):
+        return ""
+    return f" (fetched from {cp['remote']}" + (f", taken on {one_line(cp['host'])})" if cp.get("host") else ")")
 
 
 def _session_name(session: str | None) -> str:
@@ -122,7 +135,7 @@ def print_header(cp: dict[str, Any]) -> None:
         ("Date", f"{cp['created_at'].replace('T', ' ').removesuffix('Z')} UTC"),
         ("Base", cp.get("base") or "- (no commit yet)"),
         ("Tree", cp["tree"]),
-        ("Worktree", cp["worktree"] + (f" (fetched from {cp['remote']})" if cp.get("remote") else "")),
+        ("Worktree", cp["worktree"] + _origin(cp)),
         ("Previous", cp.get("parent") or f"- (the first of {_session_name(cp['session'])})"),
         ("Changed", "yes" if cp.get("changed", True) else "no (the same tree as the previous)"),
     ]

@@ -9,6 +9,7 @@ import click
 
 from snapshotd.cli.options import CONTEXT, invoke, json_option
 from snapshotd.cli.output import plural
+from snapshotd.store.refnames import session_of_key
 
 
 def _where(args: tuple[str, ...]) -> tuple[str, str | None]:
@@ -23,9 +24,7 @@ def _where(args: tuple[str, ...]) -> tuple[str, str | None]:
 
 
 def _sessions(refs: list[str]) -> str:
-    """The sessions of ``refs/snapshotd/<worktree>/<key>`` names, as people gave them (pygit2 loaded only here)."""
-    from snapshotd.store.checkpoints import session_of_key
-
+    """The sessions of ``refs/snapshotd/<worktree>/<key>`` names, as people gave them."""
     names = (session_of_key(ref.rsplit("/", 1)[-1]) for ref in refs)
     return ", ".join("the default session" if name is None else name for name in names)
 

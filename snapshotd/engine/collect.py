@@ -28,8 +28,9 @@ from snapshotd.errors import InvalidParams
 from snapshotd.git.process import GitTarget, run_git
 from snapshotd.git.repository import repository
 from snapshotd.settings import SAFETY_SESSION
-from snapshotd.store.checkpoints import Checkpoint, Store, ref_name
+from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import WorktreeInfo
+from snapshotd.store.refnames import ref_name
 from snapshotd.threads import thread_limiter
 
 DEFAULT_KEEP = 50  # what gc keeps of each session when given neither keep nor older_than_s

@@ -36,8 +36,9 @@ from snapshotd.paths import to_worktree_relative
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store import diff as diff_mod, lookup
 from snapshotd.store.changes import TreeDiff
-from snapshotd.store.checkpoints import Checkpoint, Store, session_key
+from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records, WorktreeInfo
+from snapshotd.store.refnames import session_key
 from snapshotd.store.remotes import back_from_remote_head, iter_remote, remote_key
 
 WORKTREE = "worktree"  # the side of a diff that means the worktree as it is now

@@ -27,8 +27,9 @@ from snapshotd.errors import NotFound, WorktreeMismatch
 from snapshotd.git import transport
 from snapshotd.git.process import GitTarget, run_git
 from snapshotd.git.repository import repository
-from snapshotd.store.checkpoints import REF_ROOT, Checkpoint, Store
+from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import WorktreeInfo
+from snapshotd.store.refnames import REF_ROOT
 from snapshotd.store.remotes import (
     fetch_refspec,
     load_pushed,

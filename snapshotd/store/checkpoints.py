@@ -5,8 +5,8 @@ Layout, in the repository that holds the worktree's objects:
 * A **checkpoint** is a commit whose tree is the captured tree, whose parent is
   the worktree's HEAD at capture time (so ``git show <id>`` shows the
   uncommitted work), and whose message carries ``Snapshotd-*`` trailers: the
-  worktree id, session, label, seq, previous checkpoint, base, time and the
-  changed flag. The store can be rebuilt from git alone.
+  worktree id, session, label, seq, previous checkpoint, base, time, the
+  changed flag and the machine it was taken on (so a fetched one says where it comes from). The store can be rebuilt from git alone.
 * A **pin** is a small commit with the empty tree whose parents are the
   checkpoint and the previous pin. ``refs/snapshotd/<worktree>/<session>``
   points at the newest pin. Checkpoints never point at each other, so deleting
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TypeAlias, cast
@@ -42,36 +41,10 @@ import pygit2
 
 from snapshotd.errors import NotFound, RefRaced
 from snapshotd.git.repository import ObjectId, Repository
+from snapshotd.settings import host_name
 from snapshotd.store.index import index_of
 from snapshotd.store.pins import TRAILER, Pin, SessionChains, commit_signature, now_iso, read_pin
-
-REF_ROOT = "refs/snapshotd/"
-_SESSION_SAFE = re.compile(r"^[A-Za-z0-9_-][A-Za-z0-9._-]{0,99}$")
-
-
-def session_key(session: str | None) -> str:
-    """The ref name component of a session (any string maps to a valid, unique one)."""
-    if session is None:
-        return "default"
-    if _SESSION_SAFE.match(session) and not session.endswith(".lock") and ".." not in session:
-        return "s-" + session
-    return "x-" + session.encode("utf-8", "surrogateescape").hex()
-
-
-def session_of_key(key: str) -> str | None:
-    """The session a ref name component stands for: the inverse of :func:`session_key`."""
-    if key == "default":
-        return None
-    if key.startswith("x-"):
-        try:
-            return bytes.fromhex(key[2:]).decode("utf-8", "surrogateescape")
-        except ValueError:
-            return key
-    return key[2:] if key.startswith("s-") else key
-
-
-def ref_name(worktree_id: str, session: str | None) -> str:
-    return f"{REF_ROOT}{worktree_id}/{session_key(session)}"
+from snapshotd.store.refnames import REF_ROOT, ref_name
 
 
 @dataclass(frozen=True)
@@ -86,6 +59,7 @@ class Checkpoint:
     created_at: str
     base: str | None
     changed: bool
+    host: str | None = None
 
     def to_wire(self) -> dict:
         return {
@@ -99,6 +73,7 @@ class Checkpoint:
             "created_at": self.created_at,
             "base": self.base,
             "changed": self.changed,
+            "host": self.host,
         }
 
 
@@ -113,6 +88,7 @@ def _message(cp: Checkpoint) -> str:
         "Base": cp.base or "none",
         "Created": cp.created_at,
         "Changed": "true" if cp.changed else "false",
+        "Host": json.dumps(cp.host),
     }
     body = "\n".join(f"{TRAILER}{key}: {value}" for key, value in trailers.items())
     return f"{subject}\n\n{body}\n"
@@ -120,6 +96,12 @@ def _message(cp: Checkpoint) -> str:
 
 def _is_commit(obj: object) -> bool:
     return getattr(obj, "type_str", None) == "commit"
+
+
+def _text_or_none(field: str) -> str | None:
+    """A JSON string trailer's text; None when absent, null or not a string."""
+    value = json.loads(field)
+    return value if isinstance(value, str) else None
 
 
 def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
@@ -143,6 +125,7 @@ def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
             created_at=fields.get("Created", ""),
             base=None if fields.get("Base", "none") == "none" else fields["Base"],
             changed=fields.get("Changed", "true") == "true",
+            host=_text_or_none(fields.get("Host", "null")),
         )
     except ValueError:
         return None
@@ -331,6 +314,7 @@ class Store(SessionChains):
             created_at=now_iso(),
             base=base,
             changed=previous_cp is None or previous_cp.tree != tree,
+            host=host_name(),
         )
         signature = commit_signature(checkpoint.created_at)
         parents = [self.repo.oid(base)] if base else []

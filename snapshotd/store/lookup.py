@@ -14,7 +14,8 @@ import os
 
 from snapshotd.errors import NotFound
 from snapshotd.git.process import GitTarget, run_git_sync
-from snapshotd.store.checkpoints import Checkpoint, Store, ref_name
+from snapshotd.store.checkpoints import Checkpoint, Store
+from snapshotd.store.refnames import ref_name
 from snapshotd.store.remotes import remote_of
 
 

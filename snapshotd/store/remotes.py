@@ -25,7 +25,8 @@ from snapshotd.fsutil import (
     open_private_folder,
     read_private_file,
 )
-from snapshotd.store.checkpoints import REF_ROOT, Checkpoint, Store, session_key
+from snapshotd.store.checkpoints import Checkpoint, Store
+from snapshotd.store.refnames import REF_ROOT, session_key
 
 REMOTE_ROOT = "refs/snapshotd-remote/"
 PUSHED = "pushed"
