@@ -24,7 +24,7 @@ import threading
 import time
 from pathlib import Path
 
-from snapshotd.server.client import Client
+from snapshotd.client.rpc import Client
 
 from .common import REPO_ROOT, git, summarize
 

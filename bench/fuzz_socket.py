@@ -35,8 +35,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from snapshotd.server.client import Client
-from snapshotd.server.framing import encode_message
+from snapshotd.client.rpc import Client
+from snapshotd.contract.framing import encode_message
 
 METHODS = [
     "ping", "open", "worktrees", "checkpoint", "list", "show", "diff", "restore", "revert",

@@ -41,7 +41,7 @@ if __package__ in (None, ""):  # run as a script: make the package importable
 
 from bench.common import REPO_ROOT, git, summarize
 from snapshotd.agents.integrate import HOOK_PROGRAM
-from snapshotd.server.client import Client
+from snapshotd.client.rpc import Client
 
 PAYLOADS = REPO_ROOT / "tests" / "hook_payloads" / "claude-code"
 RECORDED_CWD = "/home/user/project"

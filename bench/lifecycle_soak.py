@@ -43,8 +43,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snapshotd.client.rpc import Client
 from snapshotd.errors import SnapshotdError
-from snapshotd.server.client import Client
 
 from .common import REPO_ROOT, git, summarize
 

@@ -6,7 +6,7 @@
   names). Processes are ``stats.processes`` for a checkpoint, and the
   in-process spawn counter for restore and diff.
 * warm: ``python -m snapshotd serve`` in its own process, reached over its
-  socket with :class:`snapshotd.server.client.AsyncClient`. After the first
+  socket with :class:`snapshotd.client.rpc.AsyncClient`. After the first
   (cold) capture of a worktree its watcher is live and captures take the warm
   path. Processes are ``stats.processes`` for a checkpoint, and the daemon's
   ``processes_started`` counter around a restore or diff.
@@ -27,9 +27,9 @@ from typing import Any
 import psutil
 import trio
 
+from snapshotd.client.rpc import AsyncClient
 from snapshotd.engine.core import Engine
 from snapshotd.git import spawn
-from snapshotd.server.client import AsyncClient
 
 from .common import REPO_ROOT, WORK
 from .methods import Method, Sample, ms_since

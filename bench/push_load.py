@@ -27,7 +27,7 @@ from typing import Any
 
 import trio
 
-from snapshotd.server.client import AsyncClient
+from snapshotd.client.rpc import AsyncClient
 
 from .common import RESULTS, WORK, git, machine_info, summarize
 from .ours import running_daemon

@@ -55,8 +55,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snapshotd.client.rpc import Client
 from snapshotd.errors import MethodNotFound, SnapshotdError
-from snapshotd.server.client import Client
 
 from .common import REPO_ROOT, git, summarize
 

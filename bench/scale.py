@@ -34,7 +34,7 @@ from typing import Any
 
 import trio
 
-from snapshotd.server.client import AsyncClient
+from snapshotd.client.rpc import AsyncClient
 
 from .cases import edit, pick
 from .common import git, summarize

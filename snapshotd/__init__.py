@@ -27,7 +27,7 @@ TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook'
 if TYPE_CHECKING:
     from typing import Any
 
-_LAZY = {"AsyncClient": ".server.client", "Client": ".server.client", "Engine": ".engine.core"}
+_LAZY = {"AsyncClient": ".client.rpc", "Client": ".client.rpc", "Engine": ".engine.core"}
 
 __all__ = [
     "Ambiguous",

@@ -19,8 +19,8 @@ from typing import Any
 from click.testing import CliRunner
 
 from snapshotd.cli.main import main as cli_main
+from snapshotd.client.rpc import Client
 from snapshotd.fsutil import pid_alive
-from snapshotd.server.client import Client
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 15.0

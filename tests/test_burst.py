@@ -27,8 +27,8 @@ from daemon_helpers import Daemon, child_env, cli, running_daemon
 from hook_helpers import placed, recorded
 from repo_helpers import init_repo
 
+from snapshotd.client.rpc import AsyncClient, Client
 from snapshotd.errors import Busy
-from snapshotd.server.client import AsyncClient, Client
 
 BURST = 600
 BUSY_START = "snapshotd is busy: "

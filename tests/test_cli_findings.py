@@ -31,7 +31,7 @@ from repo_helpers import git, init_repo, worktree_listing, write
 from terminal_helpers import at_a_terminal
 
 from snapshotd.cli.main import main as cli_main
-from snapshotd.cli.output import plural
+from snapshotd.wording import plural
 
 MAN_PAGE = Path(__file__).resolve().parent.parent / "man" / "snapshotd.1"
 

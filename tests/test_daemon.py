@@ -35,8 +35,8 @@ from daemon_helpers import (
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, load_fixture, write
 
+from snapshotd.client.rpc import AsyncClient
 from snapshotd.errors import NotFound
-from snapshotd.server.client import AsyncClient
 
 SESSIONS = 6
 PER_SESSION = 4

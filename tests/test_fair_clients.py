@@ -18,8 +18,8 @@ from typing import Any
 from daemon_helpers import Daemon, ping
 from repo_helpers import init_repo, write
 
-from snapshotd.server.client import Client
-from snapshotd.server.framing import encode_message
+from snapshotd.client.rpc import Client
+from snapshotd.contract.framing import encode_message
 
 PIPELINE = 60
 

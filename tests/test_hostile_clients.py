@@ -25,9 +25,9 @@ import pytest
 from daemon_helpers import Daemon, child_env, ping, running_daemon, wait_until
 from repo_helpers import init_repo, write
 
+from snapshotd.client.rpc import Client
+from snapshotd.contract.framing import encode_message
 from snapshotd.errors import InvalidParams, SnapshotdError
-from snapshotd.server.client import Client
-from snapshotd.server.framing import encode_message
 
 RSS_BOUND_KIB = 300 * 1024
 SWAPPER = """

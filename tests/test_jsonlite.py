@@ -1,4 +1,4 @@
-"""The hook's JSON (snapshotd.agents.jsonlite) reads and writes exactly as the json module does."""
+"""The hook's JSON (snapshotd.jsonlite) reads and writes exactly as the json module does."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from snapshotd.agents.jsonlite import dumps, loads
+from snapshotd.jsonlite import dumps, loads
 
 TEXTS = ['{"a": [1, 2.5, "x\\u00e9", null, true, false]}', '  {"a":1}\n', '"s"', "1e400", '{"a":"\\ud800"}', "[]", "-0", '{"a":{"b":[{}]}}']
 BAD = ["[1,2", "nope", '{"a":1} x', "", "\ufeff{}", "{'a': 1}"]

@@ -1,4 +1,4 @@
-"""The launcher of cli/launcher.py, called directly: finding a daemon, starting one, stopping it.
+"""The launcher of client/launcher.py, called directly: finding a daemon, starting one, stopping it.
 
 Real sockets and real processes: the daemon a call starts is a real
 ``snapshotd serve`` in the background, and the lock another daemon holds is
@@ -19,10 +19,10 @@ import pytest
 from daemon_helpers import answers, process_gone, wait_until
 
 import snapshotd
-from snapshotd.cli import launcher
-from snapshotd.cli.launcher import Runner
+from snapshotd.client import launcher
+from snapshotd.client.dialing import daemon_starting
+from snapshotd.client.launcher import Runner
 from snapshotd.errors import InvalidParams
-from snapshotd.server.dialing import daemon_starting
 
 
 @pytest.fixture
@@ -84,7 +84,7 @@ def test_a_daemon_started_from_a_checkout_is_pointed_back_at_the_package() -> No
     # `python -m snapshotd` run in the folder holding the package finds it only
     # there; the daemon runs from `/`, so its PYTHONPATH must lead back.
     checkout = Path(snapshotd.__file__).resolve().parent.parent
-    code = "import snapshotd.cli.launcher as l; print(l.daemon_environment().get('PYTHONPATH', ''))"
+    code = "import snapshotd.client.launcher as l; print(l.daemon_environment().get('PYTHONPATH', ''))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=checkout, capture_output=True, text=True, check=True)
     first = proc.stdout.strip().split(os.pathsep)[0]
     assert first == str(checkout), proc

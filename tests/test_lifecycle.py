@@ -22,8 +22,8 @@ from repo_helpers import git, init_repo, write
 
 from snapshotd.capture import worktree as worktree_mod
 from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.client.rpc import Client
 from snapshotd.errors import NotFound, SnapshotdError
-from snapshotd.server.client import Client
 from snapshotd.settings import size_cap
 from snapshotd.store.identity import Records, identify, locate
 

@@ -23,8 +23,8 @@ from repo_helpers import init_repo, write
 
 from snapshotd.capture import inotify as inotify_mod
 from snapshotd.capture.watch import Watcher
-from snapshotd.server.client import Client
-from snapshotd.server.framing import encode_message
+from snapshotd.client.rpc import Client
+from snapshotd.contract.framing import encode_message
 from snapshotd.store.identity import Records, identify, locate
 
 

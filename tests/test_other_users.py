@@ -25,9 +25,9 @@ import pytest
 from daemon_helpers import answers, assert_one_error_line, child_env, cli, cli_process, wait_until
 from repo_helpers import git, init_repo, write
 
+from snapshotd.client.rpc import AsyncClient
 from snapshotd.engine.core import Engine
 from snapshotd.errors import SnapshotdError
-from snapshotd.server.client import AsyncClient
 
 OTHER_UID = 65534
 DROP = ["setpriv", f"--reuid={OTHER_UID}", f"--regid={OTHER_UID}", "--clear-groups"]

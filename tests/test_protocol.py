@@ -12,6 +12,21 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from snapshotd import errors
+from snapshotd.contract.framing import (
+    DEFAULT_LINE_LIMIT,
+    LineBuffer,
+    Notification,
+    Response,
+    decode_line,
+    encode_message,
+    error_response,
+    is_blank,
+    notification_message,
+    parse_incoming,
+    parse_request,
+    request_message,
+    result_response,
+)
 from snapshotd.contract.params import (
     optional_bool,
     optional_int,
@@ -31,21 +46,6 @@ from snapshotd.errors import (
     SnapshotdError,
 )
 from snapshotd.server.dispatch import Session, dispatch, dispatch_message, reject
-from snapshotd.server.framing import (
-    DEFAULT_LINE_LIMIT,
-    LineBuffer,
-    Notification,
-    Response,
-    decode_line,
-    encode_message,
-    error_response,
-    is_blank,
-    notification_message,
-    parse_incoming,
-    parse_request,
-    request_message,
-    result_response,
-)
 from snapshotd.settings import resolve_socket_path
 
 CONTRACT_KINDS = {

@@ -20,13 +20,13 @@ import pytest
 import trio
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from snapshotd.client.rpc import AsyncClient, Client, connect_or_none
+from snapshotd.contract.framing import LineBuffer, encode_message, is_blank
+from snapshotd.contract.peers import peer_allowed, peer_credentials
 from snapshotd.errors import Busy, InternalError, InvalidRequest, MethodNotFound, NotFound
 from snapshotd.server.binding import systemd_listen_fd
-from snapshotd.server.client import AsyncClient, Client, connect_or_none
 from snapshotd.server.dispatch import Session
-from snapshotd.server.framing import LineBuffer, encode_message, is_blank
 from snapshotd.server.listener import serve
-from snapshotd.server.peers import peer_allowed, peer_credentials
 
 NODE = shutil.which("node")
 TESTS = Path(__file__).parent

@@ -1,4 +1,4 @@
-"""The package's shape: no import circle, the socket above the rooms it serves, small modules, types that check.
+"""The package's shape: no import circle, each room importing only what lies below or beside it, small modules, types that check.
 
 Imports are read from the source (module level and inside functions, since a
 lazy import closes a circle just as well), so the test needs no import of the
@@ -122,39 +122,61 @@ def test_no_module_is_larger_than_its_limit() -> None:
     assert too_large == {}
 
 
-BELOW_THE_SOCKET = ("capture", "engine", "git", "restore", "store", "contract")
-"""Rooms the socket dispatches to or that they use: none may import ``snapshotd.server``."""
+BELOW_THE_SOCKET = ("capture", "engine", "git", "restore", "store")
+"""Rooms the socket dispatches to or that they use."""
+
+FRONTS = ("cli", "agents", "ui")
+"""What people and agent tools run: each reaches the daemon through ``snapshotd.client``."""
+
+MAY_NOT_IMPORT: dict[str, tuple[str, ...]] = {
+    **{room: ("server", "client", *FRONTS) for room in BELOW_THE_SOCKET},
+    "server": ("client", *FRONTS),
+    "client": ("server", *FRONTS),
+    "agents": ("server", "cli", "ui"),
+}
+"""Which rooms each room may not import: the socket's two ends meet only in ``snapshotd.contract``."""
+
+
+def room_of(name: str) -> str:
+    return name.split(".")[1] if name.count(".") else ""
 
 
 def layering_breaches(graph: dict[str, set[str]]) -> list[str]:
-    """Each import of ``snapshotd.server`` from a room below it, and of anything but errors from contract."""
+    """Each import across a line of :data:`MAY_NOT_IMPORT`, and of anything but errors from contract."""
     found = []
     for name, targets in sorted(graph.items()):
-        room = name.split(".")[1] if name.count(".") else ""
+        room = room_of(name)
         for target in sorted(targets):
-            if room in BELOW_THE_SOCKET and (target == "snapshotd.server" or target.startswith("snapshotd.server.")):
+            if target.count(".") and room_of(target) in MAY_NOT_IMPORT.get(room, ()):
                 found.append(f"{name} imports {target}")
             if room == "contract" and not target.startswith(("snapshotd.contract", "snapshotd.errors")):
                 found.append(f"{name} imports {target}")
     return found
 
 
-def test_rooms_below_the_socket_do_not_import_it() -> None:
+def test_rooms_import_only_below_or_beside_them() -> None:
     graph = import_graph()
-    assert {"snapshotd.contract.params", "snapshotd.contract.refs", "snapshotd.engine.reads"} <= set(graph)
+    assert {"snapshotd.contract.framing", "snapshotd.client.rpc", "snapshotd.client.launcher"} <= set(graph)
     assert layering_breaches(graph) == []
 
 
 def test_the_layering_check_finds_a_breach() -> None:
     graph = {
-        "snapshotd.engine.core": {"snapshotd.server.params", "snapshotd.contract.refs"},
-        "snapshotd.store.diff": {"snapshotd.server"},
+        "snapshotd.engine.core": {"snapshotd.server.dispatch", "snapshotd.contract.refs"},
+        "snapshotd.store.diff": {"snapshotd.server", "snapshotd.client.rpc"},
         "snapshotd.contract.refs": {"snapshotd.contract.params", "snapshotd.errors", "snapshotd.engine.reads"},
-        "snapshotd.cli.main": {"snapshotd.server.client"},
+        "snapshotd.client.rpc": {"snapshotd.contract.framing", "snapshotd.server.listener"},
+        "snapshotd.agents.mcp": {"snapshotd.client.launcher", "snapshotd.cli.output"},
+        "snapshotd.server.connection": {"snapshotd.contract.peers", "snapshotd.agents.jsonlite"},
+        "snapshotd.cli.main": {"snapshotd.client.rpc", "snapshotd.agents.mcp", "snapshotd.ui.app"},
     }
     assert layering_breaches(graph) == [
+        "snapshotd.agents.mcp imports snapshotd.cli.output",
+        "snapshotd.client.rpc imports snapshotd.server.listener",
         "snapshotd.contract.refs imports snapshotd.engine.reads",
-        "snapshotd.engine.core imports snapshotd.server.params",
+        "snapshotd.engine.core imports snapshotd.server.dispatch",
+        "snapshotd.server.connection imports snapshotd.agents.jsonlite",
+        "snapshotd.store.diff imports snapshotd.client.rpc",
         "snapshotd.store.diff imports snapshotd.server",
     ]
 

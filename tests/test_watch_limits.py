@@ -28,7 +28,7 @@ from repo_helpers import init_repo, write
 from snapshotd.capture import inotify as inotify_mod
 from snapshotd.capture.watch import Watcher
 from snapshotd.capture.worktree import WorktreeCapture
-from snapshotd.server.client import Client
+from snapshotd.client.rpc import Client
 from snapshotd.settings import size_cap
 from snapshotd.store.identity import Records, identify, locate
 

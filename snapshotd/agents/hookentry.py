@@ -3,7 +3,7 @@
 The agent starts it at every event and waits for it, so it loads only what a
 hook needs: no site-packages (``-S``: click, pygit2 and trio are out of reach),
 no environment's Python settings (``-I``), and the package from beside this
-file. The checkpoint goes through :func:`snapshotd.server.onecall.call`; when
+file. The checkpoint goes through :func:`snapshotd.client.onecall.call`; when
 that is not the ordinary case (no daemon yet, a busy one), the child restores
 site-packages and takes the full launcher, which starts a daemon and waits
 for room. ``snapshotd hook TOOL`` runs the same :func:`main`.
@@ -33,7 +33,7 @@ PROGRAM = os.path.abspath(__file__)
 def call(socket_path: str | None, method: str, params: dict[str, Any]) -> dict[str, Any]:
     """One call to the daemon, by the fast path when it runs, else by the full launcher."""
     # Imported here, in the hook's child: the agent waits for none of it after a tool or a turn.
-    from snapshotd.server import onecall
+    from snapshotd.client import onecall
 
     path = os.path.abspath(resolve_socket_path(socket_path))
     try:
@@ -45,7 +45,7 @@ def call(socket_path: str | None, method: str, params: dict[str, Any]) -> dict[s
         import site
 
         site.main()
-    from snapshotd.cli.launcher import Runner
+    from snapshotd.client.launcher import Runner
 
     return Runner(path, embedded=False, json_output=True).call(method, params)
 

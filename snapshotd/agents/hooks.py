@@ -266,6 +266,6 @@ def report(tool: str, outcome: Outcome, stdout: TextIO, stderr: TextIO) -> None:
         print(f"snapshotd hook: {outcome.note}", file=stderr)
     line = outcome.user_line()
     if line and may_tell(tool):
-        import json  # writing is rare on the hook's path (see .jsonlite)
+        import json  # writing is rare on the hook's path (see snapshotd.jsonlite)
 
         print(json.dumps({"systemMessage": line}), file=stdout)

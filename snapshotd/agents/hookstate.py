@@ -20,8 +20,8 @@ import stat
 import time
 import zlib
 
-from snapshotd.agents.jsonlite import loads
 from snapshotd.errors import Untrusted
+from snapshotd.jsonlite import loads
 from snapshotd.settings import data_home_path
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
@@ -142,7 +142,7 @@ def _result_path(tool: str) -> str:
 
 def record_result(tool: str, event: str, cwd: str, note: str | None) -> None:
     """Keep the outcome of this hook run (``note`` None: recorded) for ``doctor`` and for the next run."""
-    import json  # here: most runs write in the hook's child, off the agent's wait (see .jsonlite)
+    import json  # here: most runs write in the hook's child, off the agent's wait (see snapshotd.jsonlite)
 
     entry = {"time": time.time(), "event": event, "cwd": cwd, "ok": note is None, "note": note}
     path = _result_path(tool)

@@ -38,11 +38,11 @@ from pydantic import Field, ValidationError
 
 from snapshotd.agents import hookstate
 from snapshotd.agents.hooks import BEFORE_PROMPT
-from snapshotd.cli.launcher import Runner
-from snapshotd.cli.output import plural, submodule_note
+from snapshotd.client.launcher import Runner
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.settings import VERSION, resolve_socket_path
+from snapshotd.wording import plural, submodule_note
 
 PATCH_LIMIT_CHARS = 20_000
 """The default bound on a patch returned to the model; longer ones are cut and say so."""
@@ -113,7 +113,7 @@ _WIDER = "start it with 'snapshotd mcp --any-worktree' to let it reach your othe
 
 
 class Tools:
-    """The tools' work, done through one :class:`~snapshotd.cli.launcher.Runner` (the daemon, started if needed).
+    """The tools' work, done through one :class:`~snapshotd.client.launcher.Runner` (the daemon, started if needed).
 
     ``root`` is the project the tools are confined to; None: every worktree of the user.
     """

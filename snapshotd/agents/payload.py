@@ -6,7 +6,7 @@ stdin (``session_id``, ``cwd``, ``hook_event_name``; ``prompt`` on
 ``turn_id``). :func:`describe` reads it into a :class:`HookEvent` (the
 worktree, the agent's session, a label such as ``before: fix the parser``).
 Every hook imports this module, so it stays on light modules (see
-:mod:`.jsonlite`).
+:mod:`snapshotd.jsonlite`).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import os
 import select
 import time
 
-from snapshotd.agents.jsonlite import loads
 from snapshotd.errors import InvalidParams
+from snapshotd.jsonlite import loads
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
 if TYPE_CHECKING:

@@ -1,1 +1,1 @@
-"""The ``snapshotd`` command line and the launcher that finds or starts a daemon."""
+"""The ``snapshotd`` command line: click commands that print what the launcher's calls return."""

@@ -15,9 +15,9 @@ from click.shell_completion import get_completion_class
 
 from snapshotd.cli.completion import SHELLS
 from snapshotd.cli.health import print_status
-from snapshotd.cli.launcher import Runner, os_message
 from snapshotd.cli.options import CONTEXT, invoke, json_option
 from snapshotd.cli.output import short_id
+from snapshotd.client.launcher import Runner, os_message
 from snapshotd.errors import Busy
 from snapshotd.settings import resolve_socket_path
 

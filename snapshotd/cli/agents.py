@@ -14,9 +14,9 @@ from typing import Any
 import click
 
 from snapshotd.agents.hooks import EVENT_SETS, TOOLS
-from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, fail, json_option, use_json
 from snapshotd.cli.output import to_json
+from snapshotd.client.launcher import Runner
 from snapshotd.errors import SnapshotdError
 
 
@@ -130,7 +130,7 @@ def doctor(ctx: click.Context, tool: str | None, json_output: bool) -> None:
     checkpoint. Exits 1 when a check fails.
     """
     from snapshotd.agents.doctor import run_checks
-    from snapshotd.server.client import connect_or_none
+    from snapshotd.client.rpc import connect_or_none
     from snapshotd.settings import resolve_socket_path
 
     runner = use_json(ctx)

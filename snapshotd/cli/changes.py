@@ -13,7 +13,6 @@ from typing import Any
 import click
 
 from snapshotd.cli.confirm import call_or_fail, confirm_preview
-from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import (
     CONTEXT,
     Finishes,
@@ -30,6 +29,7 @@ from snapshotd.cli.options import (
 )
 from snapshotd.cli.output import print_changes
 from snapshotd.cli.turns import turn_option, turn_range
+from snapshotd.client.launcher import Runner
 from snapshotd.contract.refs import is_reference
 from snapshotd.errors import NotFound, SnapshotdError
 from snapshotd.settings import SAFETY_SESSION

@@ -25,7 +25,7 @@ _ASK_S = 1.0  # how long a completion waits for the daemon
 
 def _recent(ctx: click.Context) -> list[dict[str, Any]]:
     """The newest checkpoints of the worktree here, from a running daemon; none when none answers."""
-    from snapshotd.server.client import Client
+    from snapshotd.client.rpc import Client
 
     root = ctx.find_root()
     socket_path = resolve_socket_path(root.params.get("socket_path"))

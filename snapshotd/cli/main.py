@@ -24,9 +24,9 @@ from snapshotd.cli import (
     turns,
     ui,
 )
-from snapshotd.cli.launcher import Runner
 from snapshotd.cli.options import CONTEXT, json_option
 from snapshotd.cli.output import let_output_carry_raw_names
+from snapshotd.client.launcher import Runner
 from snapshotd.fsutil import no_world_writes
 from snapshotd.settings import VERSION
 

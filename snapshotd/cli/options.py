@@ -1,6 +1,6 @@
 """What every command shares: click settings, ``--json`` and ``--yes``, paths after ``--``, one call.
 
-:func:`invoke` calls a command's method through the :class:`~.launcher.Runner`
+:func:`invoke` calls a command's method through the :class:`~snapshotd.client.launcher.Runner`
 and prints its result, or fails with the error on one line (or as JSON) and
 exit status 1.
 """
@@ -19,8 +19,8 @@ import click
 
 from snapshotd.cli.completion import complete_reference, complete_session
 from snapshotd.cli.interrupt import INTERRUPTED_STATUS, finish_on_interrupt
-from snapshotd.cli.launcher import Runner
-from snapshotd.cli.output import to_json
+from snapshotd.cli.output import show_progress, to_json
+from snapshotd.client.launcher import Runner
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import NeedsForce, SnapshotdError
 
@@ -121,14 +121,16 @@ def invoke(
     with guard as interrupts:
         try:
             try:
-                result = runner.call(method, params, progress=progress)
+                with show_progress(progress if not runner.json else None):
+                    result = runner.call(method, params)
             except NeedsForce as error:
                 if not (ask_force and sys.stdin.isatty()):
                     raise
                 click.echo(error.message, err=True)
                 if not click.confirm("Go ahead anyway?", default=False, err=True):
                     sys.exit(1)
-                result = runner.call(method, {**params, "force": True}, progress=progress)
+                with show_progress(progress if not runner.json else None):
+                    result = runner.call(method, {**params, "force": True})
         except SnapshotdError as error:
             fail(runner, error)
     emit(runner, result, human)

@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from snapshotd.paths import quote_path
+from snapshotd.wording import plural, submodule_note
 
 
 @contextmanager
@@ -67,13 +68,6 @@ def let_output_carry_raw_names() -> None:
             with suppress(ValueError, OSError):
                 reconfigure(errors="surrogateescape")
 
-
-
-def plural(count: int, noun: str) -> str:
-    """``1 checkpoint``, ``2 checkpoints``, ``2 processes``."""
-    if count == 1:
-        return f"{count} {noun}"
-    return f"{count} {noun}es" if noun.endswith(("s", "x", "ch", "sh")) else f"{count} {noun}s"
 
 
 def short_id(hex_id: str | None) -> str:
@@ -133,15 +127,6 @@ def print_patch(text: str) -> None:
             colour = "cyan"
         click.echo(click.style(line, fg=colour) if colour else line)
 
-
-
-def submodule_note(path: str, dry_run: bool) -> str:
-    """What a restore does for a submodule (a gitlink): only its folder, which ``git submodule update`` fills."""
-    made = "would make" if dry_run else "made"
-    return (
-        f"{quote_path(path)}: submodule: {made} its folder only (a checkpoint holds no submodule's files); "
-        f"'git submodule update --init -- {quote_path(path)}' checks it out"
-    )
 
 
 def print_changes(result: dict[str, Any], dry_run: bool, err: bool = False) -> None:

@@ -8,8 +8,8 @@ from typing import Any
 import click
 
 from snapshotd.cli.options import CONTEXT, invoke, json_option
-from snapshotd.cli.output import plural
 from snapshotd.store.refnames import session_of_key
+from snapshotd.wording import plural
 
 
 def _where(args: tuple[str, ...]) -> tuple[str, str | None]:

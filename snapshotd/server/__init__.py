@@ -1,1 +1,1 @@
-"""The socket: NDJSON framing, JSON-RPC dispatch, wire param validation, connection budgets, and the clients."""
+"""The socket's server: listening, connections and their budgets, JSON-RPC dispatch to the engine."""

@@ -33,7 +33,7 @@ def listen_backlog() -> int:
     """The longest listen queue the system allows (``net.core.somaxconn``), so a burst of clients waits in it.
 
     Past it a client's connect fails at once with EAGAIN (and the clients
-    retry, see :mod:`.dialing`); the kernel would cut a larger value down anyway.
+    retry, see :mod:`snapshotd.client.dialing`); the kernel would cut a larger value down anyway.
     """
     try:
         with open(_SOMAXCONN) as handle:

@@ -24,16 +24,16 @@ from typing import Any
 
 import trio
 
-from snapshotd.errors import Busy, SnapshotdError
-from snapshotd.server.budget import READ_CHUNK, REQUEST_RETRY_MS, Budget, Limits
-from snapshotd.server.dispatch import Service, dispatch, reject
-from snapshotd.server.framing import (
+from snapshotd.contract.framing import (
     LineBuffer,
     encode_message,
     error_response,
     is_blank,
     notification_message,
 )
+from snapshotd.errors import Busy, SnapshotdError
+from snapshotd.server.budget import READ_CHUNK, REQUEST_RETRY_MS, Budget, Limits
+from snapshotd.server.dispatch import Service, dispatch, reject
 from snapshotd.threads import Caller, current_caller
 
 log = logging.getLogger(__name__)

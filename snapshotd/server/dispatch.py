@@ -17,8 +17,7 @@ from typing import Any, Protocol
 
 import trio
 
-from snapshotd.errors import InternalError, InvalidRequest, ParseError, SnapshotdError
-from snapshotd.server.framing import (
+from snapshotd.contract.framing import (
     decode_line,
     encode_large,
     encode_message,
@@ -29,6 +28,7 @@ from snapshotd.server.framing import (
     salvage_id,
     small_enough,
 )
+from snapshotd.errors import InternalError, InvalidRequest, ParseError, SnapshotdError
 from snapshotd.threads import thread_limiter
 
 log = logging.getLogger(__name__)

@@ -13,6 +13,8 @@ import os
 
 import trio
 
+from snapshotd.contract.framing import DEFAULT_LINE_LIMIT
+from snapshotd.contract.peers import peer_allowed, peer_credentials
 from snapshotd.errors import Busy, InvalidRequest
 from snapshotd.server.binding import adopt, bind
 from snapshotd.server.budget import (
@@ -29,8 +31,6 @@ from snapshotd.server.budget import (
 )
 from snapshotd.server.connection import Connection, refuse
 from snapshotd.server.dispatch import Service
-from snapshotd.server.framing import DEFAULT_LINE_LIMIT
-from snapshotd.server.peers import peer_allowed, peer_credentials
 from snapshotd.settings import DEFAULT_MAX_CONNECTIONS
 
 __all__ = ["serve"]

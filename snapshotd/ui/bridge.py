@@ -23,8 +23,8 @@ from typing import Any
 import anyio.to_thread
 import trio
 
+from snapshotd.client.rpc import AsyncClient
 from snapshotd.errors import InternalError, SnapshotdError
-from snapshotd.server.client import AsyncClient
 
 REDIAL_S = 1.0
 """How long the bridge waits between dialling a daemon that went away again."""

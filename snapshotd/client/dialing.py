@@ -36,16 +36,16 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.errors import Busy, SnapshotdError, UntrustedDaemon
-from snapshotd.fsutil import check_socket_folder
-from snapshotd.server.framing import (
+from snapshotd.contract.framing import (
     LineBuffer,
     Response,
     encode_message,
     parse_incoming,
     request_message,
 )
-from snapshotd.server.peers import peer_credentials
+from snapshotd.contract.peers import peer_credentials
+from snapshotd.errors import Busy, SnapshotdError, UntrustedDaemon
+from snapshotd.fsutil import check_socket_folder
 
 if TYPE_CHECKING:
     import trio

@@ -3,10 +3,10 @@
 trio is imported only by :class:`AsyncClient`'s methods, so that the command
 line and the agent hooks, which use the blocking client, do not pay for it.
 
-Both frame and parse with :mod:`.framing` and raise the server's errors as
-the matching :class:`~snapshotd.errors.SnapshotdError` subclass. A lost
-connection raises :class:`ConnectionError`; a failed connect raises the
-:class:`OSError` from the socket (see :func:`connect_or_none`).
+Both frame and parse with :mod:`snapshotd.contract.framing` and raise the
+server's errors as the matching :class:`~snapshotd.errors.SnapshotdError`
+subclass. A lost connection raises :class:`ConnectionError`; a failed connect
+raises the :class:`OSError` from the socket (see :func:`connect_or_none`).
 
 A busy daemon is waited for, not failed on: both clients retry a full listen
 queue, a daemon that is starting and a connection the daemon turned away at
@@ -33,15 +33,14 @@ from contextlib import asynccontextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from snapshotd.errors import SnapshotdError, UntrustedDaemon
-from snapshotd.server.dialing import (
+from snapshotd.client.dialing import (
     RoomWait,
     closed_error,
     connect_blocking,
     dial_async,
     is_refusal,
 )
-from snapshotd.server.framing import (
+from snapshotd.contract.framing import (
     LineBuffer,
     Notification,
     Response,
@@ -49,6 +48,7 @@ from snapshotd.server.framing import (
     parse_incoming,
     request_message,
 )
+from snapshotd.errors import SnapshotdError, UntrustedDaemon
 from snapshotd.settings import connect_timeout as default_connect_timeout, resolve_socket_path
 
 if TYPE_CHECKING:

@@ -21,15 +21,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 import snapshotd
-from snapshotd.cli.output import show_progress
+from snapshotd.client.dialing import daemon_starting
+from snapshotd.contract.peers import peer_credentials
 from snapshotd.errors import InternalError, InvalidParams, SnapshotdError, Untrusted
 from snapshotd.fsutil import check_private_home, check_socket_folder, pid_alive
-from snapshotd.server.dialing import daemon_starting
-from snapshotd.server.peers import peer_credentials
 from snapshotd.settings import data_home, resolve_socket_path
 
 if TYPE_CHECKING:
-    from snapshotd.server.client import Client
+    from snapshotd.client.rpc import Client
 
 DAEMON_START_TIMEOUT_S = 10.0
 DAEMON_STOP_TIMEOUT_S = 10.0
@@ -49,12 +48,11 @@ class Runner:
         self.json = json_output
         self.daemon_was_running = True
 
-    def call(self, method: str, params: dict[str, Any], *, progress: str | None = None) -> dict[str, Any]:
+    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Run ``method``; every failure comes out as a :class:`SnapshotdError`."""
-        with show_progress(progress if not self.json else None):
-            if self.embedded:
-                return _call_embedded(method, params)
-            return self._call_daemon(method, params)
+        if self.embedded:
+            return _call_embedded(method, params)
+        return self._call_daemon(method, params)
 
     def _call_daemon(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         path = os.path.abspath(resolve_socket_path(self.socket_path))
@@ -203,7 +201,7 @@ def _connect(path: str, connect_timeout: float | None = None) -> Client | None:
     ``connect_timeout`` (default ``$SNAPSHOTD_CONNECT_TIMEOUT``), then
     :class:`~snapshotd.errors.Busy` says so.
     """
-    from snapshotd.server.client import Client
+    from snapshotd.client.rpc import Client
 
     try:
         return Client(path, timeout=None, connect_timeout=connect_timeout)

@@ -4,7 +4,7 @@ Both ends ask: the server refuses peers of another user, and the clients
 refuse a listener of another user before sending anything. Nothing here
 imports trio, so the blocking client and the command line stay light, nor
 :mod:`socket` (the constants are its C module's): an agent hook's connection
-(:mod:`.onecall`) uses this.
+(:mod:`snapshotd.client.onecall`) uses this.
 """
 
 from __future__ import annotations

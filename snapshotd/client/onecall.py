@@ -1,7 +1,7 @@
 """One request on a new connection, on the standard library's light modules: an agent hook's fast path.
 
 Every agent event starts a hook process that the agent waits for, and
-:class:`~snapshotd.server.client.Client` with its framing and dialing costs
+:class:`~snapshotd.client.rpc.Client` with its framing and dialing costs
 more to import than a warm checkpoint takes. :func:`call` does what that
 client does in the ordinary case and nothing more: the socket's folder and
 listener are checked before anything is sent (the same rules:
@@ -19,10 +19,10 @@ from __future__ import annotations
 import _socket
 import os
 
-from snapshotd.agents.jsonlite import dumps, loads
+from snapshotd.contract.peers import peer_credentials
 from snapshotd.errors import InternalError, SnapshotdError
 from snapshotd.fsutil import check_socket_folder
-from snapshotd.server.peers import peer_credentials
+from snapshotd.jsonlite import dumps, loads
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
 if TYPE_CHECKING:
