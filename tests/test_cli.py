@@ -37,7 +37,7 @@ from snapshotd.cli.main import main as cli_main
 from snapshotd.errors import SnapshotdError
 
 CHECKPOINT_KEYS = {
-    "id", "tree", "parent", "worktree", "session", "label", "seq", "created_at", "base", "changed",
+    "id", "tree", "parent", "worktree", "session", "label", "seq", "created_at", "base", "changed", "host",
 }
 WORKTREE_KEYS = {"id", "path", "kind", "git_dir", "common_dir", "head", "branch", "watching", "watch_error",
                  "presence", "problem"}
@@ -472,14 +472,14 @@ def test_open_worktrees_status_and_repair(
     status_text = cli("status", env=env).stdout
     assert f"pid {daemon.pid}" in status_text and wt["id"] in status_text and str(repo) in status_text
 
-    assert cli("repair", "--json", env=env).json() == {"moved": [], "gone": []}
+    assert cli("repair", "--json", env=env).json() == {"moved": [], "mended": [], "gone": []}
     assert cli("repair", env=env).stdout.strip() == "nothing moved"
 
     cp = checkpoint(repo, env, "--session", "m")["checkpoint"]
     moved_to = tmp_path / "moved-repo"
     os.rename(repo, moved_to)
     repaired = cli("repair", "--json", moved_to, env=env).json()
-    assert repaired == {"moved": [{"worktree": wt["id"], "from": str(repo), "to": str(moved_to)}], "gone": []}
+    assert repaired == {"moved": [{"worktree": wt["id"], "from": str(repo), "to": str(moved_to)}], "mended": [], "gone": []}
     after = cli("list", "--json", moved_to, env=env).json()["checkpoints"]
     assert [c["id"] for c in after] == [cp["id"]] and after[0]["worktree"] == wt["id"]
     assert checkpoint(moved_to, env, "--session", "m")["checkpoint"]["worktree"] == wt["id"]
