@@ -89,7 +89,7 @@ async def test_git_worktree_move(engine, tmp_path):
 
     # The id is found at the new path by itself; repair reports the move.
     result = await engine.call("repair", {"path": str(moved)})
-    assert result == {"moved": [{"worktree": old_id, "from": str(linked), "to": str(moved)}], "gone": []}
+    assert result == {"moved": [{"worktree": old_id, "from": str(linked), "to": str(moved)}], "mended": [], "gone": []}
     assert await wt_id(engine, moved) == old_id
     assert await listed(engine, moved) == [checkpoint["id"]]
     assert (await engine.call("list", {"worktree": old_id}))["checkpoints"][0]["id"] == checkpoint["id"]
@@ -106,7 +106,7 @@ async def test_git_worktree_move_found_without_a_path(engine, tmp_path):
     moved.parent.mkdir()
     git(main, "worktree", "move", str(linked), str(moved))
     result = await engine.call("repair", {})
-    assert result == {"moved": [{"worktree": old_id, "from": str(linked), "to": str(moved)}], "gone": []}
+    assert result == {"moved": [{"worktree": old_id, "from": str(linked), "to": str(moved)}], "mended": [], "gone": []}
     # Addressed by id alone, it is found at its new place.
     listed_by_id = (await engine.call("list", {"worktree": old_id}))["checkpoints"]
     assert [c["id"] for c in listed_by_id] == [checkpoint["id"]]
@@ -123,7 +123,11 @@ async def test_plain_mv_of_a_linked_worktree_then_repair(engine, tmp_path):
     assert porcelain_paths(main)[1].endswith("(prunable)")  # git lost it
 
     result = await engine.call("repair", {"path": str(moved)})
-    assert result == {"moved": [{"worktree": old_id, "from": str(linked), "to": str(moved)}], "gone": []}
+    assert result == {
+        "moved": [{"worktree": old_id, "from": str(linked), "to": str(moved)}],
+        "mended": [{"worktree": old_id, "path": str(moved)}],
+        "gone": [],
+    }
     assert porcelain_paths(main) == [str(main), str(moved)]
     assert git_works(moved) and git_works(main)
     # git's own prune no longer sees a stale worktree to remove.
@@ -185,7 +189,7 @@ async def test_moved_main_worktree_of_a_repository(engine, tmp_path):
     with pytest.raises(NotFound, match="repair"):
         await Engine().call("list", {"worktree": old_id})
     result = await engine.call("repair", {"path": str(moved)})
-    assert result == {"moved": [{"worktree": old_id, "from": str(repo), "to": str(moved)}], "gone": []}
+    assert result == {"moved": [{"worktree": old_id, "from": str(repo), "to": str(moved)}], "mended": [], "gone": []}
     assert await listed(engine, moved) == [checkpoint["id"]]
     await restore_works(engine, moved, checkpoint, "a.txt")
     assert git_works(moved)
@@ -225,7 +229,7 @@ async def test_plain_folder_renamed_keeps_its_id(engine, tmp_path):
     again = tmp_path / "notes-again"
     os.rename(renamed, again)
     result = await engine.call("repair", {"path": str(again)})
-    assert result == {"moved": [{"worktree": old_id, "from": str(renamed), "to": str(again)}], "gone": []}
+    assert result == {"moved": [{"worktree": old_id, "from": str(renamed), "to": str(again)}], "mended": [], "gone": []}
     assert await listed(engine, again) == [checkpoint["id"]]
     await restore_works(engine, again, checkpoint, "n.txt")
 
@@ -355,3 +359,21 @@ async def test_status_right_after_a_repair_shows_the_repaired_worktrees_here(wat
             await trio.sleep(0.1)
     await engine.call("repair", {"path": str(moved)})
     assert await presences() == {str(moved): ("here", None), str(linked): ("here", None)}
+
+
+async def test_a_linked_worktree_followed_by_a_capture_is_mended_by_a_repair_without_a_path(engine, tmp_path):
+    """A capture at the new path follows the worktree, but git still lists it prunable until a repair."""
+    main, linked = main_with_linked(tmp_path)
+    old_id = await wt_id(engine, linked)
+    moved = tmp_path / "moved-by-mv"
+    os.rename(linked, moved)
+    checkpoint = await cp(engine, moved)  # followed: the record names the new path now
+    assert checkpoint["worktree"] == old_id
+    assert porcelain_paths(main)[1] == f"{linked} (prunable)"
+
+    result = await engine.call("repair", {})
+    assert result == {"moved": [], "mended": [{"worktree": old_id, "path": str(moved)}], "gone": []}
+    assert porcelain_paths(main) == [str(main), str(moved)]
+    git(main, "worktree", "prune")  # what git gc runs: it keeps the worktree now
+    assert porcelain_paths(main) == [str(main), str(moved)] and git_works(moved)
+    assert (await engine.call("repair", {}))["mended"] == []

@@ -40,8 +40,11 @@ async def test_repair_of_a_moved_linked_worktree_through_a_registry(tmp_path: Pa
     assert f"worktree {linked}\n" in git(main, "worktree", "list", "--porcelain")  # git's back link is stale
 
     result = await repair(registry, str(moved))
-    assert result == RepairResult([Move(old.id, str(linked), str(moved))])
-    assert result.to_wire() == {"moved": [{"worktree": old.id, "from": str(linked), "to": str(moved)}]}
+    assert result == RepairResult([Move(old.id, str(linked), str(moved))], [(old.id, str(moved))])
+    assert result.to_wire() == {
+        "moved": [{"worktree": old.id, "from": str(linked), "to": str(moved)}],
+        "mended": [{"worktree": old.id, "path": str(moved)}],
+    }
     assert registry.opened[-1] == str(moved)
     assert registry.records.load()[old.id]["path"] == str(moved)
     listing = git(main, "worktree", "list", "--porcelain")
@@ -57,4 +60,4 @@ async def test_repair_of_a_renamed_plain_folder_through_a_registry(tmp_path: Pat
     os.rename(folder, renamed)
 
     assert (await repair(registry, str(renamed))).moved == [Move(old.id, str(folder), str(renamed))]
-    assert (await repair(registry, str(renamed))).to_wire() == {"moved": []}  # nothing moved since
+    assert (await repair(registry, str(renamed))).to_wire() == {"moved": [], "mended": []}  # nothing moved since

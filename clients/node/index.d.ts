@@ -298,6 +298,8 @@ export interface Move {
 
 export interface RepairResult {
   moved: Move[];
+  /** Linked worktrees whose git link named another place and now names theirs (moved or not). */
+  mended: ForgottenWorktree[];
   /** Open worktrees still gone after the repair (deleted, or moved where no watcher saw). */
   gone: ForgottenWorktree[];
 }

@@ -74,10 +74,14 @@ def repair(ctx: click.Context, path: str | None, json_output: bool) -> None:
     """Re-attach worktrees that moved (PATH: the new place of one), keeping ids and checkpoints."""
 
     def human(result: dict[str, Any]) -> None:
-        if not result["moved"]:
+        moved = {item["worktree"] for item in result["moved"]}
+        links = [item for item in result.get("mended") or [] if item["worktree"] not in moved]
+        if not result["moved"] and not links:
             click.echo("nothing moved")
         for item in result["moved"]:
             click.echo(f"{item['worktree']}  {item['from']} -> {item['to']}")
+        for item in links:
+            click.echo(f"{item['worktree']}  {item['path']}: git's link to it mended ('git worktree list' showed it prunable)")
         gone = result.get("gone") or []
         if gone:
             count = f"{len(gone)} worktree{'s' if len(gone) != 1 else ''}"

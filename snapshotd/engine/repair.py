@@ -63,12 +63,16 @@ class Move:
 
 @dataclass(frozen=True)
 class RepairResult:
-    """The worktrees a ``repair`` found moved."""
+    """The worktrees a ``repair`` found moved, and those whose git links it mended (moved or not)."""
 
     moved: list[Move]
+    mended: list[tuple[str, str]]  # (worktree id, path)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"moved": [move.to_wire() for move in self.moved]}
+        return {
+            "moved": [move.to_wire() for move in self.moved],
+            "mended": [{"worktree": worktree, "path": path} for worktree, path in self.mended],
+        }
 
 
 def _linked_root(git_dir: str) -> str | None:
@@ -83,6 +87,32 @@ def _linked_root(git_dir: str) -> str | None:
 
 def _is_linked(info: WorktreeInfo) -> bool:
     return info.git_dir is not None and info.common_dir is not None and info.git_dir != info.common_dir
+
+
+def _back_link_stale(git_dir: str, root: str) -> bool:
+    """True when git's admin folder of a linked worktree does not name the worktree at ``root``.
+
+    git then lists it as prunable, and ``git worktree prune`` (which ``git gc``
+    runs) would delete the admin folder, and the worktree with it for git.
+    """
+    try:
+        named = Path(git_dir, "gitdir").read_text().strip()
+    except OSError:
+        return False
+    return not _same_path(named, os.path.join(root, ".git"))
+
+
+def _stale_linked(records: dict[str, dict]) -> list[str]:
+    """Known linked worktrees at their recorded path whose git back link names another place."""
+    return [
+        record["path"]
+        for record in records.values()
+        if record.get("kind") == "git"
+        and record.get("git_dir")
+        and not _same_path(record.get("git_dir"), record.get("common_dir"))
+        and os.path.isdir(record.get("path", ""))
+        and _back_link_stale(record["git_dir"], record["path"])
+    ]
 
 
 def _same_path(a: str | None, b: str | None) -> bool:
@@ -235,7 +265,9 @@ async def repair(registry: Registry, path: str | None) -> RepairResult:
                 root = _linked_root(record["git_dir"])
                 if root is not None:
                     queue.append(root)
+        queue.extend(_stale_linked(before))  # followed here already (a capture at the new path), not yet in git
     moved: list[Move] = []
+    mended: list[tuple[str, str]] = []
     seen: set[str] = set()
     while queue:
         candidate = queue.pop(0)
@@ -266,13 +298,17 @@ async def repair(registry: Registry, path: str | None) -> RepairResult:
         old = before.get(info.id)
         along = _moved_along(info, old, before) if info.kind == "git" else []
         if info.kind == "git":
+            stale = _is_linked(info) and info.git_dir is not None and _back_link_stale(info.git_dir, info.path)
             try:
                 await _mend_git_links(info, registry.records, along)
             except SnapshotdError:
                 if path is not None:
                     raise
+            else:
+                if stale:
+                    mended.append((info.id, info.path))
         if old is not None and old.get("path") != info.path:
             moved.append(Move(info.id, old.get("path"), info.path))
         await _refresh(registry, info)
         queue.extend(along)
-    return RepairResult(moved)
+    return RepairResult(moved, mended)

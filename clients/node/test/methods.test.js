@@ -163,7 +163,7 @@ describe("a turn: checkpoint, list, show, diff, revert, restore", () => {
   });
 
   test("repair with nothing moved", async () => {
-    assert.deepEqual(await sd.repair({ path: repo }), { moved: [], gone: [] });
+    assert.deepEqual(await sd.repair({ path: repo }), { moved: [], mended: [], gone: [] });
   });
 });
 
