@@ -19,8 +19,10 @@ from snapshotd.contract.refs import (
     SessionChoice,
     SessionHead,
     SessionSeq,
+    WorktreeRef,
     parse_ref,
     ref_param,
+    worktree_param,
 )
 from snapshotd.engine import reads
 from snapshotd.errors import Ambiguous, InvalidParams, NotFound
@@ -77,6 +79,17 @@ def test_a_reference_that_is_not_a_string_or_is_missing_is_refused() -> None:
         parse_ref(7, "to")
     with pytest.raises(InvalidParams, match="'from' is required"):
         ref_param({}, "from")
+
+
+def test_a_worktree_is_named_by_path_or_id_and_read_once_into_its_type() -> None:
+    assert worktree_param({}) == WorktreeRef() and not WorktreeRef().named
+    named = worktree_param({"path": "/src/app", "worktree": "wt_1", "force": True, "session": "s"})
+    assert named == WorktreeRef("/src/app", "wt_1", force=True) and named.named
+    assert worktree_param({"worktree": "wt_1", "force": "yes"}) == WorktreeRef(None, "wt_1")  # force is true or absent
+    with pytest.raises(InvalidParams, match="'worktree' must be a string, not a number"):
+        worktree_param({"worktree": 7})
+    with pytest.raises(InvalidParams, match="'path' is a path of"):
+        worktree_param({"path": "/" + "a" * 5000})
 
 
 # --- what the references name ----------------------------------------------------

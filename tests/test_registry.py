@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from repo_helpers import git, init_repo, write
 
+from snapshotd.contract.refs import WorktreeRef
 from snapshotd.engine.registry import Registry, worktree_head
-from snapshotd.errors import InvalidParams, NotFound, WorktreeMismatch
+from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
 from snapshotd.settings import DEFAULT_SIZE_CAP
 from snapshotd.store.identity import Records
 
@@ -55,16 +56,29 @@ async def test_resolve_takes_a_path_or_an_id_and_refuses_both_disagreeing(tmp_pa
     one = init_repo(tmp_path / "one", ("a.txt", "a\n"))
     two = init_repo(tmp_path / "two", ("b.txt", "b\n"))
     registry = new_registry(tmp_path / "home")
-    by_path = await registry.resolve({"path": str(one)})
-    assert by_path is not None
-    assert await registry.resolve({"worktree": by_path.info.id}) is by_path
-    other = await registry.resolve({"path": str(two)})
-    assert other is not None
-    with pytest.raises(WorktreeMismatch):
-        await registry.resolve({"path": str(one), "worktree": other.info.id})
-    with pytest.raises(InvalidParams):
-        await registry.resolve({})
-    assert await registry.resolve({}, required=False) is None
+    by_path = await registry.resolve(WorktreeRef(path=str(one)))
+    assert by_path.info.path == str(one)
+    assert await registry.resolve(WorktreeRef(id=by_path.info.id)) is by_path
+    assert await registry.resolve_named(WorktreeRef(path=str(one / "."), id=by_path.info.id)) is by_path
+    other = await registry.resolve(WorktreeRef(path=str(two)))
+    assert other is not by_path
+    with pytest.raises(WorktreeMismatch, match=f"belongs to worktree {by_path.info.id}, not {other.info.id}"):
+        await registry.resolve(WorktreeRef(path=str(one), id=other.info.id))
+    with pytest.raises(InvalidParams, match="Give either 'path'"):
+        await registry.resolve(WorktreeRef())
+    assert await registry.resolve_named(WorktreeRef()) is None
+
+
+async def test_a_broad_folder_is_opened_only_when_the_reference_forces_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home-folder"
+    write(home / "notes.txt", "n\n")
+    monkeypatch.setenv("HOME", str(home))
+    registry = new_registry(tmp_path / "home")
+    with pytest.raises(SnapshotdError, match="is your home folder"):
+        await registry.resolve(WorktreeRef(path=str(home)), checkpoint=True)
+    assert registry.worktrees == {}
+    forced = await registry.resolve(WorktreeRef(path=str(home), force=True), checkpoint=True)
+    assert forced.info.path == str(home) and list(registry.worktrees) == [forced.info.id]
 
 
 async def test_known_states_skip_worktrees_that_are_gone(tmp_path: Path) -> None:

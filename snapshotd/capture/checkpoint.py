@@ -3,28 +3,29 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from snapshotd.capture.state import CaptureStats
 from snapshotd.contract.params import optional_bool, optional_str, validate_session
+from snapshotd.contract.refs import WorktreeRef, worktree_param
 from snapshotd.errors import NeedsForce
 from snapshotd.store.checkpoints import Checkpoint
 
 
 @dataclass(frozen=True)
 class CheckpointOptions:
-    """What a ``checkpoint`` call asks for: its session and label, an exact (full-scan) capture, and force.
+    """What a ``checkpoint`` call asks for: its worktree, session and label, an exact (full-scan) capture, and force.
 
-    ``path`` is the folder the caller named, if it named one (rather than a
-    worktree id): a broad folder is refused before it is opened.
+    A worktree named by a folder (``where.path``, rather than its id) that is
+    broad is refused before it is opened.
     """
 
+    where: WorktreeRef = field(default_factory=WorktreeRef)
     session: str | None = None
     label: str | None = None
     exact: bool = False
     force: bool = False
-    path: str | None = None
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> CheckpointOptions:
@@ -34,7 +35,7 @@ class CheckpointOptions:
             label=optional_str(params, "label"),
             exact=optional_bool(params, "exact"),
             force=optional_bool(params, "force"),
-            path=optional_str(params, "path"),
+            where=worktree_param(params),
         )
 
 

@@ -8,6 +8,10 @@ worktree, and ``@~N``, N before it; ``#N``, the checkpoint with seq N;
 newest session. ``@{REMOTE}``, ``SESSION@{REMOTE}`` and ``SESSION@{REMOTE}~N``
 count in what was fetched from REMOTE instead (another machine's worktree). What a reference names is found in one place,
 :func:`snapshotd.engine.reads.find_checkpoint`.
+
+A worktree is named by ``path`` (a folder inside it) or ``worktree`` (its id):
+:func:`worktree_param` reads both into a :class:`WorktreeRef`, which the engine
+hands to :meth:`snapshotd.engine.registry.Registry.resolve`.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
-from snapshotd.contract.params import validate_session
+from snapshotd.contract.params import optional_path, optional_str, validate_session
 from snapshotd.errors import InvalidParams
 
 MIN_PREFIX = 7  # shorter prefixes soon match other objects of a repository
@@ -82,6 +86,28 @@ class RemoteHead:
 
 
 CheckpointRef: TypeAlias = IdPrefix | SessionHead | SessionSeq | RemoteHead
+
+
+@dataclass(frozen=True)
+class WorktreeRef:
+    """The worktree a request names: by a folder inside it (``path``), by its ``id``, by both (they must agree), or not at all.
+
+    ``force`` opens a broad folder (``$HOME``, ``/``, one no repository holds)
+    that is otherwise refused until asked for.
+    """
+
+    path: str | None = None
+    id: str | None = None
+    force: bool = False
+
+    @property
+    def named(self) -> bool:
+        return self.path is not None or self.id is not None
+
+
+def worktree_param(params: Mapping[str, Any]) -> WorktreeRef:
+    """The worktree the ``path`` and ``worktree`` params name (a ``force`` of true opens a broad folder)."""
+    return WorktreeRef(optional_path(params, "path"), optional_str(params, "worktree"), params.get("force") is True)
 
 
 def _number(text: str, whole: str, name: str) -> int:

@@ -21,7 +21,7 @@ import trio
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult, refuse_broad_folder
 from snapshotd.capture.state import CaptureResult
 from snapshotd.contract.params import optional_bool, optional_path, optional_path_list, optional_str
-from snapshotd.contract.refs import CheckpointRef, ref_param
+from snapshotd.contract.refs import CheckpointRef, ref_param, worktree_param
 from snapshotd.engine import collect, reads, transfer
 from snapshotd.engine.batch import take_checkpoint
 from snapshotd.engine.disk import disk_refusals
@@ -112,9 +112,6 @@ class Engine:
 
     # --- worktrees and their captures ---------------------------------------------
 
-    async def _resolve(self, params: dict[str, Any], required: bool = True) -> WorktreeState | None:
-        return await self.registry.resolve(params, required)
-
     async def capture(self, state: WorktreeState, *, exact: bool = False) -> CaptureResult:
         """The worktree's tree now, warm or cold; callers hold ``state.lock``. A disk's refusal is one sentence."""
         with disk_refusals(state.info.store_dir, "capture the worktree into"):
@@ -124,8 +121,7 @@ class Engine:
 
     async def _verify(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         """The warm state against a full scan now; the scan's result becomes the warm state, nothing is recorded."""
-        state = await self._resolve(params)
-        assert state is not None
+        state = await self.registry.resolve(worktree_param(params))
         async with state.lock:
             with disk_refusals(state.info.store_dir, "capture the worktree into"):
                 found = await state.capture.verify()
@@ -134,8 +130,7 @@ class Engine:
     async def _subscribe(self, params: dict[str, Any], session: Any) -> dict[str, Any]:
         nursery = require_connection(session, self.nursery)
         checkpoints = optional_bool(params, "checkpoints")
-        state = await self._resolve(params)
-        assert state is not None
+        state = await self.registry.resolve(worktree_param(params))
         return {"subscription": self.subscriptions.subscribe(state.info.id, session, nursery, checkpoints=checkpoints).id}
 
     async def _unsubscribe(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
@@ -146,10 +141,10 @@ class Engine:
 
     async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         options = CheckpointOptions.from_params(params)
+        named_by_path = options.where.path is not None
         # $HOME or / refused before opening (a watch of all of $HOME is costly too), in the same look at the path
-        state = await self.registry.resolve(params, checkpoint=options.path is not None and not options.force)
-        assert state is not None
-        if options.path is None and not options.force:
+        state = await self.registry.resolve(options.where, checkpoint=named_by_path and not options.force)
+        if not named_by_path and not options.force:
             refuse_broad_folder(state.info.path)
         return (await self._take_checkpoint(state, options)).to_wire()
 
@@ -178,15 +173,14 @@ class Engine:
 
     async def _list(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         options = reads.ListOptions.from_params(params)
-        state = await self._resolve(params)
-        assert state is not None
+        state = await self.registry.resolve(worktree_param(params))
         return await trio.to_thread.run_sync(
             lambda: reads.list_checkpoints(state.info, options).to_wire(), limiter=thread_limiter
         )
 
     async def _show(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         ref = ref_param(params)
-        preferred = await self._resolve(params, required=False)
+        preferred = await self.registry.resolve_named(worktree_param(params))
         store, checkpoint = await trio.to_thread.run_sync(self._find, ref, preferred, limiter=thread_limiter)
         return {"checkpoint": await trio.to_thread.run_sync(transfer.remote_wire, store, checkpoint)}
 
@@ -205,7 +199,7 @@ class Engine:
 
     async def _diff(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         options = reads.DiffOptions.from_params(params)
-        preferred = await self._resolve(params, required=False)
+        preferred = await self.registry.resolve_named(worktree_param(params))
         if preferred is None and options.checkpoint_sides:
             store, checkpoint = await trio.to_thread.run_sync(self._find, options.checkpoint_sides[0], None, limiter=thread_limiter)
             preferred = await trio.to_thread.run_sync(self.transfers.owner, store, checkpoint, limiter=thread_limiter)
@@ -236,7 +230,7 @@ class Engine:
         dry_run = optional_bool(params, "dry_run")
         allow_other = optional_bool(params, "allow_other_worktree")
         ref = ref_param(params)
-        target = await self._resolve(params, required=False)
+        target = await self.registry.resolve_named(worktree_param(params))
         store, checkpoint = await trio.to_thread.run_sync(self._find, ref, target, limiter=thread_limiter)
         await trio.to_thread.run_sync(transfer.refuse_remote_restore, store, checkpoint, target.info.id if target else None, allow_other)
         if target is None:
@@ -265,7 +259,7 @@ class Engine:
         force = optional_bool(params, "force")
         source_ref = ref_param(params, "from")
         target_ref = ref_param(params, "to") if params.get("to") is not None else None
-        preferred = await self._resolve(params, required=False)
+        preferred = await self.registry.resolve_named(worktree_param(params))
         store, source = await trio.to_thread.run_sync(self._find, source_ref, preferred, limiter=thread_limiter)
         if target_ref is not None:
             _, target_cp = await trio.to_thread.run_sync(self._find, target_ref, preferred, limiter=thread_limiter)
@@ -288,15 +282,16 @@ class Engine:
 
     async def _delete(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         options = collect.DeleteOptions.from_params(params)
-        preferred = await self._resolve(params, required=options.checkpoints is None)
+        where = worktree_param(params)
         if options.checkpoints is None:
-            assert preferred is not None
-            async with preferred.lock:
+            state = await self.registry.resolve(where)
+            async with state.lock:
                 deleted = await trio.to_thread.run_sync(
-                    collect.drop_session, preferred.info, options.session, limiter=thread_limiter
+                    collect.drop_session, state.info, options.session, limiter=thread_limiter
                 )
             return deleted.to_wire()
         refs = options.checkpoints
+        preferred = await self.registry.resolve_named(where)
 
         def drop_ids() -> collect.Deleted:
             return collect.drop_checkpoints([self._find(ref, preferred) for ref in refs])
@@ -311,7 +306,7 @@ class Engine:
         would go and changes nothing.
         """
         options = collect.GcOptions.from_params(params)
-        state = await self._resolve(params, required=False)
+        state = await self.registry.resolve_named(worktree_param(params))
         if (state is None) == (not options.every):
             raise InvalidParams(
                 "Give 'path' or 'worktree' for the worktree to collect, or 'all': true for every known worktree."
@@ -365,12 +360,11 @@ class Engine:
         return {"version": VERSION, "pid": os.getpid(), "uptime_s": round(time.monotonic() - self.started, 3)}
 
     async def _open(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        state = await self._resolve(params)
-        assert state is not None
+        state = await self.registry.resolve(worktree_param(params))
         return {"worktree": await self.registry.wire_worktree(state)}
 
     async def _worktrees(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        return {"worktrees": await self.registry.listed(params)}
+        return {"worktrees": await self.registry.listed(optional_bool(params, "known"))}
 
     async def _status(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         counters = dict(self.counters)

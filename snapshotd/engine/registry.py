@@ -28,7 +28,7 @@ from snapshotd.capture.checkpoint import (
 from snapshotd.capture.presence import GONE, HERE
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
-from snapshotd.contract.params import optional_bool, optional_path, optional_str
+from snapshotd.contract.refs import WorktreeRef
 from snapshotd.engine.batch import Ticket
 from snapshotd.engine.reads import checkpoint_summary
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
@@ -256,30 +256,30 @@ class Registry:
             raise NotFound(f"The folder {record['path']} now holds a different worktree than {worktree_id}.")
         return state
 
-    async def resolve(
-        self, params: dict[str, Any], required: bool = True, *, checkpoint: bool = False
-    ) -> WorktreeState | None:
-        """The worktree the params name by ``path`` or ``worktree`` (both must agree), watched from now on.
+    async def resolve(self, where: WorktreeRef, *, checkpoint: bool = False) -> WorktreeState:
+        """The worktree ``where`` names, watched from now on; a request that names none is refused.
 
         ``checkpoint``: a path that is ``$HOME`` or ``/`` is refused unless forced (``refuse_broad_folder``).
         """
-        path = optional_path(params, "path")
-        worktree_id = optional_str(params, "worktree")
-        if path is not None:
-            force = params.get("force") is True
-            state = await trio.to_thread.run_sync(
-                self._open_unless_broad, path, force, checkpoint, limiter=thread_limiter
-            )
-            if worktree_id is not None and worktree_id != state.info.id:
-                raise WorktreeMismatch(f"The path {path} belongs to worktree {state.info.id}, not {worktree_id}.")
-            await self.ensure_watch(state)
-            return state
-        if worktree_id is not None:
-            state = await trio.to_thread.run_sync(self.by_id, worktree_id, limiter=thread_limiter)
-            await self.ensure_watch(state)
-            return state
-        if required:
+        state = await self.resolve_named(where, checkpoint=checkpoint)
+        if state is None:
             raise InvalidParams("Give either 'path' (a folder inside the worktree) or 'worktree' (its id).")
+        return state
+
+    async def resolve_named(self, where: WorktreeRef, *, checkpoint: bool = False) -> WorktreeState | None:
+        """As :meth:`resolve`, but None when ``where`` names no worktree (a method where one is optional)."""
+        if where.path is not None:
+            state = await trio.to_thread.run_sync(
+                self._open_unless_broad, where.path, where.force, checkpoint, limiter=thread_limiter
+            )
+            if where.id is not None and where.id != state.info.id:
+                raise WorktreeMismatch(f"The path {where.path} belongs to worktree {state.info.id}, not {where.id}.")
+            await self.ensure_watch(state)
+            return state
+        if where.id is not None:
+            state = await trio.to_thread.run_sync(self.by_id, where.id, limiter=thread_limiter)
+            await self.ensure_watch(state)
+            return state
         return None
 
     async def ensure_watch(self, state: WorktreeState) -> None:
@@ -300,15 +300,15 @@ class Registry:
                     continue
         return states
 
-    async def listed(self, params: dict[str, Any]) -> list[dict[str, Any]]:
+    async def listed(self, known: bool = False) -> list[dict[str, Any]]:
         """The open worktrees as the contract shows them; with ``known``, then every recorded one not open."""
         shown = [await self.wire_worktree(state) for state in self.shown()]
-        if not optional_bool(params, "known"):
+        if not known:
             return shown
         for wire in shown:
             wire["open"] = True
-        known = await trio.to_thread.run_sync(self.records.load, limiter=thread_limiter)
-        return shown + [recorded_wire(key, record, self.worktrees) for key, record in sorted(known.items())
+        recorded = await trio.to_thread.run_sync(self.records.load, limiter=thread_limiter)
+        return shown + [recorded_wire(key, record, self.worktrees) for key, record in sorted(recorded.items())
                         if key not in self.worktrees]
 
     async def wire_worktree(self, state: WorktreeState, *, summary: bool = False) -> dict[str, Any]:

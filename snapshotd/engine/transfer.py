@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from snapshotd.contract.params import optional_bool, optional_str
+from snapshotd.contract.refs import worktree_param
 from snapshotd.engine.autopush import BackgroundPush, set_background
 from snapshotd.engine.registry import Registry, WorktreeState, worktree_head
 from snapshotd.engine.subscriptions import Subscriptions
@@ -150,8 +151,7 @@ class Transfers:
 
     async def _remote(self, params: Mapping[str, Any]) -> tuple[WorktreeInfo, Remote]:
         """The worktree the params name and the remote to use for it."""
-        state = await self.registry.resolve(dict(params))
-        assert state is not None
+        state = await self.registry.resolve(worktree_param(params))
         _, branch = await trio.to_thread.run_sync(worktree_head, state.info, limiter=thread_limiter)
         return state.info, await resolve_remote(state.info, optional_str(params, "remote"), branch)
 
