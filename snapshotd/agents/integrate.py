@@ -325,9 +325,10 @@ def _plan_trust(change: Change) -> None:
 
 def _is_empty_object(text: str) -> bool:
     try:
-        return json.loads(text) == {}
+        value: object = json.loads(text)
     except ValueError:
         return False
+    return value == {}
 
 
 def apply(change: Change) -> None:

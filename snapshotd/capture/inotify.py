@@ -72,7 +72,7 @@ class Inotify:
     def add(self, folder_fd: int) -> int:
         """Watch the folder open as ``folder_fd`` (its descriptor, so no path is resolved again)."""
         path = f"/proc/self/fd/{folder_fd}".encode()
-        wd = self._libc.inotify_add_watch(self.fd, path, FOLDER_MASK)
+        wd: int = self._libc.inotify_add_watch(self.fd, path, FOLDER_MASK)  # ctypes: a C int by default
         if wd < 0:
             raise as_limit(_last_error("inotify_add_watch"))
         return wd

@@ -104,7 +104,9 @@ def read_index(path: str | None) -> pygit2.Index:
         return pygit2.Index()
     cindex = pygit2.ffi.new("git_index **")
     check_error(pygit2.C.git_index_open(cindex, os.fsencode(path)))
-    return pygit2.Index.from_c(None, cindex)
+    # pygit2's Index.from_c (pure Python) carries no annotations; what it returns is the Index built on cindex
+    index: pygit2.Index = pygit2.Index.from_c(None, cindex)  # type: ignore[no-untyped-call]
+    return index
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field
+from typing import Any
 
 import pygit2
 
@@ -56,9 +57,9 @@ class StatCache:
     """
 
     entries: dict[str, CachedBlob] = field(default_factory=dict)
-    rules: tuple | None = None  # the conversion rules the entries were hashed under
+    rules: tuple[object, ...] | None = None  # the conversion rules the entries were hashed under
 
-    def follow_rules(self, rules: tuple) -> None:
+    def follow_rules(self, rules: tuple[object, ...]) -> None:
         """Forget every entry if the rules that turn a file's bytes into a blob changed since.
 
         A new ``*.sh text eol=lf`` gives an unchanged CRLF file another blob, so
@@ -113,8 +114,8 @@ class Skip:
     size: int | None = None
     cap: int | None = None
 
-    def to_wire(self, path: str) -> dict:
-        wire: dict = {"path": path, "reason": self.reason}
+    def to_wire(self, path: str) -> dict[str, Any]:
+        wire: dict[str, Any] = {"path": path, "reason": self.reason}
         if self.size is not None:
             wire["size"] = self.size
         if self.cap is not None:
@@ -135,7 +136,7 @@ class CaptureStats:
     def skip(self, path: str, reason: str, *, size: int | None = None, cap: int | None = None) -> None:
         self.skipped[path] = Skip(reason, size, cap)
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return {
             "ms": round(self.ms, 3),
             "processes": self.processes,
@@ -209,7 +210,7 @@ def attributes_files(info: WorktreeInfo) -> list[str]:
     return git_attributes_files(info.common_dir or info.store_dir)
 
 
-def conversion_rules(info: WorktreeInfo, listing: bytes, tracked_attributes: bool) -> tuple:
+def conversion_rules(info: WorktreeInfo, listing: bytes, tracked_attributes: bool) -> tuple[object, ...]:
     """The stat data of everything that decides how a file's bytes become a blob.
 
     That is the config files (``core.autocrlf``, ``core.eol``), the attributes

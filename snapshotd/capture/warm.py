@@ -131,14 +131,14 @@ class WarmState:
     tree: str
     index_mtime_ns: int
     sources: list[str]
-    signature: tuple
+    signature: tuple[object, ...]
     not_ignored: set[str] = field(default_factory=set)
     skipped: dict[str, Skip] = field(default_factory=dict)  # left out of the last tree, still on disk
     gitlinks: set[str] = field(default_factory=set)  # the index's gitlinks, whose HEADs each capture reads
 
     @classmethod
     def from_cold(
-        cls, result: CaptureResult, index_mtime_ns: int, sources: list[str], signature: tuple
+        cls, result: CaptureResult, index_mtime_ns: int, sources: list[str], signature: tuple[object, ...]
     ) -> WarmState | None:
         if result.index is None or result.pristine is None or result.settings is None:
             return None
@@ -190,7 +190,7 @@ def rule_sources(info: WorktreeInfo) -> list[str]:
 _CONFIG_ENV = ("HOME", "XDG_CONFIG_HOME", "GIT_CONFIG_GLOBAL", "GIT_CONFIG_SYSTEM", "GIT_CONFIG_NOSYSTEM")
 
 
-def signature_of(paths: list[str]) -> tuple:
+def signature_of(paths: list[str]) -> tuple[object, ...]:
     """Stat data of the rule files, and the variables that choose which files git reads."""
     out: list[object] = [tuple(os.environ.get(name) for name in _CONFIG_ENV)]
     for path in paths:
@@ -208,7 +208,7 @@ class WarmBasis:
     """The rule files a warm state is checked against, their stat signature and the user's index mtime."""
 
     sources: list[str]
-    signature: tuple
+    signature: tuple[object, ...]
     index_mtime_ns: int
 
     @classmethod

@@ -141,7 +141,7 @@ class WorktreeCapture:
         dirty, reasons = watcher.take()
         warm = self.warm
 
-        def look() -> tuple[tuple, set[str]]:  # on a worker thread: stat calls and small reads
+        def look() -> tuple[tuple[object, ...], set[str]]:  # on a worker thread: stat calls and small reads
             return signature_of(warm.sources), moved_gitlinks(self.info.path, warm.index, warm.gitlinks)
 
         signature, moved = await trio.to_thread.run_sync(look, limiter=thread_limiter)

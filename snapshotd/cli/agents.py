@@ -136,7 +136,7 @@ def doctor(ctx: click.Context, tool: str | None, json_output: bool) -> None:
     runner = use_json(ctx)
     socket_path = resolve_socket_path(runner.socket_path)
 
-    def ping() -> dict:
+    def ping() -> dict[str, Any]:
         client = connect_or_none(socket_path, timeout=2)
         if client is None:
             raise FileNotFoundError(socket_path)

@@ -44,7 +44,7 @@ ref_session_option = click.option(
 )
 
 
-class Duration(click.ParamType):
+class Duration(click.ParamType[int]):
     """An age as people write it: seconds (``90``), or numbers with s, m, h, d or w (``12h``, ``1d``, ``1h30m``)."""
 
     name = "duration"

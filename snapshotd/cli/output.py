@@ -87,7 +87,8 @@ def skip_reason(item: dict[str, Any]) -> str:
     """Why a capture left a path out, with its size against the cap where that is the reason."""
     if "size" in item and "cap" in item:
         return f"{human_size(item['size'])}, over the {human_size(item['cap'])} cap for untracked files (--size-cap on serve)"
-    return item["reason"]
+    reason: str = item["reason"]
+    return reason
 
 
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")

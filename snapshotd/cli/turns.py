@@ -76,7 +76,8 @@ def find_turns(checkpoints: list[dict[str, Any]]) -> list[Turn]:
 
 
 def _list_all(ctx: click.Context, path: str, session: str | None) -> list[dict[str, Any]]:
-    return call_or_fail(ctx, "list", {"path": path, "session": session})["checkpoints"]
+    checkpoints: list[dict[str, Any]] = call_or_fail(ctx, "list", {"path": path, "session": session})["checkpoints"]
+    return checkpoints
 
 
 def count_changes(ctx: click.Context, turn: Turn) -> None:

@@ -102,7 +102,7 @@ def _back_link_stale(git_dir: str, root: str) -> bool:
     return not _same_path(named, os.path.join(root, ".git"))
 
 
-def _stale_linked(records: dict[str, dict]) -> list[str]:
+def _stale_linked(records: dict[str, dict[str, Any]]) -> list[str]:
     """Known linked worktrees at their recorded path whose git back link names another place."""
     return [
         record["path"]
@@ -146,7 +146,7 @@ def _admin_parts(admin: str) -> tuple[str, str] | None:
     return (common, name) if worktrees == "worktrees" and name else None
 
 
-def _moved_repository(root: str, admin: str, known: dict[str, dict]) -> tuple[str, str | None] | None:
+def _moved_repository(root: str, admin: str, known: dict[str, dict[str, Any]]) -> tuple[str, str | None] | None:
     """Where the repository of the linked worktree at ``root`` went, if it moved along.
 
     Returns ``(common_dir, main worktree path or None)`` at the new place.
@@ -176,7 +176,7 @@ def _moved_repository(root: str, admin: str, known: dict[str, dict]) -> tuple[st
     return None
 
 
-def _moved_along(info: WorktreeInfo, old: dict | None, known: dict[str, dict]) -> list[str]:
+def _moved_along(info: WorktreeInfo, old: dict[str, Any] | None, known: dict[str, dict[str, Any]]) -> list[str]:
     """New paths of linked worktrees that moved together with the main worktree ``info``."""
     if old is None or info.common_dir is None or _is_linked(info):
         return []

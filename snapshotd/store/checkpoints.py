@@ -35,7 +35,7 @@ import heapq
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeAlias, cast
+from typing import Any, TypeAlias, cast
 
 import pygit2
 
@@ -61,7 +61,7 @@ class Checkpoint:
     changed: bool
     host: str | None = None
 
-    def to_wire(self) -> dict:
+    def to_wire(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "tree": self.tree,

@@ -15,6 +15,7 @@ import secrets
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import pygit2
 
@@ -52,7 +53,7 @@ class WorktreeInfo:
     state_dir: str  # snapshotd's own per-worktree files (temp indexes, journals)
     home: str  # snapshotd's data folder, never part of a capture
 
-    def to_wire(self, head: str | None, branch: str | None, watching: bool) -> dict:
+    def to_wire(self, head: str | None, branch: str | None, watching: bool) -> dict[str, Any]:
         return {
             "id": self.id,
             "path": self.path,
@@ -194,7 +195,7 @@ class Records:
     def _ensure(self) -> None:
         check_private_home(self.home, create=True)
 
-    def load(self) -> dict[str, dict]:
+    def load(self) -> dict[str, dict[str, Any]]:
         """Every record; none when the file does not exist yet.
 
         A file that exists but cannot be read or parsed is an error: rewriting
@@ -232,7 +233,7 @@ class Records:
                 atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
             return worktree_id
 
-    def update(self, worktree_id: str, record: dict | None) -> None:
+    def update(self, worktree_id: str, record: dict[str, Any] | None) -> None:
         """Set (or with None, drop) one record under the records lock."""
         self._ensure()
         with file_lock(self._lock_path):
@@ -244,7 +245,7 @@ class Records:
             atomic_write(self.path, json.dumps(data, indent=1, sort_keys=True).encode(), 0o600)
 
 
-def _folder_id_for(known: dict[str, dict], root: str, claim: str) -> str | None:
+def _folder_id_for(known: dict[str, dict[str, Any]], root: str, claim: str) -> str | None:
     """The id recorded for the folder at ``root``: by path, or by device and inode after a rename."""
     for candidate_id, record in known.items():
         if record.get("claim") == claim and record.get("path") == root:
@@ -271,7 +272,7 @@ def _copy_of_linked_worktree(located: Located) -> bool:
     return owner_git_dir is not None and os.path.realpath(owner_git_dir) == os.path.realpath(git_dir)
 
 
-def _is_copy(other: dict, st: os.stat_result) -> bool:
+def _is_copy(other: dict[str, Any], st: os.stat_result) -> bool:
     """Whether the worktree recorded as ``other`` (same id, another path) is the original of this one.
 
     While the original folder is in place and still holds the id, this is a
@@ -283,7 +284,7 @@ def _is_copy(other: dict, st: os.stat_result) -> bool:
     return "ino" in other and (other.get("dev"), other.get("ino")) != (st.st_dev, st.st_ino)
 
 
-def _same_folder(record: dict, path: str) -> bool:
+def _same_folder(record: dict[str, Any], path: str) -> bool:
     try:
         st = os.stat(path)
     except OSError:
@@ -291,7 +292,7 @@ def _same_folder(record: dict, path: str) -> bool:
     return record.get("dev") == st.st_dev and record.get("ino") == st.st_ino
 
 
-def _own_id(git_dir: str, known: dict[str, dict], root: str, st: os.stat_result) -> str:
+def _own_id(git_dir: str, known: dict[str, dict[str, Any]], root: str, st: os.stat_result) -> str:
     """The id a git worktree keeps in its git dir, given one on first sight (or when a copy shares it)."""
     folder = state_folder(git_dir)
     fd = open_state_folder(git_dir)  # checked before anything is written through it

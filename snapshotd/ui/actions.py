@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from snapshotd.cli.output import quote_path
 from snapshotd.errors import InvalidParams, NotFound
+from snapshotd.paths import quote_path
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.ui.bridge import Bridge
 

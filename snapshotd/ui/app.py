@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -164,7 +164,7 @@ class Page:
         return EventSourceResponse(stream(), ping=15)
 
 
-def _answer_errors(handler: Any) -> Any:
+def _answer_errors(handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
     async def run(request: Request) -> Response:
         try:
             return await handler(request)

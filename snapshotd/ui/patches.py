@@ -18,7 +18,7 @@ from typing import Any
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexer import Lexer
-from pygments.lexers import TextLexer, get_lexer_for_filename
+from pygments.lexers import get_lexer_by_name, get_lexer_for_filename
 from pygments.util import ClassNotFound
 
 from snapshotd.errors import TooLarge
@@ -38,7 +38,7 @@ def _lexer(path: str) -> Lexer:
     try:
         return get_lexer_for_filename(path, stripnl=False, stripall=False, ensurenl=False)
     except ClassNotFound:
-        return TextLexer(stripnl=False, ensurenl=False)
+        return get_lexer_by_name("text", stripnl=False, ensurenl=False)
 
 
 def _coloured(path: str, lines: list[str]) -> list[str]:
@@ -126,8 +126,9 @@ async def file_patch(bridge: Bridge, worktree_id: str, source: str, target: str,
 
 def style_sheet() -> str:
     """Pygments' colours for ``.hl`` code: its default style, and a dark one under ``prefers-color-scheme``."""
-    light = HtmlFormatter(style="default").get_style_defs(".hl")
-    dark = HtmlFormatter(style="github-dark").get_style_defs(".hl")
+    # types-Pygments leaves HtmlFormatter.get_style_defs unannotated (it returns the CSS text)
+    light: str = HtmlFormatter(style="default").get_style_defs(".hl")  # type: ignore[no-untyped-call]
+    dark: str = HtmlFormatter(style="github-dark").get_style_defs(".hl")  # type: ignore[no-untyped-call]
     return f"{_tokens_only(light)}\n@media (prefers-color-scheme: dark) {{\n{_tokens_only(dark)}\n}}\n"
 
 

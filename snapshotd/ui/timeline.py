@@ -18,9 +18,10 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from snapshotd.cli.output import one_line, quote_path
+from snapshotd.cli.output import one_line
 from snapshotd.cli.turns import find_turns
 from snapshotd.errors import SnapshotdError
+from snapshotd.paths import quote_path
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.ui.bridge import Bridge
 
