@@ -21,7 +21,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from snapshotd.store.checkpoints import Checkpoint, _message
+from snapshotd.store.checkpoints import Checkpoint
+from snapshotd.store.message import checkpoint_message
 from snapshotd.store.pins import IDENTITY
 from snapshotd.store.refnames import ref_name
 
@@ -107,7 +108,7 @@ def build_history(
         checkpoint = Checkpoint(id="", tree=tree, parent=previous_cp, worktree=worktree_id, session=session,
                                 label=label(seq) if label else f"turn {seq}", seq=seq, created_at=created, base=head, changed=True)
         when = int(moment.replace(microsecond=0).timestamp())
-        cp = pack.add("commit", _commit(tree, [head], when, _message(checkpoint)))
+        cp = pack.add("commit", _commit(tree, [head], when, checkpoint_message(checkpoint)))
         parents = [cp] + ([previous_pin] if previous_pin else [])
         previous_pin = pack.add("commit", _commit(EMPTY_TREE, parents, when, f"snapshotd pin {seq}\n"))
         previous_cp = cp

@@ -73,6 +73,17 @@ def _checkpoints(repo: Path, env: dict[str, str], session: str, count: int) -> l
     return found
 
 
+def _turn_ids(repo: Path, checkpoints: list[dict[str, Any]], tool: str, session: str, turn_key: str) -> list[str | None]:
+    """Each checkpoint's turn id (Claude Code's prompt id, Codex's turn id), once every checkpoint is checked to
+    carry the agent's tool and session, and each after-tool one its tool call, as git trailers of its commit."""
+    for cp in checkpoints:
+        message = subprocess.run(["git", "log", "-1", "--format=%B", cp["id"]], cwd=repo, capture_output=True, text=True, check=True).stdout
+        parsed = subprocess.run(["git", "interpret-trailers", "--parse"], input=message, capture_output=True, text=True, check=True).stdout
+        assert f"Snapshotd-Agent-Tool: {tool}\nSnapshotd-Agent-Session: {session}\n" in parsed, (cp["label"], parsed)
+        assert cp["label"].startswith("after ") == ("tool_use" in cp["agent"]) or cp["label"].startswith("after turn"), cp
+    return [cp["agent"].get(turn_key) for cp in checkpoints]
+
+
 def _run(argv: list[str], repo: Path, env: dict[str, str]) -> None:
     proc = subprocess.run(argv, cwd=repo, env=env, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, check=False)
     assert proc.returncode == 0, (argv, proc.stdout[-2000:], proc.stderr[-2000:])
@@ -127,6 +138,9 @@ def test_claude_code_two_turns(bin_dir: Path, daemon: Daemon, sock: Path, tmp_pa
     checkpoints = _checkpoints(repo, env, session, len(expected))
     assert [(cp["label"], cp["tree"]) for cp in checkpoints] == expected
     assert (repo / "a.txt").read_text() == "hello\n" and (repo / "todo.txt").read_text() == "two\n"
+    prompts = _turn_ids(repo, checkpoints, "claude-code", session, "prompt")
+    first, second = prompts[1], prompts[6]  # every event of a turn carries its prompt's id, the session's start none
+    assert prompts == [None, first, first, first, first, None, second, second, second] and first and second and first != second
 
 
 def test_codex_two_turns(bin_dir: Path, daemon: Daemon, sock: Path, tmp_path: Path) -> None:
@@ -171,6 +185,10 @@ def test_codex_two_turns(bin_dir: Path, daemon: Daemon, sock: Path, tmp_path: Pa
     checkpoints = _checkpoints(repo, env, session, len(expected))
     assert [(cp["label"], cp["tree"]) for cp in checkpoints] == expected
     assert (repo / "a.txt").read_text() == "hello\n" and (repo / "CHANGES").read_text() == "v1\n"
+    turns = _turn_ids(repo, checkpoints, "codex", session, "turn")
+    first, second = turns[1], turns[5]  # every event of a turn carries its id, the session's start none
+    assert turns == [None, first, first, first, None, second, second] and first and second and first != second
+    assert {cp["agent"].get("model") for cp in checkpoints} == {"gpt-5-codex"}
 
 
 @pytest.mark.parametrize("trouble", ["hung", "unstartable"])

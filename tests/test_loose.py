@@ -69,10 +69,10 @@ def test_checkpoints_recorded_together_or_at_once_share_one_flush(tmp_path, monk
     repo = LibgitRepository(str(root / ".git"))
     blob = loose.write_object(repo.path, "blob", b"a turn's edit\n")
     tree, _ = edit_tree(repo, repo.head.peel(pygit2.Tree).id, {"turn.txt": (blob, MODE_FILE)})
-    requests = [(f"s{index}", f"label {index}") for index in range(5)]
+    requests = [(f"s{index}", f"label {index}", ()) for index in range(5)]
     made = Store(repo).record_many(worktree_id="w", requests=requests, tree=tree, base=str(repo.head.target))
     assert len(flushes) == 1  # five commits and pins written, one flush, five refs swapped
-    assert [(cp.session, cp.label, cp.seq, cp.tree) for cp in made] == [(s, lbl, 1, tree) for s, lbl in requests]
+    assert [(cp.session, cp.label, cp.seq, cp.tree) for cp in made] == [(s, lbl, 1, tree) for s, lbl, _ in requests]
 
     flushes.clear()
     threads = [threading.Thread(target=loose.make_durable, args=(repo.path,)) for _ in range(6)]

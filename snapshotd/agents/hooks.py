@@ -200,7 +200,7 @@ def record(event: HookEvent, call: Callable[[str, dict[str, Any]], dict[str, Any
     if event.event in OPENS_TURN and event.session is not None:
         newest = call("list", {"path": event.cwd, "session": event.session, "limit": 1})["checkpoints"]
         if newest and turn_open(newest[0].get("label") or ""):
-            call("checkpoint", {**event.params(), "label": INTERRUPTED})
+            call("checkpoint", event.params(INTERRUPTED))
     call("checkpoint", event.params())
     if agent is not None and event.session is not None:
         note_agent_session(agent, event.session, event.cwd)

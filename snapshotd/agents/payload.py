@@ -15,6 +15,7 @@ import os
 import select
 import time
 
+from snapshotd.contract.trailers import value_fits
 from snapshotd.errors import InvalidParams
 from snapshotd.jsonlite import loads
 
@@ -54,6 +55,22 @@ STDIN_WAIT_S = 5
 BEFORE_EVENTS = ("UserPromptSubmit", "PreToolUse")
 """Events after which the agent acts: their hook returns only once the checkpoint is recorded."""
 
+AGENT_IDS = {
+    "session_id": "session",
+    "prompt_id": "prompt",
+    "turn_id": "turn",
+    "tool_use_id": "tool_use",
+    "agent_id": "subagent",
+    "transcript_path": "transcript",
+    "model": "model",
+}
+"""Payload field -> the key of the checkpoint's ``agent`` ids (``Snapshotd-Agent-*`` trailers): Claude Code's
+``prompt_id`` and Codex's ``turn_id`` tie a checkpoint to its turn, ``tool_use_id`` to its tool call,
+``agent_id`` to the subagent that ran it (the model is in Codex's every payload, Claude Code's first)."""
+
+TURN_IDS = ("prompt", "turn", "tool_use", "subagent")
+"""Ids of one turn or call, left out of the checkpoint that closes an earlier turn (:data:`INTERRUPTED`)."""
+
 _EDIT_TOOLS_PATH_KEYS = ("file_path", "notebook_path", "path")
 _PATCH_FILE_MARKERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: ", "*** Move to: ")
 
@@ -61,17 +78,28 @@ _PATCH_FILE_MARKERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: 
 class HookEvent:
     """What a hook payload asks to record: where, in which session, and under which label."""
 
-    __slots__ = ("cwd", "event", "label", "session")
+    __slots__ = ("agent", "cwd", "event", "label", "session")
 
-    def __init__(self, event: str, cwd: str, session: str | None, label: str) -> None:
+    def __init__(self, event: str, cwd: str, session: str | None, label: str, agent: dict[str, str] | None = None) -> None:
         self.event, self.cwd, self.session, self.label = event, cwd, session, label
+        self.agent = agent or {}
 
     def __repr__(self) -> str:
         return f"HookEvent(event={self.event!r}, cwd={self.cwd!r}, session={self.session!r}, label={self.label!r})"
 
-    def params(self) -> dict[str, Any]:
-        """The params of the ``checkpoint`` call for this event."""
-        return {"path": self.cwd, "session": self.session, "label": self.label}
+    def params(self, label: str | None = None) -> dict[str, Any]:
+        """The params of the ``checkpoint`` call for this event, or of one labelled ``label`` that closes the
+        session's earlier turn (without this turn's ids)."""
+        params: dict[str, Any]
+        if label is None:
+            params = {"path": self.cwd, "session": self.session, "label": self.label}
+            agent = self.agent
+        else:
+            params = {"path": self.cwd, "session": self.session, "label": label}
+            agent = {key: value for key, value in self.agent.items() if key not in TURN_IDS}
+        if agent:
+            params["agent"] = agent
+        return params
 
 
 def _shorten(text: str) -> str:
@@ -178,7 +206,9 @@ def describe(tool: str, data: bytes) -> HookEvent:
         cwd = os.getcwd()
     session = payload.get("session_id")
     session = session if isinstance(session, str) and session else None
-    return HookEvent(event=event, cwd=cwd, session=session, label=_label(payload, event, cwd))
+    agent = {"tool": tool}
+    agent.update((key, payload[field]) for field, key in AGENT_IDS.items() if value_fits(payload.get(field)))
+    return HookEvent(event=event, cwd=cwd, session=session, label=_label(payload, event, cwd), agent=agent)
 
 
 def read_stdin(deadline: float) -> bytes:

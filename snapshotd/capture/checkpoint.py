@@ -9,13 +9,15 @@ from typing import Any
 from snapshotd.capture.state import CaptureStats
 from snapshotd.contract.params import optional_bool, optional_str, validate_session
 from snapshotd.contract.refs import WorktreeRef, worktree_param
+from snapshotd.contract.trailers import Agent, agent_param
 from snapshotd.errors import NeedsForce
 from snapshotd.store.checkpoints import Checkpoint
 
 
 @dataclass(frozen=True)
 class CheckpointOptions:
-    """What a ``checkpoint`` call asks for: its worktree, session and label, an exact (full-scan) capture, and force.
+    """What a ``checkpoint`` call asks for: its worktree, session and label, an exact (full-scan) capture, force,
+    and the calling agent's ids for the commit's trailers (:mod:`snapshotd.contract.trailers`).
 
     A worktree named by a folder (``where.path``, rather than its id) that is
     broad is refused before it is opened.
@@ -26,6 +28,7 @@ class CheckpointOptions:
     label: str | None = None
     exact: bool = False
     force: bool = False
+    agent: Agent = ()
 
     @classmethod
     def from_params(cls, params: dict[str, Any]) -> CheckpointOptions:
@@ -36,6 +39,7 @@ class CheckpointOptions:
             exact=optional_bool(params, "exact"),
             force=optional_bool(params, "force"),
             where=worktree_param(params),
+            agent=agent_param(params),
         )
 
 

@@ -127,7 +127,7 @@ def _session_name(session: str | None) -> str:
 
 
 def print_header(cp: dict[str, Any]) -> None:
-    """The checkpoint as ``git show`` heads a commit: id, then session and seq, label, time, base, tree."""
+    """The checkpoint as ``git show`` heads a commit: id, then session and seq, label, time, base, tree, agent ids."""
     click.echo(click.style(f"checkpoint {cp['id']}", fg="yellow"))
     rows = [
         ("Session", f"{_session_name(cp['session'])}, #{cp['seq']}"),
@@ -139,8 +139,10 @@ def print_header(cp: dict[str, Any]) -> None:
         ("Previous", cp.get("parent") or f"- (the first of {_session_name(cp['session'])})"),
         ("Changed", "yes" if cp.get("changed", True) else "no (the same tree as the previous)"),
     ]
+    # the agent's ids, as its Snapshotd-Agent-* trailers: one per line, the first headed
+    rows += [("Agent" if n == 0 else "", f"{key} {value}") for n, (key, value) in enumerate((cp.get("agent") or {}).items())]
     for name, value in rows:
-        click.echo(f"{name + ':':<10} {value}")
+        click.echo(f"{name + ':' if name else '':<10} {value}")
 
 
 def _print_changes(ctx: click.Context, cp: dict[str, Any], patch: bool, since: str | None = None) -> None:

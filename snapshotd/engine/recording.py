@@ -11,7 +11,7 @@ from snapshotd.store.identity import WorktreeInfo
 
 
 def record_many(info: WorktreeInfo, tickets: list[Ticket], tree: str) -> list[Checkpoint | Exception]:
-    """One checkpoint of ``tree`` per ticket (its session and label), in order; blocking, on a worker thread.
+    """One checkpoint of ``tree`` per ticket (its session, label and agent ids), in order; blocking, on a worker thread.
 
     A ticket refused (a full disk, a ref that cannot be written) gets its
     exception, in the sentence a single checkpoint would give; the others go on.
@@ -19,7 +19,7 @@ def record_many(info: WorktreeInfo, tickets: list[Ticket], tree: str) -> list[Ch
     base, _ = worktree_head(info)
     with disk_refusals(info.store_dir, "save the checkpoint in"), repository(info.store_dir) as repo:
         outcomes = Store(repo).record_many(
-            worktree_id=info.id, requests=[(t.options.session, t.options.label) for t in tickets], tree=tree, base=base
+            worktree_id=info.id, requests=[(t.options.session, t.options.label, t.options.agent) for t in tickets], tree=tree, base=base
         )
     out: list[Checkpoint | Exception] = []
     for outcome in outcomes:

@@ -6,7 +6,8 @@ Layout, in the repository that holds the worktree's objects:
   the worktree's HEAD at capture time (so ``git show <id>`` shows the
   uncommitted work), and whose message carries ``Snapshotd-*`` trailers: the
   worktree id, session, label, seq, previous checkpoint, base, time, the
-  changed flag and the machine it was taken on (so a fetched one says where it comes from). The store can be rebuilt from git alone.
+  changed flag and the machine it was taken on (so a fetched one says where it comes from),
+  and the calling agent's ids (:mod:`snapshotd.store.message`). The store can be rebuilt from git alone.
 * A **pin** is a small commit with the empty tree whose parents are the
   checkpoint and the previous pin. ``refs/snapshotd/<worktree>/<session>``
   points at the newest pin. Checkpoints never point at each other, so deleting
@@ -39,11 +40,13 @@ from typing import Any, TypeAlias, cast
 
 import pygit2
 
+from snapshotd.contract.trailers import Agent
 from snapshotd.errors import NotFound, RefRaced
 from snapshotd.git.repository import ObjectId, Repository
 from snapshotd.settings import host_name
 from snapshotd.store.index import index_of
-from snapshotd.store.pins import TRAILER, Pin, SessionChains, commit_signature, now_iso, read_pin
+from snapshotd.store.message import checkpoint_message, message_fields
+from snapshotd.store.pins import Pin, SessionChains, commit_signature, now_iso, read_pin
 from snapshotd.store.refnames import REF_ROOT, ref_name
 
 
@@ -60,9 +63,10 @@ class Checkpoint:
     base: str | None
     changed: bool
     host: str | None = None
+    agent: Agent = ()  # the calling agent's ids, (key, value) pairs: Snapshotd-Agent-* trailers
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire: dict[str, Any] = {
             "id": self.id,
             "tree": self.tree,
             "parent": self.parent,
@@ -75,23 +79,9 @@ class Checkpoint:
             "changed": self.changed,
             "host": self.host,
         }
-
-
-def _message(cp: Checkpoint) -> str:
-    subject = (cp.label or "snapshotd checkpoint").splitlines()[0][:200] or "snapshotd checkpoint"
-    trailers = {
-        "Worktree": cp.worktree,
-        "Session": json.dumps(cp.session),
-        "Label": json.dumps(cp.label),
-        "Seq": str(cp.seq),
-        "Previous": cp.parent or "none",
-        "Base": cp.base or "none",
-        "Created": cp.created_at,
-        "Changed": "true" if cp.changed else "false",
-        "Host": json.dumps(cp.host),
-    }
-    body = "\n".join(f"{TRAILER}{key}: {value}" for key, value in trailers.items())
-    return f"{subject}\n\n{body}\n"
+        if self.agent:
+            wire["agent"] = dict(self.agent)
+        return wire
 
 
 def _is_commit(obj: object) -> bool:
@@ -106,11 +96,7 @@ def _text_or_none(field: str) -> str | None:
 
 def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
     """Read a checkpoint back from its commit, or None if the commit is not one."""
-    fields: dict[str, str] = {}
-    for line in commit.message.splitlines():
-        if line.startswith(TRAILER):
-            key, _, value = line[len(TRAILER) :].partition(": ")
-            fields[key] = value
+    fields, agent = message_fields(commit.message)
     if "Worktree" not in fields or "Seq" not in fields:
         return None
     try:
@@ -126,12 +112,14 @@ def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
             base=None if fields.get("Base", "none") == "none" else fields["Base"],
             changed=fields.get("Changed", "true") == "true",
             host=_text_or_none(fields.get("Host", "null")),
+            agent=agent,
         )
     except ValueError:
         return None
 
 
 Outcomes: TypeAlias = "list[Checkpoint | Exception]"  # per request of Store.record_many
+Request: TypeAlias = "tuple[str | None, str | None, Agent]"  # session, label, the agent's ids
 Prepared: TypeAlias = "list[tuple[str, ObjectId, ObjectId | None, ObjectId] | Exception]"
 
 
@@ -245,9 +233,10 @@ class Store(SessionChains):
         label: str | None,
         tree: str,
         base: str | None,
+        agent: Agent = (),
     ) -> Checkpoint:
         """Write a checkpoint commit and pin it; retried if another writer raced us."""
-        (outcome,) = self.record_many(worktree_id=worktree_id, requests=[(session, label)], tree=tree, base=base)
+        (outcome,) = self.record_many(worktree_id=worktree_id, requests=[(session, label, agent)], tree=tree, base=base)
         if isinstance(outcome, Exception):
             raise outcome
         return outcome
@@ -256,26 +245,26 @@ class Store(SessionChains):
         self,
         *,
         worktree_id: str,
-        requests: Sequence[tuple[str | None, str | None]],
+        requests: Sequence[Request],
         tree: str,
         base: str | None,
     ) -> Outcomes:
-        """One checkpoint of ``tree`` per (session, label), in order: the commits and pins written,
+        """One checkpoint of ``tree`` per (session, label, agent ids), in order: the commits and pins written,
         one flush, then each ref swapped; per request its checkpoint, or the exception that refused it.
 
         A ref another writer moved meanwhile is recorded again on its own (written, flushed, swapped).
         """
         prepared: Prepared = []
-        for session, label in requests:
+        for request in requests:
             try:
-                prepared.append(self._prepare(worktree_id, session, label, tree, base))
+                prepared.append(self._prepare(worktree_id, request, tree, base))
             except Exception as exc:
                 prepared.append(exc)
         if any(not isinstance(item, Exception) for item in prepared):
             self.repo.flush()  # a queued commit and pin are written now, not at the ref update
             self.repo.make_durable()  # its blobs, trees, commits and pins are on disk before a ref names them
         out: Outcomes = []
-        for (session, label), item in zip(requests, prepared, strict=True):
+        for request, item in zip(requests, prepared, strict=True):
             if isinstance(item, Exception):
                 out.append(item)
                 continue
@@ -286,7 +275,7 @@ class Store(SessionChains):
                         self.swap(name, pin, head_pin)
                         break
                     except RefRaced:
-                        name, pin, head_pin, commit_id = self._prepare(worktree_id, session, label, tree, base)
+                        name, pin, head_pin, commit_id = self._prepare(worktree_id, request, tree, base)
                         self.repo.flush()
                         self.repo.make_durable()
                 out.append(self.load(commit_id))
@@ -295,9 +284,10 @@ class Store(SessionChains):
         return out
 
     def _prepare(
-        self, worktree_id: str, session: str | None, label: str | None, tree: str, base: str | None
+        self, worktree_id: str, request: Request, tree: str, base: str | None
     ) -> tuple[str, ObjectId, ObjectId | None, ObjectId]:
         """The checkpoint commit and its pin on top of the session's head: (ref, pin, expected head pin, commit)."""
+        session, label, agent = request
         name = ref_name(worktree_id, session)
         head_pin = self.ref_target(name)
         head = read_pin(self.repo, head_pin) if head_pin is not None else None
@@ -315,11 +305,12 @@ class Store(SessionChains):
             base=base,
             changed=previous_cp is None or previous_cp.tree != tree,
             host=host_name(),
+            agent=agent,
         )
         signature = commit_signature(checkpoint.created_at)
         parents = [self.repo.oid(base)] if base else []
         commit_id = self.repo.create_commit(
-            None, signature, signature, _message(checkpoint), self.repo.oid(tree), parents
+            None, signature, signature, checkpoint_message(checkpoint), self.repo.oid(tree), parents
         )
         pin = self.write_pin(
             commit_id, previous.id if previous else None, checkpoint.seq, checkpoint.created_at, checkpoint.seq
