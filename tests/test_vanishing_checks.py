@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+import pygit2
 import pytest
 from repo_helpers import git, init_repo
 
@@ -236,3 +237,36 @@ async def test_a_store_losing_objects_between_capture_and_record_is_a_clear_erro
         assert_not_found_naming(caught, repo)
     else:
         assert caught.value.kind == "git_error" and "lacks the object" in caught.value.message
+
+
+def _locks(folder: Path) -> list[Path]:
+    return sorted(folder.rglob("*.lock"))
+
+
+async def test_a_repository_moved_while_its_ref_is_updated_leaves_no_lock_and_no_folder_behind(tmp_path, monkeypatch, watched_engine):
+    """Fault: ``mv`` of the worktree while the checkpoint's ref is locked. libgit2 renames (or on failure
+    removes) the lock by its old path: the lock stayed in the moved ``.git`` and refused that session's
+    checkpoints there for 30 s, and the update was retried at the old path, making ``.git/refs`` anew there."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    moved = tmp_path / "r2"
+    await watched_engine.call("checkpoint", {"path": str(repo), "session": "s"})
+    (repo / "a.txt").write_text("b\n")
+    met: list[str] = []
+    real_set_target = pygit2.transaction.ReferenceTransaction.set_target
+
+    def moving_first(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if not met:
+            met.append("moved")
+            repo.rename(moved)
+        return real_set_target(self, *args, **kwargs)
+
+    monkeypatch.setattr(pygit2.transaction.ReferenceTransaction, "set_target", moving_first)
+    with pytest.raises(SnapshotdError) as caught:
+        await watched_engine.call("checkpoint", {"path": str(repo), "session": "s"})
+    assert met
+    assert_not_found_naming(caught, repo)
+    assert not repo.exists()  # nothing made anew where the worktree was
+    assert _locks(moved / ".git") == []
+    done = await watched_engine.call("checkpoint", {"path": str(moved), "session": "s"})
+    assert done["checkpoint"]["worktree"] == caught.value.message.split()[2]  # its id, named in the refusal
+    assert git(moved, "cat-file", "-p", f"{done['checkpoint']['tree']}:a.txt").strip() == "b"

@@ -7,6 +7,8 @@ store, diff, restore and capture call the same methods on either back-end
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Sequence
 from typing import cast
 
@@ -80,11 +82,16 @@ class LibgitRepository(pygit2.Repository):
 
         The check runs under libgit2's lock of the reference. Raises RefMoved
         when it holds another value, RefLocked when another writer holds the
-        lock, GitError for any other failure.
+        lock, GitError for any other failure. A lock the repository took
+        along when it was moved meanwhile is removed (:func:`_drop_moved_lock`).
         """
+        lock = os.path.join(self.path, name + ".lock")
+        held: int | None = None
         try:
             with self.transaction() as txn:
                 txn.lock_ref(name)
+                with contextlib.suppress(OSError):  # moved already: the stale-lock rule is left for it
+                    held = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
                 if self.resolve_ref(name) != expected:
                     raise RefMoved(name)
                 if new is None:
@@ -92,6 +99,31 @@ class LibgitRepository(pygit2.Repository):
                 else:
                     txn.set_target(name, new, message="snapshotd")
         except pygit2.GitError as exc:
+            if held is not None:
+                _drop_moved_lock(held, lock)
             if "lock" in str(exc).lower():
                 raise RefLocked(str(exc)) from exc
             raise GitError(f"Could not update {name}: {exc}") from exc
+        finally:
+            if held is not None:
+                os.close(held)
+
+
+def _drop_moved_lock(held: int, lock: str) -> None:
+    """Remove the lock file open as ``held`` if it is no longer at ``lock``: its repository was moved.
+
+    libgit2 renames a reference's lock into place, and on failure unlinks it,
+    by the path it had when it was taken; the folder moved meanwhile, both
+    miss, and the lock stays in the moved repository, where it would refuse
+    every update of that reference until it is stale. The kernel knows where
+    the open file is now (``/proc/self/fd``); no other writer can hold a lock
+    this one created.
+    """
+    with contextlib.suppress(OSError):
+        now = os.readlink(f"/proc/self/fd/{held}")
+        mine = os.fstat(held)
+        if now == lock or mine.st_nlink == 0:  # still in place (libgit2 cleans it up) or already unlinked
+            return
+        there = os.lstat(now)
+        if (there.st_dev, there.st_ino) == (mine.st_dev, mine.st_ino) and now.endswith(".lock"):
+            os.unlink(now)

@@ -11,6 +11,7 @@ daemon and an ``--embedded`` command) never lose each other's checkpoint.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import time
 from collections.abc import Iterator
@@ -131,10 +132,12 @@ class SessionChains:
 
         The back-end checks under the reference's lock; a lock held by another
         writer is waited out for up to 10 s (a lock left by a crash is cleared
-        once it is stale).
+        once it is stale). Each attempt first checks that the repository is
+        still there (:meth:`_require_repository`).
         """
         deadline = time.monotonic() + 10.0
         while True:
+            self._require_repository(name)
             try:
                 cast(Backend, self.repo).swap_ref(name, new, expected)  # each back-end takes its own ids
                 return
@@ -145,6 +148,25 @@ class SessionChains:
                     raise GitError(f"Could not update {name}: {exc}") from exc
                 self._clear_stale_lock(name)
                 time.sleep(0.005)
+
+    def _require_repository(self, name: str) -> None:
+        """Refuse to update ``name`` in a repository that lost its ``HEAD`` or ``refs`` (deleted or moved meanwhile).
+
+        The lock of a reference is made with the folders leading to it, so an
+        update in a repository gone from its path would make those folders
+        anew there (a skeleton ``.git`` where the user deleted a worktree), and
+        a repository moved mid-update refuses the rename of its lock, which is
+        no lock held by another writer to wait for. The error's cause names
+        the path that is missing, as a vanished worktree's are (``presence``).
+        """
+        for part in ("HEAD", "refs"):
+            path = os.path.join(self.repo.path, part)
+            if not os.path.lexists(path):
+                missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+                raise GitError(
+                    f"Could not update {name}: the repository {self.repo.path.rstrip('/')} has no {part} any more "
+                    "(it was moved or deleted meanwhile)."
+                ) from missing
 
     def _clear_stale_lock(self, name: str) -> None:
         lock = os.path.join(self.repo.path, name + ".lock")
