@@ -270,3 +270,29 @@ async def test_a_repository_moved_while_its_ref_is_updated_leaves_no_lock_and_no
     done = await watched_engine.call("checkpoint", {"path": str(moved), "session": "s"})
     assert done["checkpoint"]["worktree"] == caught.value.message.split()[2]  # its id, named in the refusal
     assert git(moved, "cat-file", "-p", f"{done['checkpoint']['tree']}:a.txt").strip() == "b"
+
+
+async def test_a_store_losing_its_refs_before_the_record_is_not_found_and_not_made_anew(tmp_path, monkeypatch):
+    """Fault: ``rm -rf`` of the worktree has taken ``.git/refs`` (``HEAD`` and the objects still there)
+    between the capture and the record. The update made the ref's folders anew and the checkpoint was
+    "recorded" in the half-deleted repository; now it is ``not_found`` naming the worktree."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    engine = Engine()
+    try:
+        await engine.call("checkpoint", {"path": str(repo), "session": "s"})
+        (repo / "a.txt").write_text("changed\n")
+        from snapshotd.engine import core as core_mod
+
+        record_many = core_mod.record_many
+
+        def record_after_deleting_refs(info, tickets, tree):  # type: ignore[no-untyped-def]
+            shutil.rmtree(repo / ".git" / "refs")
+            return record_many(info, tickets, tree)
+
+        monkeypatch.setattr(core_mod, "record_many", record_after_deleting_refs)
+        with pytest.raises(SnapshotdError) as caught:
+            await engine.call("checkpoint", {"path": str(repo), "session": "s"})
+    finally:
+        await engine.aclose()
+    assert_not_found_naming(caught, repo)
+    assert not (repo / ".git" / "refs").exists()

@@ -114,12 +114,16 @@ def check_store_owner(git_dir: str) -> None:
     A recorded repository may have been deleted and made again by another
     user at the same path, so the git dir and its config must still be the
     user's. ``safe.directory`` names a worktree, so for a ``.git`` folder it
-    is asked about the folder holding it. A git dir that is not there (its
-    worktree deleted meanwhile) is ``not_found`` naming that folder; a missing
-    config is left for the opening to report.
+    is asked about the folder holding it. A git dir that is not there, or
+    has lost its ``HEAD``, ``refs`` or ``objects`` (its worktree deleted
+    meanwhile, ``rm -rf`` under way), is ``not_found`` naming that folder,
+    not libgit2's "repository not found"; a missing config is left for the
+    opening to report.
     """
     real = os.path.realpath(git_dir)
     root = os.path.dirname(real) if os.path.basename(real) == ".git" else real
-    if not os.path.lexists(real):
-        raise changed_while_opened(root, FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), real))
+    for place in (real, *(os.path.join(real, part) for part in ("HEAD", "refs", "objects"))):
+        if not os.path.lexists(place):
+            missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), place)
+            raise changed_while_opened(root, missing) from missing
     check_repository_owner(root, [path for path in (real, os.path.join(real, "config")) if os.path.lexists(path)])
