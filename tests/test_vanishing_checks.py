@@ -296,3 +296,36 @@ async def test_a_store_losing_its_refs_before_the_record_is_not_found_and_not_ma
         await engine.aclose()
     assert_not_found_naming(caught, repo)
     assert not (repo / ".git" / "refs").exists()
+
+
+async def test_a_checkpoint_meeting_its_worktree_at_the_old_place_names_the_path_it_asked_about(tmp_path, monkeypatch):
+    """Fault: the worktree moved mid-request, and the record opens its store where it was a moment before
+    (a request that found the old place captures for this one too, and the next one found it here again).
+    The ``not_found`` named the old path, which the client never asked about; it names the path given,
+    and what was missing where."""
+    from snapshotd.engine import core as core_mod
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    moved = tmp_path / "r2"
+    engine = Engine()
+    try:
+        await engine.call("checkpoint", {"path": str(repo)})
+        (stale,) = [state.info for state in engine.worktrees.values()]
+        repo.rename(moved)
+        (moved / "a.txt").write_text("b\n")
+        record_many = core_mod.record_many
+        met: list[str] = []
+
+        def recorded_at_the_old_place(info, tickets, tree):  # type: ignore[no-untyped-def]
+            met.append(info.path)
+            return record_many(stale, tickets, tree)
+
+        monkeypatch.setattr(core_mod, "record_many", recorded_at_the_old_place)
+        with pytest.raises(SnapshotdError) as caught:
+            await engine.call("checkpoint", {"path": str(moved)})
+    finally:
+        await engine.aclose()
+    assert met == [str(moved)]
+    assert isinstance(caught.value, NotFound), caught.value
+    assert str(moved) in caught.value.message, caught.value.message
+    assert f"{repo}/.git" in caught.value.message  # what was missing, where

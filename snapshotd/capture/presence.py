@@ -13,12 +13,15 @@ The watcher tells moved from deleted (its root's own ``IN_MOVE_SELF`` or
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from snapshotd.fsutil import MISSING_ERRNOS
+from snapshotd.errors import NotFound
+from snapshotd.fsutil import MISSING_ERRNOS, changed_while_opened
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.store.statedir import read_id_of, state_folder
 
@@ -126,3 +129,25 @@ def changed_while_captured(exc: BaseException, info: WorktreeInfo, opened: Workt
         f"The worktree {info.id} at {info.path} changed while it was captured ({missing}); "
         "it was deleted, moved or made anew meanwhile: checkpoint it again."
     )
+
+
+@contextlib.contextmanager
+def naming_the_path_asked(asked: object) -> Iterator[None]:
+    """A worktree found changed while it was opened is named as the client asked for it (``asked``, a path).
+
+    The store or the worktree looked at is the one the request's worktree had
+    a moment before: a worktree moved mid-request is met at its old place by
+    a request that found it at the new one (their captures are shared), and a
+    linked worktree's store is its main worktree's. The sentence names the
+    path given, with what was missing where; other errors go on as they are.
+    """
+    try:
+        yield
+    except NotFound as exc:
+        named, missing = exc.data.get("path"), exc.__cause__
+        if not isinstance(asked, str) or not isinstance(named, str) or not isinstance(missing, OSError):
+            raise
+        real = os.path.realpath(asked)
+        if named in (asked, real) or real.startswith(named.rstrip("/") + "/"):
+            raise
+        raise changed_while_opened(asked, missing) from exc

@@ -19,6 +19,7 @@ from typing import Any
 import trio
 
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult, refuse_broad_folder
+from snapshotd.capture.presence import naming_the_path_asked
 from snapshotd.capture.state import CaptureResult
 from snapshotd.contract.params import optional_bool, optional_path, optional_path_list, optional_str
 from snapshotd.contract.refs import CheckpointRef, ref_param, worktree_param
@@ -101,7 +102,8 @@ class Engine:
         if not isinstance(params, dict):
             raise InvalidParams("The params must be a JSON object.")
         self.counters[f"calls.{method}"] += 1
-        return await handler(params, session)
+        with naming_the_path_asked(params.get("path")):
+            return await handler(params, session)
 
     def on_shutdown(self, callback: Callable[[], None]) -> None:
         self._on_shutdown = callback
