@@ -1,6 +1,6 @@
 """A lifecycle soak: worktrees created, edited, moved, deleted and recreated under a running daemon.
 
-    python -m bench.lifecycle_soak --duration 180 [--worktrees 20] [--sessions 10] [--json out.json]
+    python -m bench.lifecycle_soak --duration 180 [--worktrees 20] [--sessions 10] [--settle 20] [--json out.json]
 
 Starts ``snapshotd serve`` in a user namespace of its own (``unshare -U -r``),
 so that part way through the kernel's watch limit can be lowered for the
@@ -340,6 +340,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
         soak.stop.set()
         for thread in threads:
             thread.join(timeout=CALL_TIMEOUT_S)
+        time.sleep(options.settle)  # left alone: what its supervisors do late shows in the log
         end = soak.sample()
         with Client(str(soak.sock), timeout=CALL_TIMEOUT_S) as client:
             status = client.call("status")
@@ -376,6 +377,7 @@ def run(options: argparse.Namespace) -> dict[str, Any]:
             k: v for k, v in status["counters"].items()
             if k.startswith(("watch_given_up", "worktrees_", "worktree_task", "watch_miss", "captures."))
         },
+        "settle_s": options.settle,
         "stop_s": stop_s,
         "load_average": {"start": load_start, "end": load_average()},  # the machine is shared
         "log_tracebacks": log.count("Traceback"),
@@ -405,6 +407,7 @@ def parser() -> argparse.ArgumentParser:
     parse.add_argument("--verify-share", type=float, default=0.3, help="share of checkpoints compared with git")
     parse.add_argument("--lower-at", type=float, default=0.5, help="when to lower the watch limit (share of the run)")
     parse.add_argument("--seed", type=int, default=1)
+    parse.add_argument("--settle", type=float, default=0.0, help="seconds the daemon is left alone before it is stopped")
     parse.add_argument("--json", type=Path, help="also write the report here")
     return parse
 
