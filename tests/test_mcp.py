@@ -7,6 +7,7 @@ revert of one turn and a restore.
 
 from __future__ import annotations
 
+import json
 import shlex
 import subprocess
 import sys
@@ -155,3 +156,25 @@ def test_doctor_says_when_the_mcp_server_used_another_socket(daemon: Daemon, soc
     start_mcp(sock)
     checks = {c["check"]: c for c in cli("doctor", "--json", cwd=repo, env=child_env(sock), code=None).json()["checks"]}
     assert checks["mcp server"]["ok"], checks
+
+
+def test_calls_piped_in_are_answered_before_the_server_ends_with_its_stdin(daemon: Daemon, sock: Path, repo: Path) -> None:
+    """A scripted client writes its requests and closes stdin at once: each is answered, then the server exits 0."""
+    write(repo / "a.txt", "piped\n")
+    frames = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "pipe", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "checkpoint", "arguments": {"label": "piped"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "list_checkpoints", "arguments": {"all_sessions": True}}},
+    ]
+    piped = "".join(json.dumps(frame) + "\n" for frame in frames).encode()
+    env = child_env(sock, SNAPSHOTD_SESSION="piped-session")
+    run = subprocess.run([sys.executable, "-m", "snapshotd", "mcp"], input=piped, cwd=repo, env=env, capture_output=True, timeout=120)
+    assert run.returncode == 0, run.stderr.decode()
+    answers = {answer["id"]: answer for answer in map(json.loads, run.stdout.decode().splitlines())}
+    assert set(answers) == {1, 2, 3}, run.stdout.decode()
+    taken = answers[2]["result"]["structuredContent"]["checkpoint"]
+    assert (taken["label"], taken["tree"]) == ("piped", oracle_tree(repo))
+    assert cli("list", "--json", "--limit", "1", str(repo), env=env).json()["checkpoints"][0]["id"] == taken["id"]
+    assert not answers[3]["result"]["isError"], answers[3]

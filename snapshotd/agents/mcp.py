@@ -33,11 +33,13 @@ from typing import Annotated, Any, TypedDict
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.stdio import stdio_server
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from snapshotd.agents import hookstate
 from snapshotd.agents.hooks import BEFORE_PROMPT
+from snapshotd.agents.mcpstdio import AnsweringWriter, DrainingReader, Unanswered
 from snapshotd.client.launcher import Runner
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
@@ -255,7 +257,14 @@ def _wrong_arguments(tool: str, error: ValidationError) -> str:
 
 
 class _Server(MCPServer):
-    """The SDK's server, with wrong arguments said in one sentence."""
+    """The SDK's server, with wrong arguments said in one sentence, answering every call read before stdin closed."""
+
+    async def run_stdio_async(self) -> None:
+        async with stdio_server() as (read_stream, write_stream):
+            unanswered = Unanswered()
+            server = self._lowlevel_server  # as the SDK's own run_stdio_async, with the streams wrapped
+            reader, writer = DrainingReader(read_stream, unanswered), AnsweringWriter(write_stream, unanswered)
+            await server.run(reader, writer, server.create_initialization_options())
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
         try:
