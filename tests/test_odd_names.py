@@ -126,24 +126,24 @@ async def test_a_file_deleted_before_git_hashes_it_does_not_fail_the_capture(
     engine: Engine, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fault: a listed file is deleted just before it is read for git; the capture goes on without it."""
-    from snapshotd.capture import checkin
+    from snapshotd.capture import checkin, mirror
 
     repo = init_repo(tmp_path / "r", (".gitattributes", "* text=auto\n"), ("kept.txt", "kept\r\n"))
     write(repo / "new.txt", "new\r\n")
     write(repo / "doomed.txt", "doomed\r\n")
-    real_copy, real_git = checkin._copy_in, checkin.run_git_sync
+    real_copy, real_git = mirror.Mirror.copy_file, checkin.run_git_sync
     calls: list[list[str]] = []
 
-    def delete_first(walker, path, mirror, made):  # type: ignore[no-untyped-def]
+    def delete_first(self, path):  # type: ignore[no-untyped-def]
         if path == "doomed.txt":
             (repo / "doomed.txt").unlink()
-        return real_copy(walker, path, mirror, made)
+        return real_copy(self, path)
 
     def count(target, args, **options):  # type: ignore[no-untyped-def]
         calls.append(list(args))
         return real_git(target, args, **options)
 
-    monkeypatch.setattr(checkin, "_copy_in", delete_first)
+    monkeypatch.setattr(mirror.Mirror, "copy_file", delete_first)
     monkeypatch.setattr(checkin, "run_git_sync", count)
     result = await checkpoint(engine, repo)
     assert [args[0] for args in calls].count("update-index") == 1  # git drops the vanished file (--remove)

@@ -11,6 +11,7 @@ under a capture or a restore is never an internal error.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pygit2
 import pytest
-from repo_helpers import init_repo, write
+from repo_helpers import git, init_repo, write
 from test_other_users import DROP, OTHER_UID, chown_tree
 
 from snapshotd.engine.core import Engine
@@ -62,9 +63,24 @@ def exchanging(folder: Path, first: str, second: str, pause: float = 0.0) -> Ite
         proc.stdout.close()
 
 
-def victim_repository(shared: Path) -> tuple[Path, Path]:
-    """The victim's repository in ``shared``, with an ``uploads`` folder anyone may write to."""
-    repo = init_repo(shared / "victim", ("README", "readme\n"))
+def victim_repository(shared: Path, kind: str = "sha1") -> tuple[Path, Path]:
+    """The victim's repository in ``shared``, with an ``uploads`` folder anyone may write to.
+
+    ``kind`` "sha256" makes a SHA-256 repository and "split-index" one whose
+    index is split: both are captured by git alone (capture/fallback.py).
+    """
+    if kind == "sha256":
+        repo = shared / "victim"
+        repo.mkdir()
+        git(repo, "init", "-q", "--object-format=sha256")
+        write(repo / "README", "readme\n")
+        git(repo, "add", "README")
+        git(repo, "commit", "-qm", "initial")
+    else:
+        repo = init_repo(shared / "victim", ("README", "readme\n"))
+    if kind == "split-index":
+        git(repo, "config", "core.splitIndex", "true")
+        git(repo, "update-index", "--split-index")
     uploads = repo / "uploads"
     uploads.mkdir()
     uploads.chmod(0o777)
@@ -140,3 +156,56 @@ async def test_a_folder_and_a_link_exchanged_in_a_loop_never_fail_a_capture_or_a
             except SnapshotdError as exc:
                 assert exc.kind != "internal", exc.message
                 assert "no safety checkpoint" not in exc.message, exc.message
+
+
+def stored(repo: Path, blobs: list[bytes]) -> list[bytes]:
+    """Those of ``blobs`` the repository's store holds (any object format), by one ``cat-file``."""
+    sha256 = git(repo, "rev-parse", "--show-object-format") == "sha256"
+    ids = [(hashlib.sha256 if sha256 else hashlib.sha1)(b"blob %d\0" % len(blob) + blob).hexdigest() for blob in blobs]
+    out = git(repo, "cat-file", "--batch-check=%(objectname)", input="".join(f"{oid}\n" for oid in ids).encode())
+    present = {line for line in out.splitlines() if not line.endswith(" missing")}
+    return [blob for blob, oid in zip(blobs, ids, strict=True) if oid in present]
+
+
+@pytest.mark.parametrize("kind", ["sha256", "split-index"])
+async def test_a_capture_by_git_alone_never_reads_through_a_folder_swapped_for_a_link(
+    engine: Engine, shared: Path, tmp_path: Path, kind: str
+) -> None:
+    """SHA-256 and split-index repositories are captured by git alone, which opened each file by path.
+
+    Each round the decoys are touched (through a descriptor of their own
+    folder, wherever it is), so no stat cache spares git a read.
+    """
+    keys = tmp_path / "ssh"
+    names = [f"id_{n:02}" for n in range(40)]
+    secrets = [f"PRIVATE KEY {name}\n".encode() for name in names]
+    for name, secret in zip(names, secrets, strict=True):
+        write(keys / name, secret, mode=0o600)
+    keys.chmod(0o700)
+    repo, uploads = victim_repository(shared, kind)
+    for name in names:
+        write(uploads / "leak" / name, b"decoy " * 20_000)
+    os.symlink(keys, uploads / "leaklink")
+    chown_tree(uploads / "leak")
+    os.lchown(uploads / "leaklink", OTHER_UID, OTHER_UID)
+    decoys = os.open(uploads / "leak", os.O_RDONLY | os.O_DIRECTORY)
+    rounds, hits, failed = 30, 0, []
+    try:
+        with exchanging(uploads, "leak", "leaklink"):
+            for turn in range(rounds):
+                for name in names:
+                    os.utime(name, ns=(turn * 1_000_000_000, turn * 1_000_000_000), dir_fd=decoys)
+                before = len(stored(repo, secrets))
+                try:
+                    await engine.call("checkpoint", {"path": str(repo), "exact": True})
+                except SnapshotdError as exc:
+                    failed.append(exc.message)
+                hits += len(stored(repo, secrets)) > before
+    finally:
+        os.close(decoys)
+    leaked = stored(repo, secrets)
+    assert (hits, failed) == (0, []), (
+        f"{hits} of {rounds} captures read through the swapped folder ({len(leaked)} keys stored), "
+        f"{len(failed)} failed: {failed[:1]}"
+    )
+    assert not leaked

@@ -18,15 +18,10 @@ in-process: one process, as ``hash-object`` was. ``core.safecrlf`` is off for
 it: that setting only makes ``git add`` refuse or warn about a conversion, and
 a checkpoint records what git would store.
 
-git opens the files it hashes by path, so a neighbour who swaps a folder
-above one for a link (to ``~/.ssh``, say) while git runs would have it hash
-what lies outside the worktree. git therefore hashes a private copy: each file
-and each ``.gitattributes`` above it is read through the capture's
-:class:`~snapshotd.capture.walker.Walker` (never through a link) into a
-folder of the user's own ``.git/snapshotd/tmp``, and git's work tree is that
-copy. The paths, the attributes and the index are the worktree's, so git's
-answer is the same; a filter that reads other files of the worktree (none of
-git's own do) sees only the copy.
+git opens the files it hashes by path, so it hashes a private copy of them
+and of the ``.gitattributes`` above them, read by descriptor
+(capture/mirror.py): a folder swapped for a link while git runs is never
+followed.
 """
 
 from __future__ import annotations
@@ -34,13 +29,12 @@ from __future__ import annotations
 import contextlib
 import os
 import secrets
-import shutil
-import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pygit2
 
+from snapshotd.capture.mirror import Mirror
 from snapshotd.capture.scan import git_target, read_index
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.capture.walker import Walker
@@ -86,51 +80,6 @@ def index_blob(index: pygit2.Index | RecordingIndex, path: str) -> pygit2.Oid | 
     return None
 
 
-def _copy_in(walker: Walker, path: str, mirror: str, made: set[str]) -> bool:
-    """Copy the regular file ``path`` of the worktree, reached through real folders only, into ``mirror``.
-
-    False when it is not there now (gone, or no longer a file): git then finds
-    no file and records nothing, as for a file deleted before git hashed it.
-    """
-    source = walker.open_file(path)
-    if source is None:
-        return False
-    try:
-        if not stat.S_ISREG(os.fstat(source).st_mode):
-            return False
-        folder = path.rpartition("/")[0]
-        if folder and folder not in made:
-            os.makedirs(os.path.join(mirror, folder), mode=0o700, exist_ok=True)
-            made.add(folder)
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-        target = os.open(os.path.join(mirror, path), flags, 0o600)
-        with open(source, "rb", closefd=False) as reader, open(target, "wb") as writer:
-            shutil.copyfileobj(reader, writer, 1 << 20)
-        return True
-    finally:
-        os.close(source)
-
-
-def _attributes_above(path: str) -> list[str]:
-    """The ``.gitattributes`` files git reads for ``path`` in the check-in direction, root first."""
-    parts = path.split("/")[:-1]
-    return ["/".join([*parts[:depth], ATTRIBUTES_FILE]) for depth in range(len(parts) + 1)]
-
-
-def _mirror(walker: Walker, files: list[Pending], folder: str) -> str:
-    """A private copy of ``files`` and the ``.gitattributes`` above them, for git to hash (see the module)."""
-    mirror = os.path.join(folder, f"checkin-tree-{os.getpid()}-{secrets.token_hex(6)}")
-    os.mkdir(mirror, 0o700)
-    made: set[str] = set()
-    copied: set[str] = set()
-    for item in files:
-        for name in (*_attributes_above(item.path), item.path):
-            if name not in copied:
-                copied.add(name)
-                _copy_in(walker, name, mirror, made)
-    return mirror
-
-
 def hash_through_git(
     info: WorktreeInfo,
     files: list[Pending],
@@ -144,7 +93,6 @@ def hash_through_git(
     """
     folder = checked_private_folder(os.path.join(info.state_dir, "tmp"))
     index_path = os.path.join(folder, f"checkin-{os.getpid()}-{secrets.token_hex(6)}")
-    mirror: str | None = None
     try:
         seed = pygit2.Index(index_path)
         entries = {path: oid for path, oid in kept_attributes}
@@ -153,20 +101,21 @@ def hash_through_git(
             # No stat data: git hashes every file anew.
             seed.add(pygit2.IndexEntry(path, oid, MODE_FILE))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
         seed.write()
-        mirror = _mirror(walker, files, folder)
         listing = b"".join(os.fsencode(item.path) + b"\0" for item in files)
-        run_git_sync(
-            GitTarget(git_dir=git_target(info).git_dir, work_tree=mirror),
-            ["update-index", "-z", "--add", "--remove", "--replace", "--stdin"],
-            index_file=index_path,
-            input=listing,
-            env_extra=NO_SAFECRLF,
-        )
+        with Mirror(walker, folder) as mirror:
+            for item in files:
+                mirror.copy_attributes_above(item.path)
+                mirror.copy_file(item.path)
+            run_git_sync(
+                GitTarget(git_dir=git_target(info).git_dir, work_tree=mirror.path),
+                ["update-index", "-z", "--add", "--remove", "--replace", "--stdin"],
+                index_file=index_path,
+                input=listing,
+                env_extra=NO_SAFECRLF,
+            )
         written = read_index(index_path)
         return [index_blob(written, item.path) for item in files]
     finally:
         for leftover in (index_path, index_path + ".lock"):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(leftover)
-        if mirror is not None:
-            shutil.rmtree(mirror, ignore_errors=True)

@@ -2,7 +2,10 @@
 
 A split or sparse index, or a SHA-256 repository, gets the same tree from
 ``update-index`` on the private index copy and ``write-tree``; files git
-hashed before and unchanged since go in as known entries.
+hashed before and unchanged since go in as known entries. git opens files by
+path, so its work tree is a private copy of the paths it updates, read by
+descriptor (capture/mirror.py): a folder swapped for a link while it runs is
+never followed.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ import os
 import stat
 from collections.abc import Iterable
 
-from snapshotd.capture.builder import git_refuses, gitlink_commit
+from snapshotd.capture.builder import git_refuses
 from snapshotd.capture.checkin import NO_SAFECRLF, is_attributes
+from snapshotd.capture.gitlinks import commit_at
+from snapshotd.capture.mirror import Mirror
 from snapshotd.capture.scan import flag_kinds, git_target, parse_listing
 from snapshotd.capture.state import (
     SKIP_NO_COMMIT,
@@ -20,6 +25,7 @@ from snapshotd.capture.state import (
     SKIP_TOO_LARGE,
     CaptureResult,
     CaptureStats,
+    FileState,
     StatCache,
     conversion_rules,
 )
@@ -100,6 +106,8 @@ def _build_with_git(
         run_git_sync(target, ["update-index", "-z", "--force-remove", "--stdin"], index_file=index_path, input=_nul_list(sorted(beyond)))
         stats.processes += 1
         paths = [path for path in paths if path not in beyond]
+    tracked = set(paths)  # a folder at a tracked path is copied: a gitlink, or a file turned folder
+    commits: dict[str, str] = {}  # each untracked nested repository's commit, read by descriptor
     for raw in sorted(untracked):
         path = raw.rstrip("/")
         st = walker.lstat(path)
@@ -108,9 +116,12 @@ def _build_with_git(
         if git_refuses(path, link=stat.S_ISLNK(st.st_mode)):  # update-index would pass over it in silence
             stats.skip(raw, SKIP_REFUSED_NAME)
             continue
-        if raw.endswith("/") and gitlink_commit(os.path.join(info.path, path)) is None:
-            stats.skip(raw, SKIP_NO_COMMIT)
-            continue
+        if raw.endswith("/"):
+            commit = commit_at(walker, path)
+            if commit is None:
+                stats.skip(raw, SKIP_NO_COMMIT)
+                continue
+            commits[path] = commit
         if not raw.endswith("/") and size_cap and stat.S_ISREG(st.st_mode) and st.st_size > size_cap:
             stats.skip(path, SKIP_TOO_LARGE, size=st.st_size, cap=size_cap)
             continue
@@ -137,15 +148,21 @@ def _build_with_git(
             fresh[path] = st
         listed.append(path)
     if listed or known:
-        run_git_sync(
-            target,
-            ["update-index", "-z", "--add", "--remove", "--replace", "--ignore-skip-worktree-entries", *known, "--stdin"],
-            index_file=index_path,
-            input=_nul_list(listed),
-            env_extra=NO_SAFECRLF,
-        )
-        stats.processes += 1
         stats.hashed += len(fresh) if cache is not None else len(listed)
+        with Mirror(walker, os.path.join(info.state_dir, "tmp")) as mirror:
+            for path in listed:
+                mirror.copy_attributes_above(path)
+                copied = mirror.copy(path, folder=path in tracked or path in commits, commit=commits.get(path))
+                if path in fresh and (copied is None or FileState.of(copied) != FileState.of(fresh[path])):
+                    del fresh[path]  # changed while copied: hashed again next time
+            run_git_sync(
+                GitTarget(git_dir=target.git_dir, work_tree=mirror.path),
+                ["update-index", "-z", "--add", "--remove", "--replace", "--ignore-skip-worktree-entries", *known, "--stdin"],
+                index_file=index_path,
+                input=_nul_list(listed),
+                env_extra=NO_SAFECRLF,
+            )
+        stats.processes += 1
     if cache is not None and fresh:
         _remember(target, index_path, fresh, cache, fence_ns, stats)
     tree = run_git_sync(target, ["write-tree"], index_file=index_path).decode().strip()

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Mapping
 
 import pygit2
 
+from snapshotd.capture.walker import Walker
 from snapshotd.git.modes import MODE_GITLINK
 
 UNREADABLE = "?"  # a repository is there, but its HEAD cannot be read as plain files (reftable, say)
@@ -92,6 +93,23 @@ def checked_out(folder: str) -> str | None:
     except OSError:
         pass
     return UNREADABLE
+
+
+def commit_at(walker: Walker, path: str) -> str | None:
+    """:func:`checked_out` for the folder ``path`` of the walker's worktree, reached by descriptor; None for no commit.
+
+    The folder is the one the walker opened beneath the root (never through a
+    link), named to the reads as ``/proc/self/fd/N``, so a folder above it
+    swapped for a link meanwhile does not redirect them; what its ``.git``
+    names (a ``gitdir:`` file, a ``commondir``) is followed, as git follows
+    it. Without ``/proc`` the folder is read by its path.
+    """
+    fd = walker.folder_fd(path)
+    if fd is None:
+        return None
+    folder = f"/proc/self/fd/{fd}" if os.path.isdir("/proc/self/fd") else os.path.join(walker.root, path)
+    found = checked_out(folder)
+    return None if found == UNREADABLE else found
 
 
 def moved(root: str, index: pygit2.Index, gitlinks: Iterable[str]) -> set[str]:

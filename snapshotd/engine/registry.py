@@ -25,6 +25,7 @@ from snapshotd.capture.checkpoint import (
     refuse_broad_folder,
     refuse_unknown_broad_folder,
 )
+from snapshotd.capture.mirror import remove_stale_mirrors
 from snapshotd.capture.presence import GONE, HERE
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
@@ -139,6 +140,7 @@ class Registry:
         state = self.worktrees.get(info.id)
         if state is None:
             remove_stale_temp_files(Path(info.state_dir, "tmp"), "index-")
+            remove_stale_mirrors(os.path.join(info.state_dir, "tmp"))
             recover(os.path.join(info.state_dir, "journal"), info.path)
             state = WorktreeState.open(info, self.counters, self.size_cap)
             self.worktrees[info.id] = state
