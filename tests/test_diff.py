@@ -403,3 +403,53 @@ def test_a_diff_with_a_file_too_big_for_libgit2_is_gits_own(tmp_path: Path, monk
     assert ours(wt, old, new, paths=["small.txt"], patch=True)["files"] == [
         change for change in oracle(wt, old, new) if change["path"] == "small.txt"
     ]
+
+
+def _loose_path(wt: Path, oid: str) -> Path:
+    return wt / ".git" / "objects" / oid[:2] / oid[2:]
+
+
+def test_a_diff_reads_no_subtree_that_is_the_same_on_both_sides(tmp_path: Path) -> None:
+    wt = new_repo(tmp_path)
+    for folder in ("same/deep/er", "edited/deep"):
+        (wt / folder).mkdir(parents=True)
+        (wt / folder / "f.txt").write_text(f"{folder}\n")
+    old = write_tree(wt)
+    (wt / "edited" / "deep" / "f.txt").write_text("changed\n")
+    new = write_tree(wt)
+    expected = oracle(wt, old, new)
+    same = git(wt, "rev-parse", f"{old}:same").decode().strip()
+    _loose_path(wt, same).unlink()  # a subtree both sides share, gone: only a full walk would need it
+    assert ours(wt, old, new)["files"] == expected == [
+        {**expected[0], "path": "edited/deep/f.txt", "status": "modified"}
+    ]
+    assert "+changed" in ours(wt, old, new, patch=True)["patch"]
+
+
+def test_folders_and_names_that_share_a_prefix_match_git(tmp_path: Path) -> None:
+    wt = new_repo(tmp_path)
+    files = {
+        "a": "a file\n", "a.txt": "sibling\n", "a-b/x": "dash\n", "ab/x": "ab\n",
+        "d/e/f/g.txt": "".join(f"line {i}\n" for i in range(30)), "d/e/keep": "keep\n",
+        "gone/one": "1\n", "gone/two/three": "3\n", "turn/into/file": "was deep\n",
+        "x/y": "".join(f"moved {i}\n" for i in range(30)),
+    }  # fmt: skip
+    for name, text in files.items():
+        (wt / name).parent.mkdir(parents=True, exist_ok=True)
+        (wt / name).write_text(text)
+    old = write_tree(wt)
+    (wt / "a").unlink()
+    (wt / "a" / "now").mkdir(parents=True)
+    (wt / "a" / "now" / "deep").write_text("a folder now\n")
+    (wt / "a-b" / "x").write_text("dash changed\n")
+    (wt / "d/e/f/g.txt").write_text(files["d/e/f/g.txt"] + "one more\n")
+    subprocess.run(["rm", "-r", str(wt / "gone"), str(wt / "turn" / "into")], check=True)
+    (wt / "turn" / "into").write_text("a file now\n")
+    (wt / "new" / "folder").mkdir(parents=True)
+    (wt / "x" / "y").rename(wt / "new" / "folder" / "y")
+    new = write_tree(wt)
+    for old_side, new_side in ((old, new), (new, old), (None, new), (old, None)):
+        sides = [side or git(wt, "hash-object", "-t", "tree", "/dev/null").decode().strip() for side in (old_side, new_side)]
+        assert ours(wt, old_side, new_side)["files"] == oracle(wt, *sides)
+        expected = git(wt, "diff-tree", "-r", "-M", "-p", *sides).decode()
+        assert without_similarity(ours(wt, old_side, new_side, patch=True)["patch"]) == without_similarity(expected)

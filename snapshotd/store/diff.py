@@ -1,6 +1,7 @@
 """Tree-to-tree diffs as the protocol's FileChange records, and git-style patches.
 
-The diff is computed in-process with libgit2 (pygit2): rename detection with
+The diff is computed in-process with libgit2 (pygit2), which reads only the
+subtrees whose ids differ (:mod:`snapshotd.git.treediff`): rename detection with
 ``find_similar`` (renames only, git's default threshold), plus the exact
 renames of symlinks and gitlinks that libgit2 leaves out and git finds
 (:mod:`snapshotd.store.renames`), type changes between
@@ -29,8 +30,10 @@ from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
 from snapshotd.errors import GitError, InvalidParams, NotFound, TooLarge
 from snapshotd.git.command import GitRepository
+from snapshotd.git.libgit import LibgitRepository
 from snapshotd.git.process import GitTarget
 from snapshotd.git.repository import Repository
+from snapshotd.git.treediff import tree_diff
 from snapshotd.paths import path_matches
 from snapshotd.store.changes import DiffRequest, Entry, FileChange, TreeDiff
 from snapshotd.store.gitdiff import entries_by_git
@@ -93,21 +96,6 @@ def _oid(oid: pygit2.Oid) -> str | None:
     return None if text == _ZERO_OID else text
 
 
-def _tree_diff(
-    old: pygit2.Tree | None,
-    new: pygit2.Tree | None,
-    flags: DiffOption,
-    context: int,
-) -> pygit2.Diff | None:
-    if old is not None and new is not None:
-        return old.diff_to_tree(new, flags=flags, context_lines=context)
-    if old is not None:
-        return old.diff_to_tree(flags=flags, context_lines=context)
-    if new is not None:
-        return new.diff_to_tree(flags=flags, context_lines=context, swap=True)
-    return None
-
-
 def _patch_text(part: pygit2.Patch) -> str:
     """The patch text of one file, with git's tab after ---/+++ names that hold a space."""
     text = part.text or ""
@@ -126,10 +114,10 @@ def _patch_text(part: pygit2.Patch) -> str:
 
 
 def _split_type_changes(
-    old: pygit2.Tree | None, new: pygit2.Tree | None, paths: set[str], context: int
+    repo: LibgitRepository, old: pygit2.Tree | None, new: pygit2.Tree | None, paths: set[str], context: int
 ) -> dict[str, list[pygit2.Patch]]:
     """For each type-changed path, its deletion and addition patches, in that order."""
-    split = _tree_diff(old, new, DiffOption.NORMAL, context)
+    split = tree_diff(repo, old, new, DiffOption.NORMAL, context, sorted(os.fsencode(path) for path in paths))
     found: dict[str, list[pygit2.Patch]] = {path: [] for path in paths}
     if split is None:
         return found
@@ -212,7 +200,7 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
     new = load_tree(repo, request.new_tree)
     if old is not None and new is not None and old.id == new.id:
         return []
-    diff = _tree_diff(old, new, DiffOption.INCLUDE_TYPECHANGE, request.context)
+    diff = tree_diff(cast(LibgitRepository, repo), old, new, DiffOption.INCLUDE_TYPECHANGE, request.context)
     if diff is None:
         return []
     if request.find_renames:
@@ -241,7 +229,7 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
     type_changed = {
         path for _, delta, path, _ in selected if delta.status == DeltaStatus.TYPECHANGE
     }
-    split = _split_type_changes(old, new, type_changed, request.context) if type_changed else {}
+    split = _split_type_changes(cast(LibgitRepository, repo), old, new, type_changed, request.context) if type_changed else {}
 
     def entry(index: int, delta: pygit2.DiffDelta, path: str, old_path: str) -> Entry:
         def make() -> tuple[FileChange, str]:
