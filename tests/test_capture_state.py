@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import shutil
 import time
 from pathlib import Path
 
+import pygit2
 from oracle import oracle_tree
-from repo_helpers import init_repo, write
+from repo_helpers import git, init_repo, write
 
 from snapshotd.capture.core import capture_cold
 from snapshotd.capture.scan import parse_listing
 from snapshotd.capture.state import CaptureStats, StatCache, conversion_rules, make_fence
+from snapshotd.capture.treeedit import RecordingIndex
+from snapshotd.capture.userindex import UserIndex
 from snapshotd.capture.warm import WarmState, capture_warm, rule_sources, signature_of
 from snapshotd.paths import folders_above
 from snapshotd.store.identity import Records, WorktreeInfo, identify, locate
@@ -69,18 +74,18 @@ async def test_cold_capture_equals_git_and_leaves_the_users_index_alone(tmp_path
     write(repo / "skip.log", "ignored\n")
     index = repo / ".git" / "index"
     before = (index.read_bytes(), index.stat().st_mtime_ns)
-    result = await capture_cold(info_of(repo, tmp_path / "home"), StatCache(), 0, keep_pristine=True)
+    result = await capture_cold(info_of(repo, tmp_path / "home"), StatCache(), 0)
     assert result.tree == oracle_tree(repo)
     assert (index.read_bytes(), index.stat().st_mtime_ns) == before
     assert result.stats.scan == "full" and result.stats.processes == 1
-    assert result.pristine is not None and "gone.txt" in result.pristine
+    assert result.user is not None and result.user.has("gone.txt")
 
 
 async def test_warm_state_takes_the_dirty_paths_only(tmp_path):
     repo = init_repo(tmp_path / "r", ("a.txt", "a\n"), ("b.txt", "b\n"))
     info = info_of(repo, tmp_path / "home")
     cache = StatCache()
-    cold = await capture_cold(info, cache, 0, keep_pristine=True)
+    cold = await capture_cold(info, cache, 0)
     index_mtime_ns = (repo / ".git" / "index").stat().st_mtime_ns
     sources = rule_sources(info)
     warm = WarmState.from_cold(cold, index_mtime_ns, sources, signature_of(sources))
@@ -92,3 +97,64 @@ async def test_warm_state_takes_the_dirty_paths_only(tmp_path):
     tree = capture_warm(info, warm, {"a.txt", "c.txt"}, cache, stats, 0, fence)
     assert tree == warm.tree == oracle_tree(repo)
     assert stats.processes == 1  # one ls-files for the new path; the known one needed none
+
+
+def _warm_state(info: WorktreeInfo, repo: Path, cold) -> WarmState:
+    sources = rule_sources(info)
+    warm = WarmState.from_cold(cold, (repo / ".git" / "index").stat().st_mtime_ns, sources, signature_of(sources))
+    assert warm is not None
+    return warm
+
+
+def _indexes_held(root: object) -> int:
+    """The distinct ``pygit2.Index`` objects reachable from ``root`` (the warm state) in three steps."""
+    seen: dict[int, object] = {}
+    layer = [root]
+    for _ in range(3):
+        layer = [item for holder in layer for item in gc.get_referents(holder)]
+        seen.update((id(item), item) for item in layer if isinstance(item, pygit2.Index))
+    return len(seen)
+
+
+async def test_the_warm_state_holds_one_index_in_memory(tmp_path):
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"), ("b.txt", "b\n"))
+    info = info_of(repo, tmp_path / "home")
+    warm = _warm_state(info, repo, await capture_cold(info, StatCache(), 0))
+    assert _indexes_held(warm) == 1  # the user's index as read is kept as what the captures changed of it
+
+
+async def test_a_tracked_file_deleted_and_made_again_warm_keeps_the_users_entry(tmp_path):
+    # core.fileMode false: only the user's index as read gives the re-made file its executable mode.
+    repo = init_repo(tmp_path / "r", ("tool.sh", "echo\n"), ("d/inner.txt", "i\n"), ("small.txt", "s\n"))
+    git(repo, "config", "core.fileMode", "false")
+    git(repo, "update-index", "--chmod=+x", "tool.sh")
+    git(repo, "commit", "-qm", "exec")
+    info = info_of(repo, tmp_path / "home")
+    cache = StatCache()
+    warm = _warm_state(info, repo, await capture_cold(info, cache, 0))
+    steps = [
+        ({"tool.sh", "d"}, lambda: ((repo / "tool.sh").unlink(), shutil.rmtree(repo / "d"))),
+        ({"tool.sh", "d"}, lambda: (write(repo / "tool.sh", "echo again\n"), write(repo / "d", "f\n"))),
+        ({"d", "d/inner.txt"}, lambda: ((repo / "d").unlink(), write(repo / "d" / "inner.txt", "i\n"))),
+    ]
+    for dirty, change in steps:
+        change()
+        stats = CaptureStats(scan="watch")
+        tree = capture_warm(info, warm, dirty, cache, stats, 0, make_fence(os.path.join(info.state_dir, "tmp")))
+        assert tree == oracle_tree(repo), dirty
+    assert "100755 blob" in git(repo, "ls-tree", tree, "tool.sh")
+
+
+def test_the_users_entries_an_added_entry_replaces_are_kept(tmp_path):
+    # libgit2 drops "d/inner.txt" when a file "d" is added (and "d" when "d/x" is): the user's stay known.
+    repo = init_repo(tmp_path / "r", ("d/inner.txt", "i\n"), ("f", "f\n"))
+    index = pygit2.Index(str(repo / ".git" / "index"))
+    user = UserIndex(index)
+    recording = RecordingIndex(index, "")
+    recording.user = user
+    blob = pygit2.Repository(str(repo)).create_blob(b"x")
+    for path in ("d", "f/x"):
+        recording.add(pygit2.IndexEntry(path, blob, pygit2.enums.FileMode.BLOB))
+    assert "d/inner.txt" not in index and "f" not in index
+    assert user.has("d/inner.txt") and user.has("f") and not user.has("d") and not user.has("f/x")
+    assert user.entry("f") is not None and user.entry("d/inner.txt") is not None

@@ -14,7 +14,7 @@ import stat
 
 import pygit2
 
-from snapshotd.capture.checkin import Pending, hash_through_git, index_blob, is_attributes
+from snapshotd.capture.checkin import Pending, hash_through_git, is_attributes
 from snapshotd.capture.state import (
     SKIP_NO_COMMIT,
     SKIP_REFUSED_NAME,
@@ -25,6 +25,7 @@ from snapshotd.capture.state import (
     Settings,
     StatCache,
 )
+from snapshotd.capture.userindex import index_blob
 from snapshotd.capture.walker import Walker
 from snapshotd.errors import GitError
 from snapshotd.git import loose

@@ -36,7 +36,7 @@ import pygit2
 
 from snapshotd.capture.mirror import Mirror
 from snapshotd.capture.scan import git_target, read_index
-from snapshotd.capture.treeedit import RecordingIndex
+from snapshotd.capture.userindex import index_blob
 from snapshotd.capture.walker import Walker
 from snapshotd.fsutil import checked_private_folder
 from snapshotd.git.attributes import ATTRIBUTES_FILE
@@ -44,12 +44,10 @@ from snapshotd.git.modes import MODE_FILE
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.store.identity import WorktreeInfo
 
-__all__ = ["NO_SAFECRLF", "Pending", "hash_through_git", "index_blob", "is_attributes"]
+__all__ = ["NO_SAFECRLF", "Pending", "hash_through_git", "is_attributes"]
 
 # core.safecrlf=false for one git command, whatever the user's configuration says.
 NO_SAFECRLF = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "core.safecrlf", "GIT_CONFIG_VALUE_0": "false"}
-
-_STAGE_OURS = 2
 
 
 @dataclass(frozen=True)
@@ -63,21 +61,6 @@ class Pending:
 def is_attributes(path: str) -> bool:
     """Whether ``path`` names a ``.gitattributes`` file (in any folder)."""
     return path.rpartition("/")[2] == ATTRIBUTES_FILE
-
-
-def index_blob(index: pygit2.Index | RecordingIndex, path: str) -> pygit2.Oid | None:
-    """The blob git's conversion reads from ``index`` at ``path``: stage 0, else "ours"; None if neither.
-
-    A gitlink's commit is no blob: git reads nothing there either.
-    """
-    raw = os.fsencode(path)
-    for stage in (0, _STAGE_OURS):
-        entry = pygit2.C.git_index_get_bypath(index._index, raw, stage)
-        if entry != pygit2.ffi.NULL:
-            if (entry.mode & 0o170000) == 0o160000:
-                return None
-            return pygit2.Oid(raw=bytes(pygit2.ffi.buffer(pygit2.ffi.addressof(entry, "id"))[:20]))
-    return None
 
 
 def hash_through_git(

@@ -49,6 +49,7 @@ from snapshotd.capture.state import (
     make_fence,
 )
 from snapshotd.capture.treeedit import RecordingIndex
+from snapshotd.capture.userindex import UserIndex
 from snapshotd.capture.warm import dirty_under_removed_attributes
 from snapshotd.fsutil import checked_private_folder
 from snapshotd.git.modes import MODE_GITLINK
@@ -80,6 +81,7 @@ def _build(
     modified |= dirty_under_removed_attributes(index, info.path, removed, flagged, index_path) - removed
     settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
     cache.follow_rules(conversion_rules(info, listing, loaded.tracked_attributes))
+    user = UserIndex(index)  # the user's index as read: what the capture changes of it is kept there
     conflicts = index.conflicts
     conflict_ours: dict[str, pygit2.Oid] = {}
     if conflicts is not None:
@@ -91,11 +93,12 @@ def _build(
             if ours is not None and int(ours.mode) != MODE_GITLINK:
                 conflict_ours[ours.path] = ours.id
         for path in conflicted:
+            user.save(path)
             del conflicts[path]
         modified |= conflicted
     # The index's own tree comes from its cache-tree extension (milliseconds when
     # valid); the changes are then edited in along their paths only.
-    recording = RecordingIndex(index, str(index.write_tree(repo)))
+    recording = RecordingIndex(index, str(index.write_tree(repo)), user)
     builder = TreeBuilder(  # the recording index stands for the index it wraps
         repo, info, cast(pygit2.Index, recording), settings, cache, stats, size_cap, fence_ns, flagged=flagged, conflict_ours=conflict_ours
     )
@@ -112,7 +115,7 @@ def _build(
     finally:
         builder.close()
     return CaptureResult(
-        tree=tree, stats=stats, index=index, flagged=flagged, pristine=loaded.pristine, settings=settings,
+        tree=tree, stats=stats, index=index, flagged=flagged, user=user, settings=settings,
         gitlinks=loaded.gitlinks,
     )
 
@@ -132,7 +135,6 @@ async def capture_cold(
     cache: StatCache,
     size_cap: int,
     *,
-    keep_pristine: bool = False,
     hints: set[str] | None = None,
 ) -> CaptureResult:
     """One full capture: one ``ls-files`` process, hashing only what it names.
@@ -160,7 +162,7 @@ async def capture_cold(
         loaded: list[LoadedIndex | str] = []
 
         async def load() -> None:
-            loaded.append(await trio.to_thread.run_sync(load_index, seed, keep_pristine, limiter=thread_limiter))
+            loaded.append(await trio.to_thread.run_sync(load_index, seed, limiter=thread_limiter))
 
         try:
             async with trio.open_nursery() as nursery:  # read the index in-process while git scans

@@ -114,17 +114,15 @@ class LoadedIndex:
     """The user's index read in-process, with the facts the capture needs from it."""
 
     index: pygit2.Index
-    pristine: pygit2.Index | None
     flagged: set[str]
     tracked_attributes: bool
     gitlinks: set[str]  # the user's index's gitlink paths
 
 
-def load_index(index_path: str | None, keep_pristine: bool) -> LoadedIndex | str:
-    """Read the index copy (runs while git scans); the reason as a string if libgit2 cannot."""
+def load_index(index_path: str | None) -> LoadedIndex | str:
+    """Read the index copy (runs while git scans), once; the reason as a string if libgit2 cannot."""
     try:
         index = read_index(index_path)
-        pristine = read_index(index_path) if keep_pristine else None
     except pygit2.GitError as exc:
         return f"index not readable in-process ({exc})"
     raw = b""
@@ -132,7 +130,7 @@ def load_index(index_path: str | None, keep_pristine: bool) -> LoadedIndex | str
         with open(index_path, "rb") as handle:
             raw = handle.read()
     flagged, tracked_attributes, gitlinks = index_facts(index, raw)
-    return LoadedIndex(index, pristine, flagged, tracked_attributes, gitlinks)
+    return LoadedIndex(index, flagged, tracked_attributes, gitlinks)
 
 def flag_kinds(listing: bytes) -> tuple[set[str], set[str]]:
     """Skip-worktree and assume-unchanged paths of a tagged ``ls-files -v`` listing."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pygit2
 
@@ -18,6 +18,9 @@ from snapshotd.capture.scan import attributes_in
 from snapshotd.git.attributes import attributes_files as git_attributes_files, may_convert
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
+
+if TYPE_CHECKING:
+    from snapshotd.capture.userindex import UserIndex
 
 
 @dataclass(frozen=True)
@@ -154,7 +157,7 @@ class CaptureResult:
     stats: CaptureStats
     index: pygit2.Index | None  # the in-memory index the tree was written from
     flagged: set[str]  # assume-unchanged / skip-worktree paths of the user's index
-    pristine: pygit2.Index | None = None  # the user's index as it was read
+    user: UserIndex | None = None  # the user's index as it was read (what the capture changed of it)
     settings: Settings | None = None
     gitlinks: set[str] | None = None  # the gitlink paths of the index the tree was written from
 

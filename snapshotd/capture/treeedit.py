@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import pygit2
 
 from snapshotd.git import loose
 from snapshotd.git.modes import MODE_TREE
+
+if TYPE_CHECKING:
+    from snapshotd.capture.userindex import UserIndex
 
 MAX_EDIT_DEPTH = 400  # folder levels edit_tree takes (it recurses once a level)
 
@@ -83,20 +86,27 @@ class RecordingIndex:
 
     ``write_tree`` edits the base tree (the last capture's, or the index's own
     before the capture changed it) instead of letting libgit2 walk every entry.
+    ``user``, when given, keeps the user's entry of each path before it changes.
     """
 
-    def __init__(self, index: pygit2.Index, base_tree: str) -> None:
+    def __init__(self, index: pygit2.Index, base_tree: str, user: UserIndex | None = None) -> None:
         self.inner = index
         self._index = index._index  # for the binary searches in entries_under
         self.base_tree = base_tree
+        self.user = user
         self.changes: dict[str, tuple[pygit2.Oid, int] | None] = {}
         self.trees_written: list[pygit2.Oid] = []
 
     def add(self, entry: pygit2.IndexEntry) -> None:
+        path = str(entry.path)
+        if self.user is not None:
+            self.user.save_replaced(path)
         self.inner.add(entry)
-        self.changes[str(entry.path)] = (entry.id, int(entry.mode))
+        self.changes[path] = (entry.id, int(entry.mode))
 
     def remove(self, path: str) -> None:
+        if self.user is not None:
+            self.user.save(path)
         self.inner.remove(path)
         self.changes[path] = None
 

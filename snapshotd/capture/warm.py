@@ -2,7 +2,8 @@
 
 After one cold capture the daemon keeps its in-memory index (the last tree's
 entries) and the user's index as it was read (which paths git tracks, their
-stat data and flags). A warm capture re-examines only the paths the watcher
+stat data and flags), as the originals of the entries captures changed since
+(:mod:`snapshotd.capture.userindex`): one index in memory, not two. A warm capture re-examines only the paths the watcher
 named: known paths are lstat'ed and re-hashed only when their stat data say
 so, without any process. Paths the daemon has never seen (new files, new or
 moved-in folders) are put to git in one ``ls-files`` run, because only git
@@ -19,7 +20,7 @@ from typing import Any
 import pygit2
 
 from snapshotd.capture.builder import TreeBuilder, open_repo
-from snapshotd.capture.checkin import index_blob, is_attributes
+from snapshotd.capture.checkin import is_attributes
 from snapshotd.capture.gitlinks import note_changes
 from snapshotd.capture.scan import git_target, own_data_excludes
 from snapshotd.capture.state import (
@@ -32,6 +33,7 @@ from snapshotd.capture.state import (
     config_files,
 )
 from snapshotd.capture.treeedit import RecordingIndex
+from snapshotd.capture.userindex import UserIndex, entries_under, entry_at
 from snapshotd.git.config import config_value
 from snapshotd.git.modes import MODE_LINK
 from snapshotd.git.process import run_git_sync
@@ -39,55 +41,8 @@ from snapshotd.paths import folders_above
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
 
-C = pygit2.C
-ffi = pygit2.ffi
-
 MAX_UNKNOWN_PATHS = 2000  # more new paths than this and a full scan is cheaper
 MAX_ARGV_BYTES = 512 * 1024
-
-
-def _entry_at(index: pygit2.Index, position: int) -> Any:  # a cffi pointer to libgit2's entry
-    return C.git_index_get_byindex(index._index, position)
-
-
-def entries_under(index: pygit2.Index, folder: str) -> list[str]:
-    """Paths of ``index`` inside ``folder``, found by binary search (entries are sorted)."""
-    prefix = os.fsencode(folder) + b"/"
-    count = len(index)
-    low, high = 0, count
-    while low < high:
-        middle = (low + high) // 2
-        if ffi.string(_entry_at(index, middle).path) < prefix:
-            low = middle + 1
-        else:
-            high = middle
-    found = []
-    while low < count:
-        path = ffi.string(_entry_at(index, low).path)
-        if not path.startswith(prefix):
-            break
-        found.append(os.fsdecode(path))
-        low += 1
-    return found
-
-
-def pristine_oid(pristine: pygit2.Index, path: str, st: os.stat_result, index_mtime_ns: int) -> pygit2.Oid | None:
-    """The user's index entry for ``path`` if its stat data prove the file unchanged."""
-    entry = C.git_index_get_bypath(pristine._index, os.fsencode(path), 0)
-    if entry == ffi.NULL:
-        return None
-    changed_ns = max(st.st_mtime_ns, st.st_ctime_ns)
-    if (
-        entry.mtime.seconds != (st.st_mtime_ns // 1_000_000_000) & 0xFFFFFFFF
-        or entry.mtime.nanoseconds != st.st_mtime_ns % 1_000_000_000
-        or entry.ctime.seconds != (st.st_ctime_ns // 1_000_000_000) & 0xFFFFFFFF
-        or entry.ctime.nanoseconds != st.st_ctime_ns % 1_000_000_000
-        or entry.file_size != st.st_size & 0xFFFFFFFF
-        or entry.ino != st.st_ino & 0xFFFFFFFF
-        or changed_ns >= index_mtime_ns  # racy: touched in the same tick the index was written
-    ):
-        return None
-    return pygit2.Oid(raw=bytes(ffi.buffer(ffi.addressof(entry, "id"))[:20]))
 
 
 def dirty_under_removed_attributes(
@@ -106,7 +61,8 @@ def dirty_under_removed_attributes(
     if not folders or index_path is None:
         return set()
     index_ns = int(os.stat(index_path).st_mtime) * 1_000_000_000
-    paths = [os.fsdecode(pygit2.ffi.string(_entry_at(index, n).path)) for n in range(len(index))]
+    user = UserIndex(index)  # the index is still the user's here
+    paths = [os.fsdecode(pygit2.ffi.string(entry_at(index, n).path)) for n in range(len(index))]
     if "" not in folders:
         paths = [path for path in paths if any(path.startswith(folder + "/") for folder in folders)]
     dirty = set()
@@ -115,17 +71,17 @@ def dirty_under_removed_attributes(
             st = os.lstat(os.path.join(root, path))
         except OSError:
             continue
-        if pristine_oid(index, path, st, index_ns) is None:
+        if user.clean_oid(path, st, index_ns) is None:
             dirty.add(path)
     return dirty
 
 
 @dataclass
 class WarmState:
-    """What a warm capture starts from: the last capture's index and the user's."""
+    """What a warm capture starts from: the last capture's index and the user's as read (what changed of it)."""
 
     index: pygit2.Index
-    pristine: pygit2.Index
+    user: UserIndex
     flagged: set[str]
     settings: Settings
     tree: str
@@ -140,11 +96,11 @@ class WarmState:
     def from_cold(
         cls, result: CaptureResult, index_mtime_ns: int, sources: list[str], signature: tuple[object, ...]
     ) -> WarmState | None:
-        if result.index is None or result.pristine is None or result.settings is None:
+        if result.index is None or result.user is None or result.settings is None:
             return None
         return cls(
             index=result.index,
-            pristine=result.pristine,
+            user=result.user,
             flagged=result.flagged,
             settings=result.settings,
             tree=result.tree,
@@ -233,14 +189,14 @@ class WarmBuilder(TreeBuilder):
 
     def _basis(self, path: str) -> pygit2.Oid | None:
         """The user's index blob at ``path``: the warm state keeps the user's index as it was read."""
-        return index_blob(self.warm.pristine, path)
+        return self.warm.user.basis(path)
 
     def _hash(self, path: str, st: os.stat_result, mode: int) -> pygit2.Oid | None:
         basis = self._basis(path) if self.settings.filters else None
         if self.cache.lookup(path, st, basis) is None and mode != MODE_LINK:
-            oid = pristine_oid(self.warm.pristine, path, st, self.warm.index_mtime_ns)
-            entry = self._pristine_entry(path)
-            if oid is not None and entry is not None and int(entry.mode) == mode:
+            oid = self.warm.user.clean_oid(path, st, self.warm.index_mtime_ns)
+            entry = self.warm.user.entry(path)
+            if oid is not None and entry is not None and entry[1] == mode:
                 return oid
         return super()._hash(path, st, mode)
 
@@ -248,18 +204,12 @@ class WarmBuilder(TreeBuilder):
         """The mode git would start from: the last capture's entry, else the user's index entry."""
         mode = super()._entry_mode(path)
         if mode is None:
-            entry = self._pristine_entry(path)
-            mode = None if entry is None else int(entry.mode)
+            entry = self.warm.user.entry(path)
+            mode = None if entry is None else entry[1]
         return mode
 
-    def _pristine_entry(self, path: str) -> pygit2.IndexEntry | None:
-        try:
-            return self.warm.pristine[path]
-        except (KeyError, ValueError):
-            return None
-
     def known(self, path: str) -> bool:
-        return path in self.index or path in self.warm.pristine
+        return path in self.index or self.warm.user.has(path)
 
     def drop(self, path: str) -> None:
         """A path is gone: remove it and everything under it, keeping flagged entries."""
@@ -268,9 +218,9 @@ class WarmBuilder(TreeBuilder):
         for inner in entries_under(self.index, path):
             self._remove(inner)
         for flagged in self.warm.flagged:
-            entry = self._pristine_entry(flagged)
+            entry = self.warm.user.entry(flagged)
             if entry is not None and (flagged == path or flagged.startswith(path + "/")):
-                self.index.add(pygit2.IndexEntry(flagged, entry.id, entry.mode))
+                self.index.add(pygit2.IndexEntry(flagged, entry[0], entry[1]))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
 
 
 def outermost(paths: list[str]) -> list[str]:
@@ -297,7 +247,7 @@ def capture_warm(
     repo = open_repo(info)
     if warm.tree not in repo.odb:
         return None  # a gc of the store pruned the last tree: only a full scan can rebuild it
-    recording = RecordingIndex(warm.index, warm.tree)
+    recording = RecordingIndex(warm.index, warm.tree, warm.user)
     builder = WarmBuilder(
         warm, repo, info, recording, warm.settings, cache, stats, size_cap, fence_ns, flagged=warm.flagged
     )
@@ -314,7 +264,7 @@ def capture_warm(
             for inner in entries_under(builder.index, path):  # a file or link now: nothing lives below it
                 builder.drop(inner)
             if builder.known(path):
-                builder.apply(path, untracked=path not in warm.pristine, keep_if_missing=path in warm.flagged)
+                builder.apply(path, untracked=not warm.user.has(path), keep_if_missing=path in warm.flagged)
             elif path in warm.not_ignored:
                 builder.apply(path, untracked=True)
             else:
@@ -347,7 +297,7 @@ def capture_warm(
                 path = raw.rstrip("/") if nested else raw
                 if untracked and not nested:
                     warm.not_ignored.add(path)
-                builder.apply(path, untracked=untracked and path not in warm.pristine, keep_if_missing=path in warm.flagged)
+                builder.apply(path, untracked=untracked and not warm.user.has(path), keep_if_missing=path in warm.flagged)
         tree = builder.finish()
     finally:
         builder.close()

@@ -185,7 +185,7 @@ class WorktreeCapture:
             hints |= self.watcher.take()[0]  # the full scan covers everything the watcher saw so far
         basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
         try:
-            result = await capture_cold(self.info, self.cache, self.size_cap, keep_pristine=keep, hints=hints)
+            result = await capture_cold(self.info, self.cache, self.size_cap, hints=hints)
         except BaseException:
             self._forget_failed_capture(hints)
             raise
