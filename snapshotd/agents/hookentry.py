@@ -3,7 +3,7 @@
 The agent starts it at every event and waits for it, so it loads only what a
 hook needs: no site-packages (``-S``: click, pygit2 and trio are out of reach),
 no environment's Python settings (``-I``), and the package from beside this
-file. The checkpoint goes through :func:`snapshotd.client.onecall.call`; when
+file. The calls go on one connection (:class:`snapshotd.client.onecall.Connection`); when
 that is not the ordinary case (no daemon yet, a busy one), the child restores
 site-packages and takes the full launcher, which starts a daemon and waits
 for room. ``snapshotd hook TOOL`` runs the same :func:`main`.
@@ -30,24 +30,40 @@ PROGRAM = os.path.abspath(__file__)
 """This file: what the agent's settings run, with this interpreter."""
 
 
-def call(socket_path: str | None, method: str, params: dict[str, Any]) -> dict[str, Any]:
-    """One call to the daemon, by the fast path when it runs, else by the full launcher."""
-    # Imported here, in the hook's child: the agent waits for none of it after a tool or a turn.
-    from snapshotd.client import onecall
+class Calls:
+    """The calls of one hook run to the daemon: on one connection by the fast path when it runs, else
+    by the full launcher (for this call and the run's next ones)."""
 
-    path = os.path.abspath(resolve_socket_path(socket_path))
-    try:
-        # A daemon busy with a burst answers late, one stopped never: both wait as long as for room.
-        return onecall.call(path, method, params, connect_timeout())
-    except onecall.Unusual:
-        pass
-    if sys.flags.no_site:  # in the hook's child, off the agent's wait: the launcher needs site-packages
-        import site
+    def __init__(self, socket_path: str | None) -> None:
+        self.socket_path = socket_path
+        self.fast: Any = None
+        self.runner: Any = None
 
-        site.main()
-    from snapshotd.client.launcher import Runner
+    def __call__(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        # Imported here, in the hook's child: the agent waits for none of it after a tool or a turn.
+        from snapshotd.client import onecall
 
-    return Runner(path, embedded=False, json_output=True).call(method, params)
+        path = os.path.abspath(resolve_socket_path(self.socket_path))
+        if self.runner is None:
+            if self.fast is None:
+                # A daemon busy with a burst answers late, one stopped never: both wait as long as for room.
+                self.fast = onecall.Connection(path, connect_timeout())
+            try:
+                result: dict[str, Any] = self.fast.call(method, params)
+                return result
+            except onecall.Unusual:
+                self.runner = self._runner(path)
+        return self.runner.call(method, params)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _runner(path: str) -> Any:
+        if sys.flags.no_site:  # in the hook's child, off the agent's wait: the launcher needs site-packages
+            import site
+
+            site.main()
+        from snapshotd.client.launcher import Runner
+
+        return Runner(path, embedded=False, json_output=True)
 
 
 def main(argv: list[str], socket_path: str | None = None, budget: float | None = None) -> int:
@@ -55,7 +71,7 @@ def main(argv: list[str], socket_path: str | None = None, budget: float | None =
     tool = argv[0] if argv else ""
     run_hook(
         tool,
-        lambda method, params: call(socket_path, method, params),
+        Calls(socket_path),
         lambda before: hook_budget(budget, before=before),
         lambda outcome: report(tool, outcome, sys.stdout, sys.stderr),
     )

@@ -109,8 +109,14 @@ DETACH_WAIT_S = 5
 """The child must have detached within this long (it does so first: a few milliseconds)."""
 
 
-def _child(work: Callable[[], None], turn: Turn | None, done: Callable[[str | None], None], write_fd: int) -> None:
-    """In the child: wait for the session's earlier checkpoints, do the work, report on the pipe; never return."""
+if TYPE_CHECKING:
+    Work = Callable[[], Callable[[], None] | None]
+    """A hook's checkpoint: it returns what is left to keep once it is recorded, if anything (no hook waits for that)."""
+
+
+def _child(work: Work, turn: Turn | None, done: Callable[[str | None], None], write_fd: int) -> None:
+    """In the child: wait for the session's earlier checkpoints, do the work, report on the pipe, then keep
+    what the work left to keep (before the session's next checkpoint may start); never return."""
     status = 0
     try:
         _detach()
@@ -118,26 +124,28 @@ def _child(work: Callable[[], None], turn: Turn | None, done: Callable[[str | No
             os.write(write_fd, _DETACHED)
         except OSError:
             pass
-        import signal  # in the child, off the agent's wait
+        import _signal  # type: ignore[import-not-found]  # signal's C module: signal imports enum, in every hook's child
 
-        signal.alarm(CHILD_LIMIT_S)
-        note = ""
+        _signal.alarm(CHILD_LIMIT_S)
+        note, keep = "", None
         try:
             if turn is not None and not turn.wait(time.monotonic() + CHILD_LIMIT_S):
                 raise TimeoutError("an earlier checkpoint of this session never finished")
-            work()
+            keep = work()
         except BaseException as exc:
             note = _note_for(exc) or type(exc).__name__
-        try:
-            done(note or None)
-        except BaseException:
-            pass
-        if turn is not None:
-            turn.release()
         try:  # the hook may have left already
             os.write(write_fd, ("error " + note if note else "ok").encode("utf-8", "replace"))
         except OSError:
             pass
+        for then in (lambda: done(note or None), keep):
+            try:
+                if then is not None:
+                    then()
+            except BaseException:
+                pass
+        if turn is not None:
+            turn.release()
     except BaseException:
         status = 1
     finally:
@@ -145,7 +153,7 @@ def _child(work: Callable[[], None], turn: Turn | None, done: Callable[[str | No
 
 
 def within_budget(
-    work: Callable[[], None],
+    work: Work,
     budget_s: float,
     turn: Turn | None = None,
     done: Callable[[str | None], None] = lambda note: None,
@@ -192,18 +200,39 @@ def within_budget(
     return text.removeprefix("error ") or "the checkpoint process ended without a report."
 
 
-def record(event: HookEvent, call: Callable[[str, dict[str, Any]], dict[str, Any]], agent: int | None = None) -> None:
-    """The daemon calls for one event: its checkpoint, after closing the session's turn that no
-    ``Stop`` ended when the event opens a new one (:data:`~snapshotd.agents.payload.INTERRUPTED`).
-    The agent process at or above ``agent`` (the hook's parent) is noted as running the session,
-    so that its MCP server acts in it (:func:`~snapshotd.agents.hookstate.agent_session`)."""
-    if event.event in OPENS_TURN and event.session is not None:
-        newest = call("list", {"path": event.cwd, "session": event.session, "limit": 1})["checkpoints"]
-        if newest and turn_open(newest[0].get("label") or ""):
+def record(
+    event: HookEvent, call: Callable[[str, dict[str, Any]], dict[str, Any]], agent: int | None = None
+) -> Callable[[], None] | None:
+    """The daemon calls for one event: its checkpoint in the folder the session started in
+    (:mod:`.sessionstate`), after closing the session's turn that no ``Stop`` ended when the event
+    opens a new one (:data:`~snapshotd.agents.payload.INTERRUPTED`). Returns what to keep once it is
+    recorded: the session's record, and that the agent process at or above ``agent`` (the hook's
+    parent) runs the session, so that its MCP server acts in it (:func:`~snapshotd.agents.hookstate.agent_session`)."""
+    from snapshotd.agents import sessionstate  # in the hook's child
+
+    session = event.session
+    if session is None:
+        call("checkpoint", event.params())
+        return None
+    entry = sessionstate.read(session)
+    if entry is not None and not event.starts and os.path.isdir(entry["cwd"]):
+        event.cwd = entry["cwd"]
+    if event.event in OPENS_TURN:
+        if entry is not None:
+            left_open = entry["open"]
+        else:  # no record of the session (its start, or an older hook's session): its newest checkpoint says
+            newest = call("list", {"path": event.cwd, "session": session, "limit": 1})["checkpoints"]
+            left_open = bool(newest) and turn_open(newest[0].get("label") or "")
+        if left_open:
             call("checkpoint", event.params(INTERRUPTED))
     call("checkpoint", event.params())
-    if agent is not None and event.session is not None:
-        note_agent_session(agent, event.session, event.cwd)
+
+    def keep() -> None:
+        sessionstate.write(session, event.cwd, turn_open(event.label))
+        if agent is not None:
+            note_agent_session(agent, session, event.cwd)
+
+    return keep
 
 
 def run_hook(

@@ -60,15 +60,18 @@ def hooks_folder() -> str:
     return folder
 
 
+def key_name(key: str) -> str:
+    """A file name for a session (or folder) key: two checksums (hashlib's OpenSSL would cost the hook 2 ms);
+    two keys that met on one name would only share their order and their record."""
+    data = key.encode("utf-8", "surrogateescape")
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}{len(data):x}"
+
+
 class Turn:
     """One hook run's place in its session's order of checkpoints."""
 
     def __init__(self, key: str) -> None:
-        data = key.encode("utf-8", "surrogateescape")
-        # Two checksums name the folder (hashlib's OpenSSL would cost the hook 2 ms); two keys
-        # that met on one name would only wait for each other's checkpoints.
-        digest = f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}{len(data):x}"
-        self.folder = os.path.join(hooks_folder(), "order", digest)
+        self.folder = os.path.join(hooks_folder(), "order", key_name(key))
         for attempt in range(3):  # the last run of the session may remove the folder meanwhile
             os.makedirs(self.folder, mode=0o700, exist_ok=True)
             self.stamp = time.time_ns()

@@ -78,11 +78,14 @@ _PATCH_FILE_MARKERS = ("*** Add File: ", "*** Update File: ", "*** Delete File: 
 class HookEvent:
     """What a hook payload asks to record: where, in which session, and under which label."""
 
-    __slots__ = ("agent", "cwd", "event", "label", "session")
+    __slots__ = ("agent", "cwd", "event", "label", "session", "starts")
 
-    def __init__(self, event: str, cwd: str, session: str | None, label: str, agent: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, event: str, cwd: str, session: str | None, label: str, agent: dict[str, str] | None = None, starts: bool = False
+    ) -> None:
         self.event, self.cwd, self.session, self.label = event, cwd, session, label
         self.agent = agent or {}
+        self.starts = starts  # the session starts or resumes here: its folder is taken anew (.sessionstate)
 
     def __repr__(self) -> str:
         return f"HookEvent(event={self.event!r}, cwd={self.cwd!r}, session={self.session!r}, label={self.label!r})"
@@ -208,7 +211,8 @@ def describe(tool: str, data: bytes) -> HookEvent:
     session = session if isinstance(session, str) and session else None
     agent = {"tool": tool}
     agent.update((key, payload[field]) for field, key in AGENT_IDS.items() if value_fits(payload.get(field)))
-    return HookEvent(event=event, cwd=cwd, session=session, label=_label(payload, event, cwd), agent=agent)
+    starts = event == "SessionStart" and payload.get("source") in (None, "startup", "resume")
+    return HookEvent(event, cwd, session, _label(payload, event, cwd), agent, starts)
 
 
 def read_stdin(deadline: float) -> bytes:
