@@ -329,3 +329,41 @@ async def test_a_checkpoint_meeting_its_worktree_at_the_old_place_names_the_path
     assert isinstance(caught.value, NotFound), caught.value
     assert str(moved) in caught.value.message, caught.value.message
     assert f"{repo}/.git" in caught.value.message  # what was missing, where
+
+
+async def test_a_request_finding_the_place_a_worktree_just_left_keeps_it_where_it_went(tmp_path, monkeypatch):
+    """Fault: a request found the worktree at ``r`` and it moved to ``r2`` before the request was done
+    opening it, while another request already follows it at ``r2``. The late one pointed the worktree
+    back at ``r``: the captures it shares with ``r2``'s requests then looked for a folder that is gone.
+    Now the late request is ``not_found`` naming ``r``, and the worktree stays at ``r2``."""
+    from snapshotd.engine import registry
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    moved = tmp_path / "r2"
+    engine = Engine()
+    try:
+        first = await engine.call("checkpoint", {"path": str(repo)})
+        real_identify = registry.identify
+        met: list[str] = []
+
+        def moved_once_identified(located, records):  # type: ignore[no-untyped-def]
+            info = real_identify(located, records)
+            if located.root == str(repo) and not met:
+                met.append(located.root)
+                repo.rename(moved)
+                assert engine.worktrees[info.id].info.path == str(repo)
+                engine.worktrees[info.id].capture.info = real_identify(identity.locate(str(moved)), records)
+            return info
+
+        monkeypatch.setattr(registry, "identify", moved_once_identified)
+        (repo / "a.txt").write_text("b\n")
+        with pytest.raises(SnapshotdError) as caught:
+            await engine.call("checkpoint", {"path": str(repo)})
+        assert met
+        assert_not_found_naming(caught, repo)
+        assert engine.worktrees[first["checkpoint"]["worktree"]].info.path == str(moved)
+        done = await engine.call("checkpoint", {"path": str(moved)})
+    finally:
+        await engine.aclose()
+    assert done["checkpoint"]["worktree"] == first["checkpoint"]["worktree"]
+    assert git(moved, "cat-file", "-p", f"{done['checkpoint']['tree']}:a.txt").strip() == "b"

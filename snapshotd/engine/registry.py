@@ -10,6 +10,7 @@ its watch in the daemon's nursery. Repair talks to it through
 
 from __future__ import annotations
 
+import errno
 import os
 import threading
 from collections import Counter
@@ -130,7 +131,10 @@ class Registry:
 
         A known worktree met at a new place (the folder or repository was
         moved) keeps its id and state; :meth:`ensure_watch` then replaces
-        the watcher of the old place.
+        the watcher of the old place. A place no longer there by the time it
+        is identified (moved on meanwhile) is ``not_found``, and the state
+        keeps the newer place another request found: else it went back to a
+        folder that is gone, and the captures it shares with those requests failed.
         """
         with self._opening:  # one at a time: two first sights of a folder would both create its store
             try:
@@ -146,6 +150,9 @@ class Registry:
             self.worktrees[info.id] = state
             self._forget_vanished()
         elif state.info != info:
+            if not os.path.isdir(info.path):
+                missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), info.path)
+                raise changed_while_opened(path, missing) from missing
             state.capture.info = info
         return state
 
