@@ -1,7 +1,7 @@
 """Small file-system helpers shared by the store, the records and the capture.
 
-An agent's hook checks its socket's folder with this module at every event,
-so pathlib, ctypes and secrets are imported only by the helpers that use them.
+pathlib, ctypes and secrets are imported only by the helpers that use them
+(the socket folder's rule, which every agent hook checks, is :mod:`snapshotd.socketfolder`).
 """
 
 from __future__ import annotations
@@ -204,37 +204,6 @@ def checked_private_folder(path: str | os.PathLike[str], own_levels: int = 2) ->
     """
     os.close(open_private_folder(path, own_levels))
     return os.fspath(path)
-
-
-def check_socket_folder(folder: str, *, create: bool = False) -> None:
-    """The rule for the socket's folder, for the daemon and its clients alike.
-
-    It must be a folder (not a symlink) of this user that no one else may
-    write to, or another user could put a socket of theirs, or a log symlink,
-    where snapshotd looks. With ``create`` a missing folder is made mode 0700;
-    without it, a missing folder raises FileNotFoundError. An unsafe one raises
-    PermissionError (NotADirectoryError for a file) with one sentence.
-    """
-    if create:
-        try:
-            os.makedirs(folder, mode=0o700)
-        except FileExistsError:
-            pass
-        else:
-            os.chmod(folder, 0o700)
-    info = os.lstat(folder)
-    if stat.S_ISLNK(info.st_mode):
-        raise PermissionError(f"Refusing the socket folder {folder}: it is a symlink.")
-    if not stat.S_ISDIR(info.st_mode):
-        raise NotADirectoryError(f"The socket folder {folder} is not a folder.")
-    own = os.geteuid()
-    if info.st_uid != own:
-        raise PermissionError(f"Refusing the socket folder {folder}: it belongs to uid {info.st_uid}, not {own}.")
-    if info.st_mode & 0o022:
-        raise PermissionError(
-            f"Refusing the socket folder {folder}: other users may write to it "
-            f"(mode {stat.S_IMODE(info.st_mode):04o})."
-        )
 
 
 def _private_group(gid: int) -> bool:

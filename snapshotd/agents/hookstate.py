@@ -21,7 +21,7 @@ import time
 import zlib
 
 from snapshotd.errors import Untrusted
-from snapshotd.jsonlite import loads
+from snapshotd.jsonlite import dumps, loads
 from snapshotd.settings import data_home_path
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
@@ -145,14 +145,12 @@ def _result_path(tool: str) -> str:
 
 def record_result(tool: str, event: str, cwd: str, note: str | None) -> None:
     """Keep the outcome of this hook run (``note`` None: recorded) for ``doctor`` and for the next run."""
-    import json  # here: most runs write in the hook's child, off the agent's wait (see snapshotd.jsonlite)
-
     entry = {"time": time.time(), "event": event, "cwd": cwd, "ok": note is None, "note": note}
     path = _result_path(tool)
     tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}")
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(json.dumps(entry))
+            handle.write(dumps(entry))
         os.replace(tmp, path)
     except OSError:
         pass
@@ -225,10 +223,8 @@ def note_agent_session(pid: int, session: str, cwd: str) -> None:
     key = agent_key(pid)
     if key is None:
         return
-    import json  # here: in the hook's child, off the agent's wait
-
     path = os.path.join(_agents_folder(), key + ".json")
-    text = json.dumps({"session": session, "cwd": cwd})
+    text = dumps({"session": session, "cwd": cwd})
     try:
         with open(path, encoding="utf-8") as handle:
             if handle.read() == text:

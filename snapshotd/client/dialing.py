@@ -17,7 +17,7 @@ client's time is spent, raises :class:`~snapshotd.errors.Busy` with a
 sentence that says why, never a raw errno.
 
 Nothing is sent before the socket is known to be this user's daemon: its
-folder passes the daemon's own rule (:func:`~snapshotd.fsutil.check_socket_folder`)
+folder passes the daemon's own rule (:func:`~snapshotd.socketfolder.check_socket_folder`)
 and the listener's credentials (SO_PEERCRED) name this user, else
 :class:`~snapshotd.errors.UntrustedDaemon`. trio is imported only by
 :func:`dial_async`, so that the command line and the hooks stay light.
@@ -45,7 +45,7 @@ from snapshotd.contract.framing import (
 )
 from snapshotd.contract.peers import peer_credentials
 from snapshotd.errors import Busy, SnapshotdError, UntrustedDaemon
-from snapshotd.fsutil import check_socket_folder
+from snapshotd.socketfolder import check_socket_folder
 
 if TYPE_CHECKING:
     import trio

@@ -24,8 +24,9 @@ import snapshotd
 from snapshotd.client.dialing import daemon_starting
 from snapshotd.contract.peers import peer_credentials
 from snapshotd.errors import InternalError, InvalidParams, SnapshotdError, Untrusted
-from snapshotd.fsutil import check_private_home, check_socket_folder, pid_alive
+from snapshotd.fsutil import check_private_home, pid_alive
 from snapshotd.settings import data_home, resolve_socket_path
+from snapshotd.socketfolder import check_socket_folder
 
 if TYPE_CHECKING:
     from snapshotd.client.rpc import Client

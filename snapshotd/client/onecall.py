@@ -5,7 +5,7 @@ Every agent event starts a hook process that the agent waits for, and
 more to import than a warm checkpoint takes. :func:`call` does what that
 client does in the ordinary case and nothing more: the socket's folder and
 listener are checked before anything is sent (the same rules:
-:func:`~snapshotd.fsutil.check_socket_folder`, SO_PEERCRED), a ``ping``
+:func:`~snapshotd.socketfolder.check_socket_folder`, SO_PEERCRED), a ``ping``
 bounds the wait for a daemon that accepts and never answers, sent with the
 first request, and every request of the hook goes on that connection
 (:class:`Connection`). Anything else (no daemon, a daemon starting or busy, a
@@ -22,8 +22,8 @@ import os
 
 from snapshotd.contract.peers import peer_credentials
 from snapshotd.errors import InternalError, SnapshotdError
-from snapshotd.fsutil import check_socket_folder
 from snapshotd.jsonlite import dumps, loads
+from snapshotd.socketfolder import check_socket_folder
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import trio
 
 from snapshotd.errors import Busy
-from snapshotd.fsutil import check_socket_folder
+from snapshotd.socketfolder import check_socket_folder
 
 log = logging.getLogger(__name__)
 
