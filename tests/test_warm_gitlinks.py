@@ -8,6 +8,7 @@ in-process (no process when nothing moved) and re-records the ones that moved.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
@@ -81,3 +82,20 @@ async def test_a_move_inside_a_gitlink_reaches_the_warm_capture(
     again = await checkpoint(watched_engine, repo)
     assert again["checkpoint"]["changed"] is False
     assert again["stats"]["processes"] == 0
+
+
+@pytest.mark.parametrize("moved", [False, True], ids=["at-its-commit", "moved-first"])
+async def test_a_submodule_emptied_to_its_folder_keeps_the_users_gitlink(watched_engine: Engine, tmp_path: Path, moved: bool) -> None:
+    """With nothing checked out in its folder, git keeps the gitlink of the user's index, whatever the last capture held."""
+    repo = make_odd.build("submodule_new_commit" if moved else "submodule", tmp_path / "r").worktree
+    users = git(repo, "rev-parse", "HEAD:mod")
+    first = await checkpoint(watched_engine, repo)
+    assert (tree_entries(repo, assert_matches_git(repo, first))["mod"][2] == users) is not moved
+    for inner in (repo / "mod").iterdir():
+        if inner.is_dir():
+            shutil.rmtree(inner)
+        else:
+            inner.unlink()
+    emptied = await checkpoint(watched_engine, repo)
+    assert emptied["stats"]["scan"] == "watch"
+    assert tree_entries(repo, assert_matches_git(repo, emptied))["mod"] == ("160000", "commit", users)

@@ -153,6 +153,21 @@ class TreeBuilder:
         except (KeyError, ValueError):
             return None
 
+    def _users_entry(self, path: str) -> tuple[pygit2.Oid, int] | None:
+        """The id and mode of the user's index entry at ``path``: the in-memory index holds it still, as each path is applied once."""
+        entry = self._get(path)
+        return None if entry is None else (entry.id, int(entry.mode))
+
+    def _keep_users_gitlink(self, path: str) -> None:
+        """A submodule folder with nothing checked out: git keeps the user's gitlink there, as it is."""
+        users = self._users_entry(path)
+        if users is None or users[1] != MODE_GITLINK:
+            self._remove(path)
+            return
+        now = self._get(path)
+        if now is None or (now.id, int(now.mode)) != users:
+            self.index.add(pygit2.IndexEntry(path, users[0], MODE_GITLINK))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
+
     def _remove(self, path: str) -> None:
         with contextlib.suppress(OSError, KeyError, ValueError, pygit2.GitError):
             self.index.remove(path)
@@ -261,6 +276,8 @@ class TreeBuilder:
                     self.index.add(pygit2.IndexEntry(path, head, MODE_GITLINK))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
                 elif untracked:
                     self.stats.skip(path + "/", SKIP_NO_COMMIT)
+                else:
+                    self._keep_users_gitlink(path)
                 return
             self._remove(path)  # a file that became a folder; its contents are listed apart
             return

@@ -208,6 +208,10 @@ class WarmBuilder(TreeBuilder):
             mode = None if entry is None else entry[1]
         return mode
 
+    def _users_entry(self, path: str) -> tuple[pygit2.Oid, int] | None:
+        """The user's index entry as read (the last capture's may differ)."""
+        return self.warm.user.entry(path)
+
     def known(self, path: str) -> bool:
         return path in self.index or self.warm.user.has(path)
 
