@@ -453,3 +453,40 @@ def test_folders_and_names_that_share_a_prefix_match_git(tmp_path: Path) -> None
         assert ours(wt, old_side, new_side)["files"] == oracle(wt, *sides)
         expected = git(wt, "diff-tree", "-r", "-M", "-p", *sides).decode()
         assert without_similarity(ours(wt, old_side, new_side, patch=True)["patch"]) == without_similarity(expected)
+
+
+def test_a_diff_in_a_repository_with_a_sparse_index_matches_git(tmp_path: Path) -> None:
+    wt = new_repo(tmp_path)
+    for name in ("in/f.txt", "out/g.txt"):
+        (wt / name).parent.mkdir(exist_ok=True)
+        (wt / name).write_text("a\nb\n")
+    git(wt, "add", "-A")
+    git(wt, "commit", "-qm", "one")
+    old = write_tree(wt)
+    (wt / "in" / "f.txt").write_text("a\nc\n")
+    new = write_tree(wt)
+    git(wt, "sparse-checkout", "set", "--cone", "--sparse-index", "in")
+    assert b"out/\0" in git(wt, "ls-files", "-z", "--sparse")  # a folder entry: libgit2 cannot read this index
+    result = ours(wt, old, new, patch=True)
+    assert result["files"] == oracle(wt, old, new)
+    assert result["patch"] == git(wt, "diff-tree", "-r", "-M", "-p", old, new).decode()
+
+
+def test_gitattributes_kept_only_in_the_index_apply_until_the_index_drops_them(tmp_path: Path) -> None:
+    wt = new_repo(tmp_path)
+    (wt / "f.txt").write_text("a\nb\n")
+    old = write_tree(wt)
+    (wt / "f.txt").write_text("a\nc\n")
+    new = write_tree(wt)
+    (wt / "sub").mkdir()
+    for place in (wt, wt / "sub"):
+        (place / ".gitattributes").write_text("*.txt -diff\n")
+    git(wt, "add", ".gitattributes", "sub/.gitattributes")
+    (wt / ".gitattributes").unlink()  # in the index alone: git and libgit2 read it from there
+    for binary in (True, False):
+        expected = git(wt, "diff-tree", "-r", "-p", old, new).decode()
+        assert ("Binary files a/f.txt and b/f.txt differ" in expected) is binary
+        assert ours(wt, old, new, patch=True)["patch"] == expected
+        assert ours(wt, old, new)["files"][0]["binary"] is binary
+        if binary:
+            git(wt, "rm", "-q", "--cached", ".gitattributes")

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pygit2
 from pygit2.errors import check_error
 
+from snapshotd.git.attrindex import mentions_attributes
 from snapshotd.git.modes import MODE_GITLINK
 from snapshotd.git.process import GitTarget
 from snapshotd.store.identity import WorktreeInfo
@@ -22,9 +23,6 @@ from snapshotd.store.identity import WorktreeInfo
 LS_FILES = ["ls-files", "-z", "-v", "-m", "-d", "-o", "--exclude-standard"]
 _INTERESTING = re.compile(rb"(?:^|\0)([^H\0]) ([^\0]*)")
 _ATTRIBUTES = re.compile(rb"(?:^|\0). ((?:[^\0]*/)?\.gitattributes)(?=\0|$)")
-# In index versions 2 and 3 a path ends in NUL and is preceded by '/' or by the
-# binary flags field; version 4 compresses paths, so its entries are walked instead.
-_INDEXED_ATTRIBUTES = re.compile(rb"(?:/|[\x00-\x1f\x80-\xff])\.gitattributes\0")
 FLAG_ASSUME_VALID = 0x8000
 FLAG_EXTENDED_SKIP_WORKTREE = 0x4000
 
@@ -66,9 +64,9 @@ def index_facts(index: pygit2.Index, raw: bytes) -> tuple[set[str], bool, set[st
     gitlinks: set[str] = set()
     get = pygit2.C.git_index_get_byindex
     pointer = index._index
-    version = int.from_bytes(raw[4:8], "big") if len(raw) >= 8 else 2
-    walk_paths = version >= 4
-    attributes = False if walk_paths else bool(_INDEXED_ATTRIBUTES.search(raw))
+    mentioned = mentions_attributes(raw)  # None: version 4 compresses paths, so its entries are walked instead
+    walk_paths = mentioned is None
+    attributes = bool(mentioned)
     for position in range(len(index)):
         entry = get(pointer, position)
         if entry.flags & FLAG_ASSUME_VALID or entry.flags_extended & FLAG_EXTENDED_SKIP_WORKTREE:

@@ -18,14 +18,13 @@ whole diff is made as before.
 
 from __future__ import annotations
 
-import ctypes
-import functools
 from collections.abc import Sequence
 from typing import Any, cast
 
 import pygit2
 from pygit2.enums import DiffOption
 
+from snapshotd.git import capi
 from snapshotd.git.modes import MODE_TREE
 
 __all__ = ["differing_paths", "tree_diff"]
@@ -95,7 +94,7 @@ def tree_diff(
     """
     if old is None and new is None:
         return None
-    call = _diff_tree_to_tree()
+    call = capi.function("git_diff_tree_to_tree", _SIGNATURE)
     if call is None:
         return _whole_diff(old, new, flags, context)
     if paths is None:
@@ -140,16 +139,3 @@ def _check(error: int) -> None:
         from pygit2.errors import check_error
 
         check_error(error)
-
-
-@functools.cache
-def _diff_tree_to_tree() -> Any:
-    """libgit2's ``git_diff_tree_to_tree`` as a cffi function, or None when it cannot be found."""
-    try:
-        from pygit2 import _libgit2
-        from pygit2.ffi import ffi
-
-        address = ctypes.cast(ctypes.CDLL(_libgit2.__file__).git_diff_tree_to_tree, ctypes.c_void_p).value
-    except (ImportError, OSError, AttributeError):
-        return None
-    return ffi.cast(_SIGNATURE, address) if address else None

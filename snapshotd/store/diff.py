@@ -29,6 +29,7 @@ import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
 from snapshotd.errors import GitError, InvalidParams, NotFound, TooLarge
+from snapshotd.git.attrindex import patch_repository
 from snapshotd.git.command import GitRepository
 from snapshotd.git.libgit import LibgitRepository
 from snapshotd.git.process import GitTarget
@@ -196,11 +197,12 @@ def _paged(entries: Sequence[Entry], offset: int, patch: bool, max_patch_bytes: 
 
 def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
     """:func:`diff_trees` by libgit2: one entry per selected file, its patch made when asked for."""
+    repo = patch_repository(cast(LibgitRepository, repo))
     old = load_tree(repo, request.old_tree)
     new = load_tree(repo, request.new_tree)
     if old is not None and new is not None and old.id == new.id:
         return []
-    diff = tree_diff(cast(LibgitRepository, repo), old, new, DiffOption.INCLUDE_TYPECHANGE, request.context)
+    diff = tree_diff(repo, old, new, DiffOption.INCLUDE_TYPECHANGE, request.context)
     if diff is None:
         return []
     if request.find_renames:
@@ -229,7 +231,7 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
     type_changed = {
         path for _, delta, path, _ in selected if delta.status == DeltaStatus.TYPECHANGE
     }
-    split = _split_type_changes(cast(LibgitRepository, repo), old, new, type_changed, request.context) if type_changed else {}
+    split = _split_type_changes(repo, old, new, type_changed, request.context) if type_changed else {}
 
     def entry(index: int, delta: pygit2.DiffDelta, path: str, old_path: str) -> Entry:
         def make() -> tuple[FileChange, str]:
