@@ -219,15 +219,15 @@ def raise_disk_error(exc: BaseException, path: str, doing: str) -> None:
 
 
 def missing_object_error(exc: BaseException, store: str, worktree: str) -> GitError | None:
-    """A failed object lookup (pygit2's KeyError: the id, or "... no match for id (ID)") as a sentence naming the repository."""
-    key = str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else ""
+    """A failed object lookup (pygit2's KeyError: the id, or "... no match for id (ID)") as a sentence naming
+    the repository; also behind a checkpoint that could not be read back once recorded (Store.load's NotFound)."""
+    found = exc if isinstance(exc, KeyError) else exc.__cause__
+    key = str(found.args[0]) if isinstance(found, KeyError) and found.args else ""
     key = key.rpartition("no match for id (")[2].removesuffix(")")
     if len(key) not in (40, 64) or any(ch not in "0123456789abcdef" for ch in key):
         return None
-    return GitError(
-        f"The repository {store} of the worktree {worktree} lacks the object {key}, so it cannot be "
-        "captured; 'git fsck' there says what else is missing."
-    )
+    return GitError(f"The repository {store} of the worktree {worktree} lacks the object {key}, so it cannot be "
+                    "captured; 'git fsck' there says what else is missing.")
 
 
 # --- push and fetch: git's words about a remote, as one sentence ------------------

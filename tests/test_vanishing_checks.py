@@ -367,3 +367,35 @@ async def test_a_request_finding_the_place_a_worktree_just_left_keeps_it_where_i
         await engine.aclose()
     assert done["checkpoint"]["worktree"] == first["checkpoint"]["worktree"]
     assert git(moved, "cat-file", "-p", f"{done['checkpoint']['tree']}:a.txt").strip() == "b"
+
+
+async def test_a_checkpoint_whose_objects_go_once_its_ref_is_updated_names_the_repository(tmp_path, monkeypatch):
+    """Fault: ``rm -rf`` of the worktree takes the objects in ``.git/objects`` (the folder, ``HEAD`` and
+    ``refs`` still there) just after the session's ref was moved, before the checkpoint is read back.
+    The answer was "No checkpoint ID exists.", naming no worktree; now it is the sentence naming the
+    repository and the missing object, as for a capture."""
+    from snapshotd.store import checkpoints
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    engine = Engine()
+    try:
+        await engine.call("checkpoint", {"path": str(repo), "session": "s"})
+        (repo / "a.txt").write_text("changed\n")
+        real_swap = checkpoints.Store.swap
+        met: list[str] = []
+
+        def objects_gone_after(self, name, new, expected):  # type: ignore[no-untyped-def]
+            real_swap(self, name, new, expected)
+            met.append(name)
+            for fan_out in (repo / ".git" / "objects").iterdir():
+                if len(fan_out.name) == 2:
+                    shutil.rmtree(fan_out)
+
+        monkeypatch.setattr(checkpoints.Store, "swap", objects_gone_after)
+        with pytest.raises(SnapshotdError) as caught:
+            await engine.call("checkpoint", {"path": str(repo), "session": "s"})
+    finally:
+        await engine.aclose()
+    assert met
+    assert caught.value.kind == "git_error", caught.value
+    assert str(repo) in caught.value.message and "lacks the object" in caught.value.message
