@@ -27,6 +27,7 @@ from snapshotd.engine.core import Engine
 from snapshotd.server.binding import systemd_listen_fd
 from snapshotd.server.listener import serve
 from snapshotd.settings import max_connections as connection_setting, resolve_socket_path
+from snapshotd.threads import one_malloc_arena
 
 __all__ = ["run_daemon", "serve_daemon"]
 
@@ -151,6 +152,7 @@ def run_daemon(
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s snapshotd[%(process)d] %(levelname)s %(message)s"
     )
+    one_malloc_arena()
     trio.run(
         lambda: serve_daemon(
             socket_path,
