@@ -246,3 +246,31 @@ async def test_plain_and_git_folders_go_warm(watched_engine, tmp_path, kind):
     result = await checkpoint(watched_engine, root)
     assert result["stats"]["scan"] == "watch"
     assert result["checkpoint"]["tree"] == oracle_tree(root)
+
+
+async def test_warm_checkpoints_open_no_repository(watched_engine, tmp_path, monkeypatch):
+    # The worktree keeps its store (and HEAD) open: a warm checkpoint, clean or not, opens none.
+    import pygit2
+
+    repo = make_repo(tmp_path / "r")
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", str(linked))
+    for path in (repo, linked):
+        await warm_up(watched_engine, path)
+    opened: list[str] = []
+    real_init = pygit2.Repository.__init__
+
+    def counting_init(self, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        opened.append(str(path))
+        real_init(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(pygit2.Repository, "__init__", counting_init)
+    for index in range(3):
+        for path in (repo, linked):
+            (path / "README").write_text(f"readme {index}\n")
+            changed = await checkpoint(watched_engine, path)
+            clean = await checkpoint(watched_engine, path)
+            assert changed["stats"]["scan"] == clean["stats"]["scan"] == "watch"
+            assert changed["checkpoint"]["tree"] == clean["checkpoint"]["tree"] == oracle_tree(path)
+            assert changed["checkpoint"]["base"] == git(path, "rev-parse", "HEAD")
+    assert opened == []

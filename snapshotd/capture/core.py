@@ -31,6 +31,7 @@ import trio
 from snapshotd.capture.builder import TreeBuilder, open_repo
 from snapshotd.capture.fallback import build_git_only, build_with_git
 from snapshotd.capture.gitlinks import note_changes
+from snapshotd.capture.resident import Resident
 from snapshotd.capture.scan import (
     LS_FILES,
     LoadedIndex,
@@ -69,8 +70,10 @@ def _build(
     size_cap: int,
     fence_ns: int,
     hints: set[str],
+    resident: Resident | None,
 ) -> CaptureResult:
-    repo = open_repo(info)
+    kept = resident.store(info) if resident is not None else None
+    repo = kept if kept is not None else open_repo(info)
     modified, removed, untracked, flagged = parse_listing(listing)
     if isinstance(loaded, str):
         stats.fallback = loaded
@@ -136,12 +139,14 @@ async def capture_cold(
     size_cap: int,
     *,
     hints: set[str] | None = None,
+    resident: Resident | None = None,
 ) -> CaptureResult:
     """One full capture: one ``ls-files`` process, hashing only what it names.
 
     ``hints`` are tracked paths known to have been written (by the watcher):
     they are re-examined even where git's stat check, which compares
-    timestamps only to the second, calls them clean.
+    timestamps only to the second, calls them clean. ``resident`` is the
+    worktree's open store, which decided its back-end once (see :mod:`.resident`).
     """
     started = time.perf_counter()
     stats = CaptureStats(scan="full")
@@ -149,7 +154,7 @@ async def capture_cold(
     index_path = os.path.join(tmp_dir, f"index-{os.getpid()}-{secrets.token_hex(6)}")
     try:
         seeded, fence_ns = await trio.to_thread.run_sync(_seed, info, index_path, limiter=thread_limiter)
-        if not libgit2_opens(info.store_dir):
+        if not (resident.in_process(info) if resident is not None else libgit2_opens(info.store_dir)):
             # Hashing, flags and the tree all by git; a missing index file is an empty index.
             listing = await run_git(git_target(info), [*LS_FILES, *own_data_excludes(info), "-c"], index_file=index_path)
             stats.processes += 1
@@ -174,7 +179,7 @@ async def capture_cold(
                 raise group.exceptions[0] from None
             raise
         result = await trio.to_thread.run_sync(
-            _build, info, seed, loaded[0], listing, cache, stats, size_cap, fence_ns, hints or set(),
+            _build, info, seed, loaded[0], listing, cache, stats, size_cap, fence_ns, hints or set(), resident,
             limiter=thread_limiter,
         )
     finally:

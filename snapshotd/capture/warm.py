@@ -246,9 +246,13 @@ def capture_warm(
     stats: CaptureStats,
     size_cap: int,
     fence_ns: int,
+    repo: pygit2.Repository | None = None,
 ) -> str | None:
-    """Apply the dirty paths to the warm index; the new tree, or None when a full scan is needed."""
-    repo = open_repo(info)
+    """Apply the dirty paths to the warm index; the new tree, or None when a full scan is needed.
+
+    ``repo`` is the worktree's open store, if it keeps one (see capture/resident.py).
+    """
+    repo = repo if repo is not None else open_repo(info)
     if warm.tree not in repo.odb:
         return None  # a gc of the store pruned the last tree: only a full scan can rebuild it
     recording = RecordingIndex(warm.index, warm.tree, warm.user)

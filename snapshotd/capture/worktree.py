@@ -28,12 +28,12 @@ from snapshotd.capture import presence
 from snapshotd.capture.core import capture_cold
 from snapshotd.capture.gitlinks import moved as moved_gitlinks
 from snapshotd.capture.misses import VerifyResult, watch_misses
+from snapshotd.capture.resident import Resident
 from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, make_fence
 from snapshotd.capture.warm import WarmBasis, WarmState, capture_warm, signature_of
 from snapshotd.capture.watch import Watcher
 from snapshotd.errors import NotFound, missing_object_error
 from snapshotd.git.format import object_format
-from snapshotd.git.repository import libgit2_opens
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.threads import current_caller, thread_limiter
 
@@ -64,6 +64,8 @@ class WorktreeCapture:
         self.counters = counters
         self.size_cap = size_cap
         self.cache = StatCache()
+        self.resident = Resident()  # the open store, its back-end decided once (here, on the opening thread)
+        self.resident.in_process(info)
         self.watcher: Watcher | None = None
         self.watched: WorktreeInfo | None = None  # where the watcher was started (the worktree may have moved since)
         self.warm: WarmState | None = None
@@ -132,7 +134,7 @@ class WorktreeCapture:
         watcher = self.watcher
         if watcher is None or not watcher.live or self.warm is None or exact:
             reason = "exact requested" if exact else ("no watcher" if watcher is None else "watcher not warm")
-            if reason == "watcher not warm" and not libgit2_opens(self.info.store_dir):
+            if reason == "watcher not warm" and not self.resident.in_process(self.info):
                 # The warm path keeps libgit2 indexes; here every capture is git's full scan.
                 reason = f"{object_format(self.info.store_dir)} repository"
             return await self._cold(reason)
@@ -158,7 +160,8 @@ class WorktreeCapture:
 
             def apply_dirty() -> str | None:  # on a worker thread: the fence is a file written to disk
                 fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))
-                return capture_warm(self.info, warm, dirty, self.cache, stats, self.size_cap, fence_ns)
+                repo = self.resident.store(self.info)
+                return capture_warm(self.info, warm, dirty, self.cache, stats, self.size_cap, fence_ns, repo)
 
             try:
                 tree = await trio.to_thread.run_sync(apply_dirty, limiter=thread_limiter)
@@ -185,7 +188,9 @@ class WorktreeCapture:
             hints |= self.watcher.take()[0]  # the full scan covers everything the watcher saw so far
         basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
         try:
-            result = await capture_cold(self.info, self.cache, self.size_cap, hints=hints)
+            result = await capture_cold(
+                self.info, self.cache, self.size_cap, hints=hints, resident=self.resident
+            )
         except BaseException:
             self._forget_failed_capture(hints)
             raise
@@ -213,10 +218,12 @@ class WorktreeCapture:
     def forget_objects(self) -> None:
         """Drop the warm tree and the stat cache: a prune of the store may have removed the objects they name.
 
-        The next capture then hashes afresh.
+        The next capture then hashes afresh, in a store opened anew (libgit2's
+        object cache may still hold what was pruned).
         """
         self.warm = None
         self.cache = StatCache()
+        self.resident.close()
 
     async def verify(self) -> VerifyResult:
         """The warm state against a full scan now; the scan's result becomes the warm state. Callers hold ``lock``."""
@@ -337,6 +344,7 @@ class WorktreeCapture:
         self.warm = None
         self.needs_reconcile = False
         self.cache = StatCache()
+        self.resident.close()
         if self._cancel is not None:
             self._cancel.cancel()
 

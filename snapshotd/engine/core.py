@@ -155,7 +155,7 @@ class Engine:
         (``batch.py``); a full disk or a denied write gets one sentence."""
         result = await take_checkpoint(
             state.lock, state.queue, options, lambda exact: self.capture(state, exact=exact),
-            functools.partial(record_many, state.info),
+            functools.partial(record_many, state.info, resident=state.capture.resident),
             functools.partial(trio.to_thread.run_sync, limiter=thread_limiter),
             state.capture.raise_clear_error,  # deleted between the capture and the record
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snapshotd.capture.resident import Resident
 from snapshotd.engine.batch import Ticket
 from snapshotd.engine.disk import disk_refusals
 from snapshotd.engine.registry import worktree_head
@@ -10,17 +11,26 @@ from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import WorktreeInfo
 
 
-def record_many(info: WorktreeInfo, tickets: list[Ticket], tree: str) -> list[Checkpoint | Exception]:
+def record_many(
+    info: WorktreeInfo, tickets: list[Ticket], tree: str, *, resident: Resident | None = None
+) -> list[Checkpoint | Exception]:
     """One checkpoint of ``tree`` per ticket (its session, label and agent ids), in order; blocking, on a worker thread.
 
-    A ticket refused (a full disk, a ref that cannot be written) gets its
+    ``resident`` is the worktree's open store and HEAD (the caller holds the
+    worktree's lock); without one, or for a store git works, both are opened
+    here. A ticket refused (a full disk, a ref that cannot be written) gets its
     exception, in the sentence a single checkpoint would give; the others go on.
     """
-    base, _ = worktree_head(info)
-    with disk_refusals(info.store_dir, "save the checkpoint in"), repository(info.store_dir) as repo:
-        outcomes = Store(repo).record_many(
-            worktree_id=info.id, requests=[(t.options.session, t.options.label, t.options.agent) for t in tickets], tree=tree, base=base
-        )
+    requests = [(t.options.session, t.options.label, t.options.agent) for t in tickets]
+    with disk_refusals(info.store_dir, "save the checkpoint in"):
+        kept = resident.store(info) if resident is not None else None
+        if kept is not None and resident is not None:
+            base, _ = resident.head(info)
+            outcomes = Store(kept).record_many(worktree_id=info.id, requests=requests, tree=tree, base=base)
+        else:
+            base, _ = worktree_head(info)
+            with repository(info.store_dir) as repo:
+                outcomes = Store(repo).record_many(worktree_id=info.id, requests=requests, tree=tree, base=base)
     out: list[Checkpoint | Exception] = []
     for outcome in outcomes:
         if isinstance(outcome, Exception):

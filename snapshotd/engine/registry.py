@@ -154,6 +154,7 @@ class Registry:
                 missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), info.path)
                 raise changed_while_opened(path, missing) from missing
             state.capture.info = info
+            state.capture.resident.in_process(info)  # a moved store: its back-end decided here, off the loop
         return state
 
     def _open_unless_broad(self, path: str, force: bool, checkpoint: bool = False) -> WorktreeState:

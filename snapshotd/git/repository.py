@@ -29,6 +29,7 @@ from snapshotd.git.process import GitTarget, run_git_sync
 __all__ = [
     "Backend",
     "Repository",
+    "head_of",
     "libgit2_opens",
     "open_repository",
     "read_head",
@@ -128,6 +129,14 @@ def _head_by_libgit2(git_dir: str) -> Head:
     """:func:`read_head` in-process."""
     try:
         repo = pygit2.Repository(git_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    except (pygit2.GitError, KeyError, ValueError):
+        return None, None
+    return head_of(repo)
+
+
+def head_of(repo: pygit2.Repository) -> Head:
+    """:func:`read_head` of a repository libgit2 has open (at the worktree's own git dir)."""
+    try:
         if repo.head_is_unborn:
             target = repo.references.get("HEAD")
             name = target.target if target is not None else None

@@ -1,0 +1,75 @@
+"""One worktree's open repository, kept from one capture to the next: its store, and its HEAD.
+
+A warm checkpoint opened a repository for its tree, one more for its record
+and a third to read HEAD: each open reads the config (the object format),
+finds the refs and pack indexes again and starts with an empty object cache.
+The worktree keeps them open instead (object cache and pack windows kept),
+its back-end chosen once, when it is first used: libgit2 for a SHA-1 store;
+a store of another format is git's, opened per use as before (its reader is
+a process). libgit2 maps each pack file once per process, so linked worktrees
+of one repository share their packs. Used under the worktree's lock only (its
+captures and records): a libgit2 repository is not for two threads at once.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pygit2
+
+from snapshotd.git.libgit import LibgitRepository
+from snapshotd.git.repository import Head, head_of, libgit2_opens, open_repository, read_head
+from snapshotd.store.identity import WorktreeInfo
+
+__all__ = ["Resident"]
+
+
+class Resident:
+    """The repositories one worktree keeps open: the store (captures, records) and its own git dir (HEAD)."""
+
+    def __init__(self) -> None:
+        self._store: LibgitRepository | None = None
+        self._store_dir: str | None = None
+        self._in_process: bool | None = None
+        self._head: pygit2.Repository | None = None
+        self._git_dir: str | None = None
+
+    def in_process(self, info: WorktreeInfo) -> bool:
+        """Whether libgit2 opens the worktree's store (SHA-1): decided once per store folder."""
+        if self._in_process is None or self._store_dir != info.store_dir:
+            self.close()
+            self._store_dir = info.store_dir
+            self._in_process = libgit2_opens(info.store_dir)
+        return self._in_process
+
+    def store(self, info: WorktreeInfo) -> LibgitRepository | None:
+        """The store, open in-process; None when git works it (see the module)."""
+        if not self.in_process(info):
+            return None
+        if self._store is None:
+            repo = open_repository(info.store_dir)
+            assert isinstance(repo, LibgitRepository)
+            self._store = repo
+        return self._store
+
+    def head(self, info: WorktreeInfo) -> Head:
+        """HEAD's commit and branch of the worktree (None, None for a plain folder)."""
+        if info.git_dir is None:
+            return None, None
+        if not self.in_process(info):
+            return read_head(info.git_dir, info.path, info.common_dir)
+        if os.path.normpath(info.git_dir) == os.path.normpath(info.store_dir):
+            store = self.store(info)
+            assert store is not None
+            return head_of(store)
+        if self._head is None or self._git_dir != info.git_dir:
+            try:
+                self._head = pygit2.Repository(info.git_dir, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+            except (pygit2.GitError, KeyError, ValueError):
+                return None, None
+            self._git_dir = info.git_dir
+        return head_of(self._head)
+
+    def close(self) -> None:
+        """Let go of every repository (reopened at the next use): after a prune, a move, or at the end."""
+        self._store, self._head, self._git_dir, self._in_process = None, None, None, None
