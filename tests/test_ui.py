@@ -25,6 +25,7 @@ from ui_helpers import request, status, ui_process
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.ui.patches import parse_patch
 from snapshotd.ui.timeline import entries_of
+from snapshotd.wording import submodule_note
 
 
 def cp(seq: int, label: str | None, session: str | None = "s", at: str | None = None) -> dict[str, Any]:
@@ -250,6 +251,37 @@ def test_a_revert_shows_its_conflicts_and_leaves_them_alone_unless_forced(
         assert (repo / "theirs.txt").read_text() == "theirs, edited again by someone else\n"
         forced = act(confirm=True, force=True)
         assert forced["written"] == ["theirs.txt"] and (repo / "theirs.txt").read_text() == "theirs\n"
+
+
+def test_a_restored_submodule_is_said_as_a_folder_made_and_then_as_nothing_to_do(
+    daemon: Daemon, env: dict[str, str], tmp_path: Path
+) -> None:
+    """As the command line says it: a submodule's folder made (no file written), and once made, nothing to do."""
+    repo = init_repo(tmp_path / "super", ("a.txt", "a\n"))
+    init_repo(repo / "sub", ("inner.txt", "inside\n"))
+    git(repo, "add", "sub")
+    git(repo, "commit", "-q", "-m", "a submodule")
+    taken = call(env["SNAPSHOTD_SOCKET"], "checkpoint", {"path": str(repo)})["checkpoint"]
+    shutil.rmtree(repo / "sub")
+    with ui_process(env, repo) as page:
+        headers = {**page.cookie, "Content-Type": "application/json"}
+
+        def act(**extra: Any) -> Any:
+            body = {"action": "restore", "worktree": taken["worktree"], "checkpoint": taken["id"], **extra}
+            code, answer = request(page.base + "/api/action", headers, json.dumps(body).encode())
+            assert code == 200, answer
+            return json.loads(answer)
+
+        preview = act()
+        assert preview["written"] == preview["submodules"] == ["sub"]  # the wire's result, as the daemon gave it
+        assert preview["shown"] == {"written": [], "deleted": [], "submodules": [submodule_note("sub", True)],
+                                    "conflicts": [], "kept": []}
+        done = act(confirm=True)
+        assert done["shown"]["submodules"] == [submodule_note("sub", False)] and done["shown"]["written"] == []
+        assert (repo / "sub").is_dir() and not any((repo / "sub").iterdir())
+        again = act()
+        assert again["shown"] == {"written": [], "deleted": [], "submodules": [], "conflicts": [], "kept": []}
+        assert again["written"] == [] and "submodules" not in again
 
 
 def test_the_page_stopped_by_sigterm_removes_its_token_file_as_on_ctrl_c(daemon: Daemon, env: dict[str, str]) -> None:

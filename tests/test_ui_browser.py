@@ -13,6 +13,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
 import stat
 import threading
 import urllib.error
@@ -21,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_helpers import Daemon, child_env
+from daemon_helpers import Daemon, call, child_env
 from hook_helpers import claude_hook, recorded_claude_turn
 from repo_helpers import git, init_repo, write
 from ui_helpers import Page, status, ui_process
@@ -208,6 +209,36 @@ def test_the_page_shows_turns_reverts_undoes_and_hears_new_checkpoints(
                                             "Origin": foreign.url.rstrip("/")}, body) == 403
     assert foreign.requests >= 1
     assert (repo / "greet.py").read_text() == GREET
+
+
+def test_a_restored_submodule_is_a_folder_made_not_a_file_written(daemon: Daemon, env: dict[str, str], tmp_path: Path) -> None:
+    """The dialog and the toast say what the restore did for a deleted submodule: its folder made, no file written."""
+    repo = init_repo(tmp_path / "super", ("a.txt", "alpha\n"))
+    init_repo(repo / "sub", ("inner.txt", "inside\n"))
+    git(repo, "add", "sub")
+    git(repo, "commit", "-q", "-m", "a submodule")
+    taken = call(env["SNAPSHOTD_SOCKET"], "checkpoint", {"path": str(repo), "label": "with its submodule"})["checkpoint"]
+    shutil.rmtree(repo / "sub")
+    with ui_process(env, repo) as ui, sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
+            page.set_default_timeout(WAIT_MS)
+            page.goto(ui.url)
+            page.get_by_role("button", name="Open checkpoint: with its submodule").click()
+            restore = page.get_by_role("button", name=f"Restore to this checkpoint ({taken['id'][:12]})")
+            restore.click()
+            dialog = page.get_by_role("dialog")
+            sync_api.expect(dialog).to_contain_text("Will make a submodule's folder only (1)sub: submodule: would make")
+            sync_api.expect(dialog).not_to_contain_text("Will write")
+            dialog.get_by_role("button", name="Confirm").click()
+            sync_api.expect(page.locator("#toast")).to_contain_text("Restore: 0 files written, 0 deleted, 1 submodule folder made.")
+            assert (repo / "sub").is_dir()
+            restore.click()  # once made, the folder is the checkpoint's: nothing to do
+            sync_api.expect(dialog).to_contain_text("No file would change.")
+            sync_api.expect(dialog.get_by_role("button", name="Confirm")).to_be_disabled()
+        finally:
+            browser.close()
 
 
 def _turn(ui: Page, title: str) -> dict[str, str]:

@@ -15,6 +15,7 @@ from snapshotd.errors import InvalidParams, NotFound
 from snapshotd.paths import quote_path
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.ui.bridge import Bridge
+from snapshotd.wording import submodule_note
 
 ACTIONS = ("restore", "revert", "undo")
 
@@ -69,7 +70,7 @@ async def perform(bridge: Bridge, action: Action) -> dict[str, Any]:
         params = {"from": action.source, "to": action.target, "worktree": action.worktree,
                   "paths": action.paths, "force": action.force or None, "dry_run": dry_run}
         result = await bridge.call("revert", params)
-        return {"action": "revert", "dry_run": not action.confirm, **result, "shown": _shown(result)}
+        return {"action": "revert", "dry_run": not action.confirm, **result, "shown": _shown(result, not action.confirm)}
     checkpoint = action.checkpoint
     if action.action == "undo":
         found = (await bridge.call("list", {"worktree": action.worktree, "session": SAFETY_SESSION, "limit": 1}))
@@ -79,12 +80,23 @@ async def perform(bridge: Bridge, action: Action) -> dict[str, Any]:
     params = {"checkpoint": checkpoint, "worktree": action.worktree, "paths": action.paths, "dry_run": dry_run}
     result = await bridge.call("restore", params)
     return {"action": action.action, "dry_run": not action.confirm, "checkpoint": checkpoint, **result,
-            "shown": _shown(result)}
+            "shown": _shown(result, not action.confirm)}
 
 
-def _shown(result: dict[str, Any]) -> dict[str, list[str]]:
-    """The result's file names as git quotes them, and each conflict or kept file with its reason."""
-    shown = {name: [quote_path(path) for path in result.get(name) or []] for name in ("written", "deleted")}
+def _shown(result: dict[str, Any], dry_run: bool) -> dict[str, list[str]]:
+    """The result's file names as git quotes them, each conflict or kept file with its reason, and the submodules.
+
+    A submodule in ``written`` had only its folder made (a checkpoint holds no
+    submodule's files): it is said apart, as the command line says it, and
+    counts as no file written.
+    """
+    submodules = set(result.get("submodules") or [])
+    written = result.get("written") or []
+    shown = {
+        "written": [quote_path(path) for path in written if path not in submodules],
+        "deleted": [quote_path(path) for path in result.get("deleted") or []],
+        "submodules": [submodule_note(path, dry_run) for path in written if path in submodules],
+    }
     for name in ("conflicts", "kept"):
         shown[name] = [f"{quote_path(item['path'])} ({item['reason']})" for item in result.get(name) or []]
     return shown

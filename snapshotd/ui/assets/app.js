@@ -345,10 +345,11 @@ function describe(result, preview) {
   const parts = [
     listOf(preview ? "Will write" : "Written", shown.written),
     listOf(preview ? "Will delete" : "Deleted", shown.deleted),
+    listOf(preview ? "Will make a submodule's folder only" : "Made a submodule's folder only", shown.submodules),
     listOf("Conflicts, left alone (changed since)", shown.conflicts),
     listOf("Kept in place", shown.kept),
   ];
-  if (!shown.written.length && !shown.deleted.length) parts.push(el("p", { text: "No file would change." }));
+  if (!shown.written.length && !shown.deleted.length && !shown.submodules.length) parts.push(el("p", { text: "No file would change." }));
   return parts.filter(Boolean);
 }
 
@@ -378,7 +379,8 @@ async function ask(request) {
     const done = await api("/api/action", { ...base, force: $("force").checked, confirm: true });
     const safety = done.safety_checkpoint ? ` Safety checkpoint ${short(done.safety_checkpoint.id)}.` : "";
     const left = (done.conflicts || []).length ? ` ${plural(done.conflicts.length, "file")} left alone (conflict).` : "";
-    toast(`${verb}: ${plural(done.written.length, "file")} written, ${done.deleted.length} deleted.${left}${safety}`);
+    const made = done.shown.submodules.length ? `, ${plural(done.shown.submodules.length, "submodule folder")} made` : "";
+    toast(`${verb}: ${plural(done.shown.written.length, "file")} written, ${done.deleted.length} deleted${made}.${left}${safety}`);
   } catch (err) { toast(err.message, true); }
   await refresh();
 }
