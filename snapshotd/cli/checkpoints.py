@@ -25,7 +25,6 @@ from snapshotd.cli.options import (
 )
 from snapshotd.cli.output import (
     checkpoint_line,
-    one_line,
     print_patch,
     skip_reason,
 )
@@ -33,7 +32,7 @@ from snapshotd.cli.turns import no_refs_with_turn, turn_option, turn_range
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import NotFound, SnapshotdError
 from snapshotd.paths import quote_path
-from snapshotd.wording import plural
+from snapshotd.wording import one_line, plural
 
 _STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 _STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}

@@ -22,8 +22,8 @@ from snapshotd.cli.options import (
     reference_params,
     yes_option,
 )
-from snapshotd.cli.output import checkpoint_line, one_line, short_id
-from snapshotd.wording import plural
+from snapshotd.cli.output import checkpoint_line, short_id
+from snapshotd.wording import one_line, plural
 
 LISTED = 20  # checkpoints listed before a question; the rest are counted
 

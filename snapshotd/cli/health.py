@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from snapshotd.cli.output import one_line
 from snapshotd.cli.turns import age
+from snapshotd.wording import one_line
 
 WARNING_CHARS = 60
 """A warning longer than this is cut in the table; ``--json`` carries it whole."""

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from snapshotd.paths import quote_path
-from snapshotd.wording import plural, submodule_note
+from snapshotd.wording import one_line, plural, submodule_note
 
 
 @contextmanager
@@ -89,19 +89,6 @@ def skip_reason(item: dict[str, Any]) -> str:
         return f"{human_size(item['size'])}, over the {human_size(item['cap'])} cap for untracked files (--size-cap on serve)"
     reason: str = item["reason"]
     return reason
-
-
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
-_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r"}
-
-
-def one_line(text: str) -> str:
-    """``text`` on one line: control characters (a newline, an escape sequence) written as escapes.
-
-    A label is whatever a client sent; printed raw, a newline would break a
-    listing into two rows and an escape sequence would reach the terminal.
-    """
-    return _CONTROL.sub(lambda m: _ESCAPES.get(m.group(), f"\\x{ord(m.group()):02x}"), text)
 
 
 def checkpoint_line(cp: dict[str, Any], session_width: int = 12) -> str:

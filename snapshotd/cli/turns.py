@@ -1,14 +1,7 @@
-"""The agent's turns, as the hooks recorded them: ``snapshotd log`` and the ``--turn N`` of diff and revert.
+"""The agent's turns on the command line: ``snapshotd log`` and the ``--turn N`` of diff and revert.
 
-A turn opens at a checkpoint labelled ``before: <prompt>`` (the prompt as it
-was submitted) and closes at the next ``after turn`` of the same session
-(the agent stopping; ``after turn (interrupted)`` when the hooks closed a turn
-no ``Stop`` ended at the session's next prompt, ``after turn (failed)`` on an
-API error). Checkpoints between, such as those around each tool, belong to
-it. A turn whose end never came (still running, or its session never went
-on) ends at its session's last checkpoint before the next prompt and is
-marked open. Turns are numbered 1, 2, ... per session, oldest first, so a
-number stays with its turn as more come.
+What a turn is (its labels, where it starts and ends, its number) is read
+from the checkpoints by :func:`snapshotd.turns.find_turns`.
 """
 
 from __future__ import annotations
@@ -16,63 +9,17 @@ from __future__ import annotations
 import os
 import time
 from calendar import timegm
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any
 
 import click
 
-from snapshotd.agents.hooks import BEFORE_PROMPT, ends_turn
 from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail
 from snapshotd.cli.options import CONTEXT, Command, emit, fail, json_option, use_json
-from snapshotd.cli.output import one_line
 from snapshotd.errors import InvalidParams, NotFound
-from snapshotd.settings import SAFETY_SESSION
-
-
-@dataclass
-class Turn:
-    """One prompt and what the agent changed answering it: checkpoints ``start`` to ``end`` of ``session``."""
-
-    turn: int
-    session: str | None
-    prompt: str
-    start: str
-    end: str
-    start_seq: int
-    end_seq: int
-    started_at: str
-    ended_at: str
-    open: bool
-    files: int = 0
-    additions: int = 0
-    deletions: int = 0
-
-
-def find_turns(checkpoints: list[dict[str, Any]]) -> list[Turn]:
-    """The turns among ``checkpoints`` (any order, any sessions), newest first."""
-    by_session: dict[str | None, list[dict[str, Any]]] = {}
-    for cp in checkpoints:
-        if cp.get("session") != SAFETY_SESSION:
-            by_session.setdefault(cp.get("session"), []).append(cp)
-    turns: list[Turn] = []
-    for session, cps in by_session.items():
-        cps.sort(key=lambda cp: cp["seq"])
-        current: Turn | None = None
-        for cp in cps:
-            label = cp.get("label") or ""
-            if label.startswith(BEFORE_PROMPT):
-                number = (current.turn if current else 0) + 1
-                current = Turn(
-                    number, session, label[len(BEFORE_PROMPT):], cp["id"], cp["id"], cp["seq"], cp["seq"],
-                    cp["created_at"], cp["created_at"], True,
-                )
-                turns.append(current)
-            elif current is not None and current.open:
-                current.end, current.end_seq, current.ended_at = cp["id"], cp["seq"], cp["created_at"]
-                current.open = not ends_turn(label)
-    turns.sort(key=lambda t: t.started_at, reverse=True)
-    return turns
+from snapshotd.turns import Turn, find_turns
+from snapshotd.wording import one_line
 
 
 def _list_all(ctx: click.Context, path: str, session: str | None) -> list[dict[str, Any]]:

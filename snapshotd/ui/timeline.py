@@ -1,7 +1,7 @@
 """The timeline the page shows: a worktree's sessions and their entries, newest first, in pages.
 
 An entry is a turn of an agent (from the checkpoint before its prompt to its
-last one, see :func:`snapshotd.cli.turns.find_turns`) or a checkpoint that no
+last one, see :func:`snapshotd.turns.find_turns`) or a checkpoint that no
 turn holds (a ``snapshotd checkpoint`` by hand, a safety checkpoint), which
 spans from the checkpoint before it in its session. A worktree's checkpoints
 are listed once and kept: a checkpoint the daemon announces is added to them,
@@ -18,12 +18,12 @@ from collections import OrderedDict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from snapshotd.cli.output import one_line
-from snapshotd.cli.turns import find_turns
 from snapshotd.errors import SnapshotdError
 from snapshotd.paths import quote_path
 from snapshotd.settings import SAFETY_SESSION
+from snapshotd.turns import find_turns
 from snapshotd.ui.bridge import Bridge
+from snapshotd.wording import one_line
 
 PAGE = 50
 """Entries per page of the timeline."""
