@@ -66,7 +66,8 @@ def test_integrate_trusts_exactly_its_entries_and_remove_forgets_them() -> None:
         f"{hooks}:session_start:1:0": codextrust.hook_hash("SessionStart", None, handler),  # after theirs
         f"{hooks}:user_prompt_submit:0:0": codextrust.hook_hash("UserPromptSubmit", None, handler),
         f"{hooks}:stop:0:0": codextrust.hook_hash("Stop", None, handler),
-        f"{hooks}:post_tool_use:0:0": codextrust.hook_hash("PostToolUse", "Bash|apply_patch", handler),
+        # the hook after a tool runs in the background: its entry (and so its hash) says async
+        f"{hooks}:post_tool_use:0:0": codextrust.hook_hash("PostToolUse", "Bash|apply_patch", {**handler, "async": True}),
     }
     assert trusted(config) == {"/elsewhere/hooks.json:stop:0:0": "sha256:theirs", **expected}
     assert config.read_bytes().startswith(CONFIG.encode()) and b"\n" not in config.read_bytes().replace(b"\r\n", b"")

@@ -23,6 +23,7 @@ import select
 import sys
 import time
 
+from snapshotd.agents.hookorder import Spawn
 from snapshotd.agents.hookstate import (
     Turn,
     last_result,
@@ -55,6 +56,10 @@ if TYPE_CHECKING:
 
 CHILD_LIMIT_S = 600
 """A checkpoint left to finish in the background gives up after this long."""
+
+EARLIER_WAIT_S = 10
+"""A hook waits at most this long for the agent's earlier hooks to hand theirs off (a few milliseconds
+each); its checkpoint then still waits for theirs (:mod:`.hookorder`)."""
 
 STILL_RUNNING = "the checkpoint is still running after"
 
@@ -271,7 +276,11 @@ def run_hook(
         previous = earlier.get("note") if earlier and earlier.get("ok") is False else None
         previous = previous if isinstance(previous, str) else None
         before = event.event in BEFORE_EVENTS
-        turn = Turn(event.session or event.cwd)
+        spawn = Spawn()
+        # An earlier hook the agent runs in the background may still be starting: it takes its place first
+        # (and an agent that exits after this hook cannot end it before its checkpoint is handed off).
+        spawn.wait_for_earlier(time.monotonic() + EARLIER_WAIT_S)
+        turn = Turn(event.session or event.cwd, spawn)
         note = within_budget(
             lambda: record(event, call, agent),
             budget_for(before),

@@ -20,6 +20,7 @@ import stat
 import time
 import zlib
 
+from snapshotd.agents.hookorder import SHELLS, Spawn, proc_stat
 from snapshotd.errors import Untrusted
 from snapshotd.jsonlite import dumps, loads
 from snapshotd.settings import data_home_path
@@ -70,12 +71,14 @@ def key_name(key: str) -> str:
 class Turn:
     """One hook run's place in its session's order of checkpoints."""
 
-    def __init__(self, key: str) -> None:
+    def __init__(self, key: str, spawn: Spawn | None = None) -> None:
+        """This run's place in the order of the session (or folder) ``key``: where the agent started it
+        (``spawn``, see :mod:`.hookorder`), else this moment."""
         self.folder = os.path.join(hooks_folder(), "order", key_name(key))
+        self.spawn = spawn
         for attempt in range(3):  # the last run of the session may remove the folder meanwhile
             os.makedirs(self.folder, mode=0o700, exist_ok=True)
-            self.stamp = time.time_ns()
-            self.name = f"{self.stamp:020d}-{os.getpid()}"
+            self.name = spawn.name() if spawn is not None else f"{time.time_ns():020d}-{os.getpid()}"
             self.path = os.path.join(self.folder, self.name)
             try:
                 self.fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
@@ -108,7 +111,10 @@ class Turn:
         return False
 
     def wait(self, deadline: float) -> bool:
-        """Wait until no earlier checkpoint of the session is pending; False when ``deadline`` (monotonic) passed first."""
+        """Wait until no earlier checkpoint of the session is pending (nor an earlier hook of the agent still
+        starting); False when ``deadline`` (monotonic) passed first."""
+        if self.spawn is not None and not self.spawn.wait_for_earlier(deadline):
+            return False
         while self._earlier_pending():
             if time.monotonic() >= deadline:
                 return False
@@ -183,29 +189,13 @@ def may_tell(tool: str, now: float | None = None) -> bool:
     return True
 
 
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox"})
-"""Programs an agent may run its hooks or MCP servers through; the agent is the first ancestor that is none."""
-
-
-def _stat(pid: int) -> tuple[str, int, str] | None:
-    """(command name, parent pid, start time) of process ``pid`` from /proc, or None when it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    name, _, rest = text[text.index("(") + 1 :].rpartition(")")
-    fields = rest.split()
-    return name, int(fields[1]), fields[19]
-
-
 def agent_key(pid: int) -> str | None:
     """``<pid>-<start time>`` of the agent process at or above ``pid`` (shells skipped), None if there is none."""
     for _ in range(8):
-        found = _stat(pid)
+        found = proc_stat(pid)
         if found is None or pid <= 1:
             return None
-        name, parent, start = found
+        name, _, parent, start = found
         if name not in SHELLS:
             return f"{pid}-{start}"
         pid = parent
@@ -242,8 +232,8 @@ def note_agent_session(pid: int, session: str, cwd: str) -> None:
         if not name.endswith(".json"):
             continue
         pid_text, _, rest = name.partition("-")
-        stat = _stat(int(pid_text)) if pid_text.isdigit() else None
-        if stat is None or stat[2] != rest.removesuffix(".json"):
+        stat = proc_stat(int(pid_text)) if pid_text.isdigit() else None
+        if stat is None or str(stat[3]) != rest.removesuffix(".json"):
             try:
                 os.unlink(os.path.join(os.path.dirname(path), name))
             except OSError:

@@ -41,6 +41,13 @@ TOOL_EVENTS = {"claude-code": ("PostToolUse", "PostToolUseFailure"), "codex": ("
 """The events ``--events tools`` adds, each with :data:`EDIT_MATCHERS` (a failed tool may have changed
 files too); Claude Code's ``SubagentStop`` comes with them, unmatched."""
 
+BACKGROUND = "async"
+"""The hooks after a tool (and a subagent) run in the background (``"async": true``): the agent starts the
+hook and goes on, waiting for nothing; their checkpoints still keep the order of the session's events
+(:mod:`.hookorder`). The session's start, a prompt and a turn's end keep the agent waiting for their
+hook: a prompt's "before" must be recorded before the agent acts, and the turn's last hook holds
+``claude -p`` until the turn's background hooks have handed their checkpoints off."""
+
 EDIT_MATCHERS = {"claude-code": "Bash|Edit|Write|MultiEdit|NotebookEdit|mcp__.*", "codex": "Bash|apply_patch"}
 """The tools after which ``--events tools`` also checkpoints, as each agent's matcher regex (Claude
 Code's MCP tools, ``mcp__<server>__<tool>``, may edit files too)."""
@@ -116,10 +123,11 @@ def wanted_entries(tool: str, events: str) -> dict[str, dict[str, Any]]:
     handler = {"type": "command", "command": hook_command(tool), "timeout": HOOK_TIMEOUT_S}
     wanted: dict[str, dict[str, Any]] = {event: {"hooks": [handler]} for event in TURN_EVENTS[tool]}
     if events == "tools":
+        background = {**handler, BACKGROUND: True}
         for event in TOOL_EVENTS[tool]:
-            wanted[event] = {"matcher": EDIT_MATCHERS[tool], "hooks": [handler]}
+            wanted[event] = {"matcher": EDIT_MATCHERS[tool], "hooks": [background]}
         if tool == "claude-code":
-            wanted["SubagentStop"] = {"hooks": [handler]}
+            wanted["SubagentStop"] = {"hooks": [background]}
     return wanted
 
 
