@@ -23,7 +23,14 @@ from daemon_helpers import child_env
 from repo_helpers import git, init_repo, write
 
 from snapshotd.engine.core import Engine
-from snapshotd.errors import NotADirectory, NotFound, PathOutsideWorktree, StateUnreadable
+from snapshotd.errors import (
+    NotADirectory,
+    NotFound,
+    PathOutsideWorktree,
+    SnapshotdError,
+    StateUnreadable,
+)
+from snapshotd.store.identities import Identities
 from snapshotd.store.identity import Records, identify, locate
 
 NOBODY = 65534
@@ -224,3 +231,49 @@ async def test_a_linked_worktree_whose_repository_moved_says_so_and_points_to_re
     git(tmp_path / "main-moved", "worktree", "repair", str(linked))  # as the error says
     again = await Engine().call("checkpoint", {"path": str(linked)})
     assert again["checkpoint"]["worktree"] == first["checkpoint"]["worktree"]
+
+
+def test_an_identity_kept_is_given_again_only_while_nothing_identify_reads_changed(tmp_path: Path) -> None:
+    records = Records(tmp_path / "home")
+    identities = Identities(records)
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    linked = tmp_path / "linked"
+    git(repo, "worktree", "add", "-q", "--detach", str(linked))
+    state = Path(git(linked, "rev-parse", "--absolute-git-dir"), "snapshotd")
+
+    def same_as_identify(path: Path) -> str:
+        kept = identities.identify(locate(str(path)))
+        assert kept == identify(locate(str(path)), records)
+        return kept.id
+
+    first = [same_as_identify(path) for path in (repo, linked, repo, linked, repo, linked)]
+    assert first == [first[0], first[1]] * 3 and first[0] != first[1]
+    # Another id put in place (by rename, as snapshotd writes it): the new one.
+    (state / "new-id").write_text("wt_00000000000000aa\n")
+    os.replace(state / "new-id", state / "id")
+    assert [same_as_identify(linked) for _ in range(3)] == ["wt_00000000000000aa"] * 3
+    # The record dropped by another process: written again.
+    data = json.loads(records.path.read_text())
+    data.pop("wt_00000000000000aa")
+    records.path.with_suffix(".new").write_text(json.dumps(data))
+    os.replace(records.path.with_suffix(".new"), records.path)
+    assert identities.identify(locate(str(linked))).id == "wt_00000000000000aa"
+    assert "wt_00000000000000aa" in json.loads(records.path.read_text())
+    # Its state folder opened to others: as identify answers it (made private again, or refused).
+    state.chmod(0o755)
+    try:
+        got: object = identities.identify(locate(str(linked)))
+    except SnapshotdError as exc:
+        got = type(exc)
+    try:
+        expected: object = identify(locate(str(linked)), records)
+    except SnapshotdError as exc:
+        expected = type(exc)
+    assert got == expected
+    state.chmod(0o700)
+    same_as_identify(linked)
+    # Its id made a folder: refused, as identify refuses it.
+    (state / "id").unlink()
+    (state / "id").mkdir()
+    with pytest.raises(StateUnreadable):
+        identities.identify(locate(str(linked)))

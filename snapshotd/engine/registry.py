@@ -37,12 +37,12 @@ from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMi
 from snapshotd.fsutil import changed_while_opened, remove_stale_temp_files
 from snapshotd.git.repository import read_head
 from snapshotd.restore.core import recover
+from snapshotd.store.identities import Identities
 from snapshotd.store.identity import (
     Located,
     Records,
     WorktreeInfo,
     check_still_trusted,
-    identify,
     locate,
 )
 from snapshotd.threads import thread_limiter
@@ -125,6 +125,7 @@ class Registry:
         self.on_change = on_change
         self.worktrees: dict[str, WorktreeState] = {}
         self._opening = threading.Lock()
+        self.identities = Identities(records)  # under _opening, as identify was
 
     def open_path(self, path: str, located: Located | None = None) -> WorktreeState:
         """The state of the worktree holding ``path`` (``located`` already, if given), opened on first sight.
@@ -138,7 +139,7 @@ class Registry:
         """
         with self._opening:  # one at a time: two first sights of a folder would both create its store
             try:
-                info = identify(located if located is not None else locate(path), self.records)
+                info = self.identities.identify(located if located is not None else locate(path))
             except OSError as exc:  # its .git or the folder went between looking and opening
                 raise changed_while_opened(path, exc) from exc
         state = self.worktrees.get(info.id)
