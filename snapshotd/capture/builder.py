@@ -15,6 +15,7 @@ import stat
 import pygit2
 
 from snapshotd.capture.checkin import Pending, hash_through_git, is_attributes
+from snapshotd.capture.gitlinks import commit_at
 from snapshotd.capture.state import (
     SKIP_NO_COMMIT,
     SKIP_REFUSED_NAME,
@@ -30,7 +31,6 @@ from snapshotd.capture.walker import Walker
 from snapshotd.errors import GitError
 from snapshotd.git import loose
 from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
-from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.store.identity import WorktreeInfo
 
 STREAM_ABOVE = 32 * 1024 * 1024  # larger files are hashed by libgit2 straight from disk
@@ -84,32 +84,10 @@ def git_refuses(path: str, *, link: bool = False) -> bool:
     return False
 
 
-def gitlink_head(path: str) -> pygit2.Oid | None:
-    """The commit a nested repository has checked out, or None (no commit, not a repository)."""
-    text = gitlink_commit(path)
+def gitlink_head(walker: Walker, path: str) -> pygit2.Oid | None:
+    """The commit the nested repository at ``path`` has checked out, read by descriptor; None for none (see gitlinks)."""
+    text = commit_at(walker, path)
     return pygit2.Oid(hex=text) if text is not None and len(text) == 40 else None
-
-
-def gitlink_commit(path: str) -> str | None:
-    """:func:`gitlink_head` as hex, also for a nested repository libgit2 cannot open (git answers)."""
-    dotgit = os.path.join(path, ".git")
-    if not os.path.lexists(dotgit):
-        return None
-    try:
-        nested = pygit2.Repository(path, pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
-        if nested.head_is_unborn:
-            return None
-        return str(nested.head.target)
-    except (pygit2.GitError, KeyError, ValueError):
-        pass
-    try:
-        out = run_git_sync(
-            GitTarget(git_dir=dotgit, work_tree=path), ["rev-parse", "--verify", "-q", "HEAD"], ok_codes=(0, 1)
-        )
-    except GitError:
-        return None
-    text = out.decode().strip()
-    return text if len(text) in (40, 64) and all(ch in "0123456789abcdef" for ch in text) else None
 
 
 class TreeBuilder:
@@ -271,7 +249,7 @@ class TreeBuilder:
             return
         if stat.S_ISDIR(st.st_mode):
             if previous == MODE_GITLINK or untracked:
-                head = gitlink_head(os.path.join(self.info.path, path))
+                head = gitlink_head(self.walker, path)
                 if head is not None:
                     self.index.add(pygit2.IndexEntry(path, head, MODE_GITLINK))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
                 elif untracked:
