@@ -11,7 +11,8 @@ that pipeline big diffs and never read, and clients that only hold idle
 connections, a client that subscribes again and again on one connection
 (past the per-connection cap), and a renamer that moves a tree of many
 folders in and out of the worktree. A sampler reads the daemon's VmRSS and
-``/proc/<pid>/fd`` every half second and pings it; the load average and the
+``/proc/<pid>/fd`` every half second (kept every 30 s as ``rss_timeline``:
+seconds, MiB, descriptors) and pings it; the load average and the
 time the daemon's loop thread waited for a CPU (its schedstat) say how much
 of a slow ping was the machine's other work. Exits 1 if the daemon
 dies, stops answering ping, goes over the bounds (ping p99 included), or logs
@@ -339,13 +340,17 @@ def run(
             first_rss, first_fds = sample(proc.pid)
             first_sched, first_load = schedstat(proc.pid), loadavg()
             ping_ms: list[float] = []
-            end = time.monotonic() + duration
+            timeline: list[list[float]] = []  # [seconds, RSS MiB, descriptors] every 30 s: levelling off or growing?
+            began = time.monotonic()
+            end = began + duration
             while time.monotonic() < end:
                 if proc.poll() is not None:
                     summary["failures"].append(f"the daemon exited with {proc.returncode}")
                     break
                 rss, fds = sample(proc.pid)
                 max_rss, max_fds = max(max_rss, rss), max(max_fds, fds)
+                if time.monotonic() - began >= 30 * len(timeline):
+                    timeline.append([round(time.monotonic() - began), round(rss / 1024, 1), fds])
                 started = time.monotonic()
                 try:
                     with Client(str(sock), timeout=PING_TIMEOUT_S) as client:
@@ -363,6 +368,7 @@ def run(
                 rss_mib={"start": round(first_rss / 1024, 1), "max": round(max_rss / 1024, 1),
                          "end": round(last_rss / 1024, 1)},
                 fds={"start": first_fds, "max": max_fds, "end": last_fds},
+                rss_timeline=timeline,
                 max_rss_mib=round(max_rss / 1024, 1),
                 max_fds=max_fds,
                 pings=len(ping_ms),
