@@ -19,6 +19,7 @@ from types import ModuleType
 
 import pygit2
 import pytest
+import trio
 from repo_helpers import git, init_repo
 
 from snapshotd.engine.core import Engine
@@ -399,3 +400,35 @@ async def test_a_checkpoint_whose_objects_go_once_its_ref_is_updated_names_the_r
     assert met
     assert caught.value.kind == "git_error", caught.value
     assert str(repo) in caught.value.message and "lacks the object" in caught.value.message
+
+
+async def test_a_capture_shared_across_a_move_is_recorded_where_the_worktree_went(tmp_path):
+    """A request finds the worktree at ``r`` and waits for its lock; the worktree moves to ``r2`` and a
+    second request finds it there. The first one to get the lock captures for both (``batch.py``), and
+    recorded in the store where the worktree had been when it asked: both failed, the second about a
+    path it never gave. Now the record is made where the worktree is, and both get their checkpoint."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    moved = tmp_path / "r2"
+    engine = Engine()
+    answers: dict[str, dict] = {}
+
+    async def checkpoint(path: Path, session: str) -> None:
+        answers[session] = await engine.call("checkpoint", {"path": str(path), "session": session})
+
+    try:
+        await engine.call("checkpoint", {"path": str(repo), "session": "old"})
+        (state,) = engine.worktrees.values()
+        (repo / "a.txt").write_text("b\n")
+        async with trio.open_nursery() as nursery, state.lock:  # held, so both requests queue for one capture
+            nursery.start_soon(checkpoint, repo, "old")
+            while len(state.queue) < 1:
+                await trio.sleep(0.01)
+            repo.rename(moved)
+            nursery.start_soon(checkpoint, moved, "new")
+            while len(state.queue) < 2:
+                await trio.sleep(0.01)
+    finally:
+        await engine.aclose()
+    assert answers["old"]["checkpoint"]["tree"] == answers["new"]["checkpoint"]["tree"]
+    assert answers["new"]["stats"]["shared"] is True
+    assert git(moved, "cat-file", "-p", f"{answers['new']['checkpoint']['tree']}:a.txt").strip() == "b"

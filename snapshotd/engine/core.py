@@ -152,10 +152,11 @@ class Engine:
 
     async def _take_checkpoint(self, state: WorktreeState, options: CheckpointOptions) -> CheckpointResult:
         """Capture and record under the worktree's lock, sharing the capture with the requests queued for it
-        (``batch.py``); a full disk or a denied write gets one sentence."""
+        (``batch.py``); a full disk or a denied write gets one sentence. The record is made where the worktree
+        is then: a request that found it before it moved may capture and record for one that found it after."""
         result = await take_checkpoint(
             state.lock, state.queue, options, lambda exact: self.capture(state, exact=exact),
-            functools.partial(record_many, state.info, resident=state.capture.resident),
+            lambda tickets, tree: record_many(state.info, tickets, tree, resident=state.capture.resident),
             functools.partial(trio.to_thread.run_sync, limiter=thread_limiter),
             state.capture.raise_clear_error,  # deleted between the capture and the record
         )
