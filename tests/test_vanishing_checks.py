@@ -221,12 +221,12 @@ async def test_a_store_losing_objects_between_capture_and_record_is_a_clear_erro
 
         record_many = core_mod.record_many
 
-        def record_after_deleting(info, tickets, tree):  # type: ignore[no-untyped-def]
+        def record_after_deleting(info, tickets, tree, **kwargs):  # type: ignore[no-untyped-def]
             if deleted == "every object":
                 shutil.rmtree(repo / ".git" / "objects")
             else:
                 _loose(repo, tree).unlink()
-            return record_many(info, tickets, tree)
+            return record_many(info, tickets, tree, **kwargs)
 
         monkeypatch.setattr(core_mod, "record_many", record_after_deleting)
         with pytest.raises(SnapshotdError) as caught:
@@ -286,9 +286,9 @@ async def test_a_store_losing_its_refs_before_the_record_is_not_found_and_not_ma
 
         record_many = core_mod.record_many
 
-        def record_after_deleting_refs(info, tickets, tree):  # type: ignore[no-untyped-def]
+        def record_after_deleting_refs(info, tickets, tree, **kwargs):  # type: ignore[no-untyped-def]
             shutil.rmtree(repo / ".git" / "refs")
-            return record_many(info, tickets, tree)
+            return record_many(info, tickets, tree, **kwargs)
 
         monkeypatch.setattr(core_mod, "record_many", record_after_deleting_refs)
         with pytest.raises(SnapshotdError) as caught:
@@ -297,6 +297,23 @@ async def test_a_store_losing_its_refs_before_the_record_is_not_found_and_not_ma
         await engine.aclose()
     assert_not_found_naming(caught, repo)
     assert not (repo / ".git" / "refs").exists()
+
+
+@pytest.mark.parametrize("part", ["refs", "objects"])
+async def test_a_store_opened_once_it_lost_part_of_itself_is_not_found(tmp_path, part):
+    """``rm -rf`` of the worktree under way has taken its git folder's ``refs`` or ``objects`` (not yet
+    ``HEAD``: without it the folder is no repository, for git either) when a read opens the store:
+    libgit2's "Repository not found" was an internal error."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    engine = Engine()
+    try:
+        await engine.call("checkpoint", {"path": str(repo)})
+        shutil.rmtree(repo / ".git" / part)
+        with pytest.raises(SnapshotdError) as caught:
+            await engine.call("list", {"path": str(repo)})
+    finally:
+        await engine.aclose()
+    assert_not_found_naming(caught, repo)
 
 
 async def test_a_checkpoint_meeting_its_worktree_at_the_old_place_names_the_path_it_asked_about(tmp_path, monkeypatch):
@@ -317,9 +334,9 @@ async def test_a_checkpoint_meeting_its_worktree_at_the_old_place_names_the_path
         record_many = core_mod.record_many
         met: list[str] = []
 
-        def recorded_at_the_old_place(info, tickets, tree):  # type: ignore[no-untyped-def]
+        def recorded_at_the_old_place(info, tickets, tree, **kwargs):  # type: ignore[no-untyped-def]
             met.append(info.path)
-            return record_many(stale, tickets, tree)
+            return record_many(stale, tickets, tree, **kwargs)
 
         monkeypatch.setattr(core_mod, "record_many", recorded_at_the_old_place)
         with pytest.raises(SnapshotdError) as caught:
