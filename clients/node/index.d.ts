@@ -399,6 +399,25 @@ export function resolveSocketPath(explicit?: string, env?: Record<string, string
 /** Connect to the daemon; see {@link Snapshotd.connect}. */
 export function connect(options?: ConnectOptions): Promise<Snapshotd>;
 
+/** Options of {@link opencodePlugin}. */
+export interface OpenCodePluginOptions {
+  /** "turns": before each prompt and when the session goes idle; "tools" (default): also around each file-changing tool. */
+  events?: "turns" | "tools";
+  /** What runs snapshotd when no daemon answers (`serve --socket PATH` is appended). */
+  daemonCommand?: string[];
+  socket?: string;
+  /** How long a checkpoint is waited for (default: $SNAPSHOTD_HOOK_BEFORE_BUDGET seconds, else 55 s). */
+  beforeBudgetMs?: number;
+  env?: Record<string, string | undefined>;
+}
+/** OpenCode 1.18's tools that can change files. */
+export const CHANGING_TOOLS: readonly string[];
+export const DEFAULT_BEFORE_BUDGET_MS: number;
+/** OpenCode's plug-in function: checkpoints at the moments snapshotd's agent hooks take them. */
+export function opencodePlugin(
+  options?: OpenCodePluginOptions,
+): (input: { directory: string; worktree?: string; client?: unknown }) => Promise<Record<string, (...args: any[]) => Promise<void>>>;
+
 /** `changed` notifications of one subscription; `break` or `close()` ends it. */
 export class Subscription implements AsyncIterableIterator<ChangedNotification> {
   readonly id: string;

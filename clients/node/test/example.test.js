@@ -3,10 +3,12 @@
 import assert from "node:assert/strict";
 import { spawnSync } from "node:child_process";
 import * as fs from "node:fs";
+import * as net from "node:net";
 import * as path from "node:path";
 import { after, before, test } from "node:test";
 
 import { PACKAGE_DIR, gitTree, makeRepo, startDaemon, writeFiles } from "./helpers.js";
+import { PROBE_TIMEOUT_MS, opencodePlugin } from "../src/opencode.js";
 import { connect } from "../src/index.js";
 import { SnapshotdPlugin } from "../examples/opencode-plugin.js";
 
@@ -79,5 +81,61 @@ test("a plug-in whose worktree the daemon refuses reports once on stderr and nev
   assert.equal(run.stdout, "");
   const lines = run.stderr.trim().split("\n");
   assert.equal(lines.length, 1, run.stderr);
-  assert.match(lines[0], /^snapshotd: no checkpoint \(.*\/nonexistent\/project/);
+  assert.match(lines[0], /^snapshotd: a checkpoint was not recorded \(.*\/nonexistent\/project.*snapshotd doctor opencode/);
+});
+
+test("a subagent's checkpoints are recorded in its parent's session, inside the parent's turn", async () => {
+  const repo = makeRepo({ "app.js": "console.log(1);\n" });
+  const parent = "ses_parent";
+  const child = "ses_child";
+  const asked = [];
+  const opencode = { session: { get: async ({ path: { id } }) => (asked.push(id), { data: { id, parentID: id === child ? parent : undefined } }) } };
+  const hooks = await SnapshotdPlugin({ directory: repo, worktree: repo, client: opencode });
+
+  await hooks["chat.message"]({ sessionID: parent }, { parts: [{ type: "text", text: "Delegate it" }] });
+  await hooks["tool.execute.before"]({ tool: "task", sessionID: parent, callID: "t1" }, { args: { prompt: "do it" } });
+  await hooks["chat.message"]({ sessionID: child, agent: "general" }, { parts: [{ type: "text", text: "do it" }] });
+  await hooks["tool.execute.before"]({ tool: "write", sessionID: child, callID: "w1" }, { args: { filePath: path.join(repo, "sub.txt") } });
+  writeFiles(repo, { "sub.txt": "sub\n" });
+  await hooks["tool.execute.after"]({ tool: "write", sessionID: child, callID: "w1", args: { filePath: path.join(repo, "sub.txt") } }, { title: "sub.txt" });
+  await hooks.event({ event: { type: "session.idle", properties: { sessionID: child } } });
+  await hooks.event({ event: { type: "session.idle", properties: { sessionID: parent } } });
+
+  const sd = await connect({ socket: daemon.socket });
+  try {
+    const { checkpoints } = await sd.list({ path: repo, session: parent });
+    assert.deepEqual(checkpoints.map((each) => each.label).reverse(), [
+      "before: Delegate it", "before subagent: do it", "before write: sub.txt", "after write: sub.txt", "after subagent", "after turn",
+    ]);
+    assert.equal((await sd.list({ path: repo, session: child })).checkpoints.length, 0);
+    assert.equal(checkpoints[0].tree, gitTree(repo));
+    assert.deepEqual(asked, [parent, child]); // each session is asked about once
+  } finally {
+    await sd.close();
+  }
+});
+
+test("a daemon that accepts and never answers costs one budget, then each hook a quick ping", async () => {
+  const folder = fs.mkdtempSync(path.join(process.env.XDG_RUNTIME_DIR, "hung-"));
+  const socket = path.join(folder, "s.sock");
+  const server = net.createServer(() => {}); // accepts, reads nothing, answers nothing
+  await new Promise((resolve) => server.listen(socket, resolve));
+  try {
+    const hooks = await opencodePlugin({ socket, beforeBudgetMs: 1500 })({ directory: "/", worktree: "" });
+    const started = Date.now();
+    await hooks["chat.message"]({ sessionID: "s" }, { parts: [{ type: "text", text: "hello" }] });
+    const first = Date.now() - started;
+    await hooks["tool.execute.before"]({ tool: "write", sessionID: "s", callID: "c" }, { args: { filePath: "/x" } });
+    await hooks["tool.execute.after"]({ tool: "write", sessionID: "s", callID: "c" }, { title: "x" });
+    await hooks.event({ event: { type: "session.idle", properties: { sessionID: "s" } } });
+    await hooks.dispose();
+    const total = Date.now() - started;
+    assert.ok(first >= 1400 && first < 5000, `the first hook took ${first} ms`);
+    assert.ok(total < first + 3 * PROBE_TIMEOUT_MS + 2000, `the whole turn took ${total} ms`);
+    const last = JSON.parse(fs.readFileSync(path.join(process.env.SNAPSHOTD_HOME, "hooks", "last-opencode.json"), "utf8"));
+    assert.equal(last.ok, false);
+    assert.match(last.note, /does not answer|did not answer/);
+  } finally {
+    server.close();
+  }
 });
