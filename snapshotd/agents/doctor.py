@@ -3,8 +3,10 @@
 Each :class:`Check` says what was found and, when it is a problem, the one
 thing to do about it: the daemon answers; the tool's settings (the user's and
 the worktree's) run snapshotd's hook by an absolute command, with a timeout the
-"before" budget fits in; Codex trusts those entries (:mod:`.codextrust`); and
-the last hook run of the tool recorded its checkpoint (:mod:`.hookstate`).
+"before" budget fits in; Codex trusts those entries (:mod:`.codextrust`);
+OpenCode's plug-in folder holds snapshotd's plug-in, whose imports are there;
+and the last hook run of the tool recorded its checkpoint (:mod:`.hookstate`;
+the OpenCode plug-in keeps its last outcome in the same place).
 """
 
 from __future__ import annotations
@@ -166,12 +168,55 @@ def check_mcp(socket_path: str, now: float | None = None) -> Check:
     return Check("mcp server", True, f"the MCP server started {ago} s ago in {last.get('cwd')} uses {socket_path}")
 
 
+def _opencode_plugins(cwd: str) -> list[tuple[Path, str]]:
+    """(path, text) of each OpenCode plug-in file named as snapshotd's, the user's then the worktree's."""
+    from snapshotd.agents import opencode
+
+    found = []
+    for scope in ("user", "project"):
+        try:
+            project = integrate.project_root(cwd) if scope == "project" else None
+            path = opencode.plugin_path(scope, project)
+            text = integrate.read_settings(path, Path(project) if project else None)
+        except (SnapshotdError, OSError):
+            continue
+        if text is not None:
+            found.append((path, text))
+    return found
+
+
+def check_opencode(cwd: str) -> list[Check]:
+    """Whether OpenCode loads snapshotd's plug-in, and everything it imports and starts is there."""
+    from snapshotd.agents import opencode
+
+    files = _opencode_plugins(cwd)
+    if not files:
+        fix = "run `snapshotd integrate opencode --events tools` (add `--project` for the worktree's .opencode/plugins/)"
+        return [Check("opencode plug-in", False, "no OpenCode plug-in folder holds snapshotd.js", fix)]
+    checks = []
+    for path, text in files:
+        if not opencode.is_ours(text):
+            checks.append(Check("opencode plug-in", False, f"{path} is not snapshotd's plug-in", "move it away, then run `snapshotd integrate opencode`"))
+            continue
+        missing = [file for file in opencode.imports_of(text) if not os.path.exists(file)]
+        detail = f"{path}: --events {opencode.events_of(text)}"
+        if missing:
+            checks.append(Check("opencode plug-in", False, f"{detail}; {', '.join(missing)} no longer exists", "run `snapshotd integrate opencode` again"))
+        else:
+            checks.append(Check("opencode plug-in", True, detail))
+    return checks
+
+
 def run_checks(tool: str | None, cwd: str, ping: Callable[[], dict[str, Any]], socket_path: str) -> list[Check]:
     """Every check for ``tool`` (or each tool whose settings hold snapshotd's hooks; both when none does)."""
     checks = [check_daemon(ping, socket_path)]
     installed = {name: _installed(name, cwd) for name in TOOLS}
-    tools = [tool] if tool else [name for name in TOOLS if installed[name]] or list(TOOLS)
+    with_opencode = ["opencode"] if tool is None and _opencode_plugins(cwd) else []
+    tools = [tool] if tool else [name for name in TOOLS if installed[name]] + with_opencode or list(TOOLS)
     for name in tools:
+        if name == "opencode":
+            checks += [*check_opencode(cwd), check_last_run(name)]
+            continue
         checks += check_hooks(name, installed[name])
         if name == "codex" and installed[name]:
             checks += check_codex_trust(installed[name])

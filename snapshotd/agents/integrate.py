@@ -28,6 +28,7 @@ from typing import Any
 
 from snapshotd.agents import jsonedit, projectfiles
 from snapshotd.agents.hooks import TOOLS
+from snapshotd.agents.payload import INTEGRATIONS
 from snapshotd.errors import InvalidParams, SnapshotdError
 from snapshotd.fsutil import atomic_write
 from snapshotd.settings import HOOK_TIMEOUT_S
@@ -140,6 +141,11 @@ def _project_root(cwd: str) -> str:
     return locate(cwd).root
 
 
+def project_root(cwd: str) -> str:
+    """The root of the worktree holding ``cwd``: where a project's settings go."""
+    return _project_root(cwd)
+
+
 MAX_SETTINGS_BYTES = 1 << 20
 """A settings file larger than this (1 MiB) is refused, not read: settings are a few KiB."""
 
@@ -151,7 +157,7 @@ def _read_settings(path: Path, project: Path | None) -> str | None:
     either way it is opened without blocking (a FIFO must not hang the command).
     """
     if project is not None:
-        return projectfiles.read_file(project, path.parent.name, path.name, MAX_SETTINGS_BYTES)
+        return projectfiles.read_file(project, path.parent.relative_to(project).as_posix(), path.name, MAX_SETTINGS_BYTES)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
@@ -285,10 +291,23 @@ def codex_hooks_disabled(project_root: str | None) -> list[str]:
     return found
 
 
+def _plan_opencode(scope: str, *, remove: bool, events: str, cwd: str) -> Change:
+    """The plug-in file OpenCode loads from its ``plugins`` folder, written or taken away."""
+    from snapshotd.agents import opencode
+
+    project = Path(_project_root(cwd)) if scope != "user" else None
+    path = opencode.plugin_path(scope, str(project) if project is not None else None)
+    old = _read_settings(path, project)
+    new = opencode.new_text(old, path, remove=remove, events=events)
+    return Change(path, old, new, [] if remove else [events], project=project)
+
+
 def plan(tool: str, scope: str, *, remove: bool, events: str, cwd: str) -> Change:
     """The change ``integrate`` makes to the settings file of ``tool`` in ``scope``; nothing is written."""
+    if tool == "opencode":
+        return _plan_opencode(scope, remove=remove, events=events, cwd=cwd)
     if tool not in TOOLS:
-        raise InvalidParams(f"Unknown agent tool {tool!r}; use one of: {', '.join(TOOLS)}.")
+        raise InvalidParams(f"Unknown agent tool {tool!r}; use one of: {', '.join(INTEGRATIONS)}.")
     path = settings_path(tool, scope, cwd)
     project = Path(_project_root(cwd)) if scope in ("project", "local") else None
     old = _read_settings(path, project)
@@ -351,8 +370,11 @@ def apply(change: Change) -> None:
     if not change.changed:
         return
     if change.project is not None:
+        folder = change.path.parent.relative_to(change.project).as_posix()
         if change.new is not None:
-            projectfiles.write_file(change.project, change.path.parent.name, change.path.name, change.new.encode("utf-8"))
+            projectfiles.write_file(change.project, folder, change.path.name, change.new.encode("utf-8"))
+        else:
+            projectfiles.remove_file(change.project, folder, change.path.name)
         return
     target = change.path.resolve()
     if change.new is None:

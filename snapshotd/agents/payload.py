@@ -26,6 +26,10 @@ if TYPE_CHECKING:
 TOOLS = ("claude-code", "codex")
 """The agent tools whose hook payloads :func:`describe` reads."""
 
+INTEGRATIONS = (*TOOLS, "opencode")
+"""What ``integrate`` and ``doctor`` know: the hook tools, and OpenCode, whose plug-in checkpoints through
+the Node client (:mod:`snapshotd.agents.opencode`)."""
+
 EVENT_SETS = ("turns", "tools")
 """Which events ``integrate`` hooks: ``turns``, at the session's start, before each prompt and after
 each turn; ``tools``, also after each edit or shell tool."""

@@ -21,7 +21,7 @@ from pathlib import Path
 from snapshotd.errors import InvalidParams, Untrusted
 from snapshotd.fsutil import atomic_write_at
 
-__all__ = ["read_file", "read_limited", "write_file"]
+__all__ = ["read_file", "read_limited", "remove_file", "write_file"]
 
 _OPEN_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -35,26 +35,38 @@ def _refused_link(path: Path) -> Untrusted:
 
 
 def _open_folder(project: Path, folder: str, *, create: bool) -> int | None:
-    """A descriptor on ``project/folder`` (made 0755 with ``create``); None when it does not exist."""
-    root = os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    """A descriptor on ``project/folder`` (each part made 0755 with ``create``); None when it does not exist.
+
+    ``folder`` may have several parts (``.opencode/plugins``): each is opened from the one
+    above it without following a link.
+    """
+    current = os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    reached = project
     try:
-        if create:
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(folder, 0o755, dir_fd=root)
-        try:
-            return os.open(folder, _OPEN_FOLDER, dir_fd=root)
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP or (
-                exc.errno == errno.ENOTDIR and stat.S_ISLNK(os.stat(folder, dir_fd=root, follow_symlinks=False).st_mode)
-            ):
-                raise _refused_link(project / folder) from exc
-            if exc.errno == errno.ENOTDIR:
-                raise InvalidParams(f"{project / folder} is not a folder; move it away, then try again.") from exc
-            raise
+        for part in folder.split("/"):
+            reached = reached / part
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=current)
+            try:
+                below = os.open(part, _OPEN_FOLDER, dir_fd=current)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or (
+                    exc.errno == errno.ENOTDIR and stat.S_ISLNK(os.stat(part, dir_fd=current, follow_symlinks=False).st_mode)
+                ):
+                    raise _refused_link(reached) from exc
+                if exc.errno == errno.ENOTDIR:
+                    raise InvalidParams(f"{reached} is not a folder; move it away, then try again.") from exc
+                raise
+            os.close(current)
+            current = below
+        found, current = current, -1
+        return found
     finally:
-        os.close(root)
+        if current >= 0:
+            os.close(current)
 
 
 def read_limited(fd: int, path: Path, limit: int) -> str:
@@ -112,3 +124,29 @@ def write_file(project: Path, folder: str, name: str, data: bytes) -> None:
         atomic_write_at(folder_fd, name, data, mode)
     finally:
         os.close(folder_fd)
+
+
+def remove_file(project: Path, folder: str, name: str) -> None:
+    """Remove ``project/folder/name`` (never through a link), then each part of ``folder`` it leaves empty."""
+    folder_fd = _open_folder(project, folder, create=False)
+    if folder_fd is None:
+        return
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            if stat.S_ISLNK(os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode):
+                raise _refused_link(project / folder / name)
+            os.unlink(name, dir_fd=folder_fd)
+    finally:
+        os.close(folder_fd)
+    parts = folder.split("/")
+    while parts:
+        above = _open_folder(project, "/".join(parts[:-1]), create=False) if len(parts) > 1 else os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        if above is None:
+            return
+        try:
+            os.rmdir(parts[-1], dir_fd=above)
+        except OSError:  # not empty: it holds other things of the tool's
+            return
+        finally:
+            os.close(above)
+        parts.pop()

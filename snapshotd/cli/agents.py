@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from snapshotd.agents.hooks import EVENT_SETS, TOOLS
+from snapshotd.agents.payload import EVENT_SETS, INTEGRATIONS
 from snapshotd.cli.options import CONTEXT, fail, json_option, use_json
 from snapshotd.cli.output import to_json
 from snapshotd.client.launcher import Runner
@@ -51,21 +51,38 @@ def _what_changed(change: Any, our_handlers: Any, tool: str) -> str:
     return f"snapshotd's hooks in {change.path} now run at {', '.join(sorted(after))} ({detail})"
 
 
+def _opencode_message(change: Any, remove: bool) -> str:
+    """What happened to the OpenCode plug-in file, in one line."""
+    from snapshotd.agents import opencode
+
+    if remove:
+        return f"removed snapshotd's OpenCode plug-in {change.path}"
+    events = opencode.events_of(change.new) or ""
+    before = opencode.events_of(change.old)
+    what = f"it checkpoints {opencode.EVENT_WORDS.get(events, events)}"
+    if before is None:
+        return f"installed snapshotd's OpenCode plug-in at {change.path}; {what}"
+    if before != events:
+        return f"snapshotd's OpenCode plug-in at {change.path} now takes --events {events} (was {before}); {what}"
+    return f"rewrote snapshotd's OpenCode plug-in at {change.path} (new paths to the Node client or to snapshotd); {what}"
+
+
 @click.command(context_settings=CONTEXT)
-@click.argument("tool", type=click.Choice(TOOLS), metavar="claude-code|codex")
-@click.option("--project", "scope", flag_value="project", help="The worktree's settings (.claude/settings.json, .codex/hooks.json).")
-@click.option("--user", "scope", flag_value="user", default=True, help="Your own settings in your home folder (default).")
+@click.argument("tool", type=click.Choice(INTEGRATIONS), metavar="claude-code|codex|opencode")
+@click.option("--project", "scope", flag_value="project", help="The worktree's settings (.claude/settings.json, .codex/hooks.json, .opencode/plugins/).")
+@click.option("--user", "scope", flag_value="user", default=True, help="Your own settings in your home folder (default; OpenCode: ~/.config/opencode/plugins/).")
 @click.option("--local", "scope", flag_value="local", help="Claude Code only: your own settings for the worktree (.claude/settings.local.json, kept out of git).")
-@click.option("--events", type=click.Choice(EVENT_SETS), default="turns", show_default=True, help="turns: before each prompt and after each turn; tools: also after each edit or shell tool.")
-@click.option("--remove", is_flag=True, help="Take snapshotd's hook entries out again.")
+@click.option("--events", type=click.Choice(EVENT_SETS), default="turns", show_default=True, help="turns: before each prompt and after each turn; tools: also after each edit or shell tool (OpenCode: before and after).")
+@click.option("--remove", is_flag=True, help="Take snapshotd's hook entries (OpenCode: its plug-in file) out again.")
 @click.option("--dry-run", is_flag=True, help="Show the change as a diff; write nothing.")
 @json_option
 @click.pass_context
 def integrate(ctx: click.Context, tool: str, scope: str, events: str, remove: bool, dry_run: bool, json_output: bool) -> None:
-    """Add snapshotd's hooks to the settings of Claude Code or Codex (or remove them).
+    """Add snapshotd's hooks to the settings of Claude Code or Codex, or its plug-in to OpenCode (or remove them).
 
     Other settings and hooks stay as they were, byte for byte; running it
-    twice changes nothing.
+    twice changes nothing. For OpenCode, a file `snapshotd.js` in its plug-in
+    folder imports snapshotd's Node client by absolute path.
     """
     from snapshotd.agents import (
         integrate as integrate_mod,  # difflib, tomllib: kept off the hook's start-up path
@@ -85,6 +102,8 @@ def integrate(ctx: click.Context, tool: str, scope: str, events: str, remove: bo
         click.echo(change.diff() or f"no change to {change.path}", nl=not change.changed)
     elif not change.changed:
         click.echo(f"{change.path}: already as wanted")
+    elif tool == "opencode":
+        click.echo(_opencode_message(change, remove))
     elif remove:
         gone = " (nothing else was left in it: the file is removed)" if change.new is None else ""
         click.echo(f"removed snapshotd's hooks from {change.path}{gone}")
@@ -119,7 +138,7 @@ def mcp(ctx: click.Context, any_worktree: bool) -> None:
 
 
 @click.command(context_settings=CONTEXT)
-@click.argument("tool", type=click.Choice(TOOLS), metavar="[claude-code|codex]", required=False)
+@click.argument("tool", type=click.Choice(INTEGRATIONS), metavar="[claude-code|codex|opencode]", required=False)
 @json_option
 @click.pass_context
 def doctor(ctx: click.Context, tool: str | None, json_output: bool) -> None:
