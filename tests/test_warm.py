@@ -274,3 +274,25 @@ async def test_warm_checkpoints_open_no_repository(watched_engine, tmp_path, mon
             assert changed["checkpoint"]["tree"] == clean["checkpoint"]["tree"] == oracle_tree(path)
             assert changed["checkpoint"]["base"] == git(path, "rev-parse", "HEAD")
     assert opened == []
+
+
+async def test_the_kernels_watches_are_counted_after_folder_events_only(watched_engine, tmp_path):
+    # Reading the kernel's list of watches costs a few microseconds a folder: not for a file written.
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+
+    async def checks() -> int:
+        status = await watched_engine.call("status", {})
+        return status["counters"]["watcher.kernel_checks"]
+
+    before = await checks()
+    for index in range(5):
+        (repo / "src" / "a.py").write_text(f"print({index})\n")
+        result = await checkpoint(watched_engine, repo)
+        assert result["stats"]["scan"] == "watch" and result["checkpoint"]["tree"] == oracle_tree(repo)
+    assert await checks() == before
+    (repo / "src" / "new").mkdir()
+    (repo / "src" / "new" / "b.py").write_text("b\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["scan"] == "watch" and result["checkpoint"]["tree"] == oracle_tree(repo)
+    assert await checks() == before + 1

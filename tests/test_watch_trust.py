@@ -94,9 +94,11 @@ async def test_a_watch_the_watcher_does_not_hold_makes_the_next_capture_full(wat
     assert watcher.live
     stray = tmp_path / "stray"
     stray.mkdir()
-    # Fault: the kernel's set of watches and the watcher's disagree.
+    # Fault: the kernel's set of watches and the watcher's disagree. The kernel's are counted after
+    # an event about a folder (a file written cannot change them) and before every full scan.
     assert watcher._inotify._libc.inotify_add_watch(watcher._inotify.fd, str(stray).encode(), IN_MODIFY) > 0
     (repo / "README").write_text("changed\n")
+    (repo / "many" / "d0" / "inner").mkdir()
     result = await checkpoint(watched_engine, repo)
     assert result["stats"]["scan"] == "full"
     assert result["checkpoint"]["tree"] == oracle_tree(repo)

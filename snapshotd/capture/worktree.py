@@ -384,4 +384,5 @@ class WorktreeCapture:
             "watcher.events": self.watcher.events,
             "watcher.cookie_waits": self.watcher.cookies.waits,
             "watcher.rearms": self.watcher.rearms,
+            "watcher.kernel_checks": self.watcher.kernel_checks,
         })
