@@ -1,0 +1,115 @@
+"""Daemon CPU per warm checkpoint, and where it goes: cProfile of the engine in-process.
+
+Usage: ``python -m bench.warm_profile FILES [--captures 200] [--clean] [--threads] [--no-profile]
+[--sort tottime|cumulative] [--top 30] [--dump FILE]``
+
+On a clone of the synthetic tree of FILES files, the engine with a watcher
+takes three checkpoints (one cold, then warm), then ``--captures`` more, each
+after one tracked file is appended to (or none with ``--clean``). CPU per
+checkpoint is this process's from ``/proc/self/stat`` (every thread, user and
+system). cProfile sees one thread, so the worker-thread calls run on the
+loop's thread meanwhile unless ``--threads`` (then only the loop's part is
+profiled); ``--no-profile`` measures CPU without cProfile's cost. Run two
+checkouts one after the other, alternating, for a before/after ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import shutil
+import time
+from collections.abc import Callable
+from typing import Any
+
+import trio
+
+from snapshotd import Engine
+from snapshotd.threads import one_malloc_arena
+
+from .common import WORK, git
+from .trees import synthetic
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time (user and system, every thread) from ``/proc``."""
+    with open("/proc/self/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _inline(fn: Callable[..., Any], *args: Any, **_: Any) -> Any:
+    """A worker-thread call run on the loop's thread, so cProfile (one thread) sees it."""
+    await trio.lowlevel.checkpoint()
+    return fn(*args)
+
+
+async def run(args: argparse.Namespace) -> None:
+    if not args.threads:
+        trio.to_thread.run_sync = _inline  # type: ignore[assignment]
+    tree = synthetic(args.files, log=False)
+    base = WORK / f"warm-profile-{args.files}"
+    shutil.rmtree(base, ignore_errors=True)
+    base.mkdir(parents=True)
+    clone = base / "wt"
+    git(base, "clone", "-q", tree.path, str(clone))
+    target = next(
+        path for path in sorted(clone.rglob("*"))
+        if path.is_file() and not any(part.startswith(".") for part in path.relative_to(clone).parts)
+    )
+    profile = cProfile.Profile()
+    async with trio.open_nursery() as nursery:
+        engine = Engine(home=str(base / "home"), nursery=nursery)
+        for _ in range(3):
+            await engine.call("checkpoint", {"path": str(clone), "session": "profile"})
+        await trio.sleep(0.5)
+        scans = set()
+        cpu, wall = cpu_seconds(), time.perf_counter()
+        if not args.no_profile:
+            profile.enable()
+        for index in range(args.captures):
+            if not args.clean:
+                with open(target, "a") as handle:
+                    handle.write(f"{index}\n")
+            result = await engine.call("checkpoint", {"path": str(clone), "session": "profile"})
+            scans.add(result["stats"]["scan"])
+        profile.disable()
+        cpu, wall = cpu_seconds() - cpu, time.perf_counter() - wall
+        await engine.aclose()
+        nursery.cancel_scope.cancel()
+    shutil.rmtree(base, ignore_errors=True)
+    what = "clean" if args.clean else "1 file changed"
+    print(
+        f"{args.files} files, {what}, {args.captures} checkpoints ({', '.join(sorted(scans))}): "
+        f"CPU {1000 * cpu / args.captures:.2f} ms, wall {1000 * wall / args.captures:.2f} ms each"
+        f"{'' if args.no_profile else ' (profiled)'}, load {os.getloadavg()[0]:.1f}"
+    )
+    if args.no_profile:
+        return
+    if args.dump:
+        profile.dump_stats(args.dump)
+    out = io.StringIO()
+    pstats.Stats(profile, stream=out).sort_stats(args.sort).print_stats(args.top)
+    print(out.getvalue())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("files", type=int)
+    parser.add_argument("--captures", type=int, default=200)
+    parser.add_argument("--clean", action="store_true", help="change nothing between checkpoints")
+    parser.add_argument("--threads", action="store_true", help="keep worker threads (cProfile sees the loop only)")
+    parser.add_argument("--no-profile", action="store_true", help="CPU per checkpoint only")
+    parser.add_argument("--sort", default="tottime")
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--dump", help="write the profile's stats to this file (pstats)")
+    args = parser.parse_args()
+    one_malloc_arena()
+    trio.run(run, args)
+
+
+if __name__ == "__main__":
+    main()
