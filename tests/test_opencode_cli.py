@@ -174,6 +174,13 @@ def test_opencode_two_turns_with_a_subagent_through_the_installed_plugin(opencod
         "after turn",
     ], labels
     assert labels[:6] == [cp["label"] for cp in first]
+    session = checkpoints[0]["session"]
+    agents = {cp["label"]: cp.get("agent") or {} for cp in checkpoints}
+    assert all(agent["tool"] == "opencode" and agent["session"] == session for agent in agents.values()), agents
+    assert agents["before edit: a.txt"]["tool_use"] == agents["after edit: a.txt"]["tool_use"] != agents["before bash: echo two > todo.txt"]["tool_use"]
+    child = agents["before write: src/sub.txt"]["subagent"]
+    assert child != session and agents["after subagent"]["subagent"] == child and "subagent" not in agents["after turn"], agents
+    assert agents['before: "second turn"'].get("model", "mock/mock-model") == "mock/mock-model"
     trees = {cp["label"]: cp["tree"] for cp in checkpoints}
     moments = script.moments
     assert trees['before: "first turn"'] == trees["before apply_patch: notes.txt"] == moments["first turn", 0]

@@ -46,6 +46,8 @@ export interface Checkpoint {
   host: string | null;
   /** Set on checkpoints fetched from a remote (`list` with `remote`). */
   remote?: string;
+  /** The agent's ids it was recorded with (its `Snapshotd-Agent-*` trailers). */
+  agent?: Record<string, string>;
 }
 
 export interface CaptureStats {
@@ -112,6 +114,8 @@ export interface OptionalWorktree {
 export type CheckpointParams = WorktreeTarget & {
   session?: string | null;
   label?: string | null;
+  /** The calling agent's ids, kept as the commit's `Snapshotd-Agent-*` trailers (`{tool: "opencode", session: "…"}`). */
+  agent?: Record<string, string>;
   /** Scan the whole worktree even when the watcher names the changed paths. */
   exact?: boolean;
   /** Checkpoint even the user's home folder or `/` (refused with `needs_force` otherwise). */

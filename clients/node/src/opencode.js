@@ -6,6 +6,9 @@
 // session is the OpenCode session; a subagent's (a `task` tool's child
 // session) are recorded in its parent's session, as `before subagent: …`,
 // its tools, and `after subagent`, so they fall inside the parent's turn.
+// OpenCode's ids go with each as its agent trailers (`Snapshotd-Agent-Tool:
+// opencode`, `-Session`, `-Subagent`: the child session, `-Prompt`: the
+// prompt's message, `-Tool-Use`: the tool call, `-Model`).
 //
 // OpenCode waits for a plug-in's hook with no limit, so every wait here has
 // one: a "before" checkpoint is waited for at most the hooks' budget
@@ -148,7 +151,7 @@ export function opencodePlugin(options = {}) {
       return parent ? ((await owner(parent)) ?? parent) : null;
     }
 
-    async function attempt(event, session, label, opensTurn) {
+    async function attempt(event, session, label, opensTurn, agent) {
       if (paused && !(await answers())) {
         fail(event, `the daemon still does not answer; '${label}' was skipped`);
         return;
@@ -159,10 +162,10 @@ export function opencodePlugin(options = {}) {
         if (opensTurn) {
           const { checkpoints } = await sd.list({ path: root, session, limit: 1 });
           if (checkpoints.length && turnOpen(checkpoints[0].label ?? "")) {
-            await sd.checkpoint({ path: root, session, label: `${AFTER_TURN} (interrupted)` });
+            await sd.checkpoint({ path: root, session, label: `${AFTER_TURN} (interrupted)`, agent: { tool: "opencode", session } });
           }
         }
-        await sd.checkpoint({ path: root, session, label });
+        await sd.checkpoint({ path: root, session, label, agent });
         keepResult(results, event, root, null);
       } catch (error) {
         if (!(error instanceof ClientError) || error instanceof CallTimeoutError) drop();
@@ -172,9 +175,9 @@ export function opencodePlugin(options = {}) {
     }
 
     /** Checkpoint `label` in `session`'s order; resolves when it is recorded, or failed, or after the budget. */
-    function record(event, session, label, opensTurn = false) {
+    function record(event, session, label, opensTurn, agent) {
       const previous = chains.get(session) ?? Promise.resolve();
-      const link = previous.then(() => attempt(event, session, label, opensTurn));
+      const link = previous.then(() => attempt(event, session, label, opensTurn, agent));
       chains.set(session, link);
       pending.add(link);
       link.finally(() => {
@@ -184,10 +187,13 @@ export function opencodePlugin(options = {}) {
       return within(link, budget);
     }
 
-    /** Record for `sessionID`, in its parent's session when it is a subagent's (`sub` labels it so). */
-    async function checkpoint(event, sessionID, label, sub) {
+    /** Record for `sessionID`, in its parent's session when it is a subagent's (`sub` labels it so), with
+     * OpenCode's ids as the checkpoint's agent trailers (`ids`: the prompt's message, the tool call, the model). */
+    async function checkpoint(event, sessionID, label, sub, ids = {}) {
       const parent = await owner(sessionID);
-      return parent ? record(event, parent, sub(label)) : record(event, sessionID, label, event === "chat.message");
+      const known = Object.fromEntries(Object.entries(ids).filter(([, value]) => typeof value === "string" && /^[^\s\x00-\x1f\x7f]([^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f])?$/.test(value) && value.length <= 1024));
+      if (parent) return record(event, parent, sub(label), false, { tool: "opencode", session: parent, subagent: sessionID, ...known });
+      return record(event, sessionID, label, event === "chat.message", { tool: "opencode", session: sessionID, ...known });
     }
 
     function toolDetail(tool, args) {
@@ -205,9 +211,10 @@ export function opencodePlugin(options = {}) {
     }
 
     const hooks = {
-      "chat.message": async ({ sessionID }, { parts }) => {
+      "chat.message": async ({ sessionID, messageID, model }, { parts }) => {
         const prompt = shorten(parts?.find((part) => part.type === "text")?.text);
-        await checkpoint("chat.message", sessionID, `before: ${prompt}`, () => `before subagent: ${prompt}`.trimEnd());
+        const ids = { prompt: messageID, model: model?.providerID && model?.modelID ? `${model.providerID}/${model.modelID}` : undefined };
+        await checkpoint("chat.message", sessionID, `before: ${prompt}`, () => `before subagent: ${prompt}`.trimEnd(), ids);
       },
       event: async ({ event }) => {
         if (event.type === "session.created" && event.properties?.info?.parentID) {
@@ -227,14 +234,14 @@ export function opencodePlugin(options = {}) {
         const detail = toolDetail(tool, args);
         details.set(callID, detail);
         const label = `before ${tool}${detail ? `: ${detail}` : ""}`;
-        await checkpoint("tool.execute.before", sessionID, label, (same) => same);
+        await checkpoint("tool.execute.before", sessionID, label, (same) => same, { tool_use: callID });
       };
       hooks["tool.execute.after"] = async ({ tool, sessionID, callID, args }) => {
         if (!CHANGING_TOOLS.includes(tool)) return;
         const detail = details.get(callID) ?? toolDetail(tool, args);
         details.delete(callID);
         const label = `after ${tool}${detail ? `: ${detail}` : ""}`;
-        checkpoint("tool.execute.after", sessionID, label, (same) => same); // not waited for
+        checkpoint("tool.execute.after", sessionID, label, (same) => same, { tool_use: callID }); // not waited for
       };
     }
     connection().then((sd) => sd.open(root)).catch(() => {}); // warm the worktree: the first "before" is quick

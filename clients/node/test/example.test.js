@@ -110,6 +110,10 @@ test("a subagent's checkpoints are recorded in its parent's session, inside the 
     assert.equal((await sd.list({ path: repo, session: child })).checkpoints.length, 0);
     assert.equal(checkpoints[0].tree, gitTree(repo));
     assert.deepEqual(asked, [parent, child]); // each session is asked about once
+    const byLabel = Object.fromEntries(checkpoints.map((each) => [each.label, each.agent]));
+    assert.deepEqual(byLabel["before: Delegate it"], { tool: "opencode", session: parent });
+    assert.deepEqual(byLabel["before write: sub.txt"], { tool: "opencode", session: parent, subagent: child, tool_use: "w1" });
+    assert.deepEqual(byLabel["after subagent"], { tool: "opencode", session: parent, subagent: child });
   } finally {
     await sd.close();
   }
