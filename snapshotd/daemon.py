@@ -23,10 +23,15 @@ from collections.abc import AsyncIterator, Callable
 
 import trio
 
+from snapshotd import facilities
 from snapshotd.engine.core import Engine
 from snapshotd.server.binding import systemd_listen_fd
 from snapshotd.server.listener import serve
-from snapshotd.settings import max_connections as connection_setting, resolve_socket_path
+from snapshotd.settings import (
+    check_disabled,
+    max_connections as connection_setting,
+    resolve_socket_path,
+)
 from snapshotd.threads import one_malloc_arena
 
 __all__ = ["run_daemon", "serve_daemon"]
@@ -93,6 +98,7 @@ async def serve_daemon(
     :class:`FileExistsError` or another :class:`OSError`.
     """
     path = resolve_socket_path(socket_path)
+    check_disabled()  # a SNAPSHOTD_DISABLE naming something unknown: one sentence, nothing started
     try:
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
@@ -121,6 +127,7 @@ async def serve_daemon(
                             task_status=task_status,
                         )
                     )
+                    facilities.log_missing()  # once listening: a start that fails says only why
                     task_status.started(engine)
                     await trio.sleep_forever()
                 finally:

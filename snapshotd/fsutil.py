@@ -9,13 +9,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import functools
 import grp
 import os
 import pwd
 import stat
 
 from snapshotd.errors import NotFound, Untrusted
+from snapshotd.settings import disabled_facilities
 
 MISSING_ERRNOS = (errno.ENOENT, errno.ENOTDIR, errno.ESTALE)
 """What looking at a path that was there a moment ago fails with once it is gone (or a folder above it is)."""
@@ -38,7 +38,6 @@ TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook'
 if TYPE_CHECKING:
     from collections.abc import Iterator
     from pathlib import Path
-    from typing import Any
 
 
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
@@ -293,8 +292,14 @@ def no_world_writes() -> None:
     under umask 000 they came out world-writable. Group bits are left as the
     user set them, so a group-shared repository stays writable by its group.
     """
+    global UMASK
     current = os.umask(0o022)
-    os.umask(current | 0o002)
+    UMASK = current | 0o002
+    os.umask(UMASK)
+
+
+UMASK: int | None = None
+"""The umask :func:`no_world_writes` set: what a process without ``/proc`` knows of its umask."""
 
 
 def pid_alive(pid: int) -> bool:
@@ -305,6 +310,8 @@ def pid_alive(pid: int) -> bool:
         return False
     except PermissionError:
         return True
+    if "proc" in disabled_facilities():
+        return True  # no process table to tell a zombie from a live process
     try:
         with open(f"/proc/{pid}/stat") as handle:
             state = handle.read().rpartition(")")[2].split()[0]
@@ -336,25 +343,3 @@ def remove_stale_temp_files(folder: Path, prefix: str) -> list[str]:
     finally:
         os.close(fd)
     return removed
-
-
-@functools.cache
-def _libc() -> Any:
-    """The C library, loaded on first use (finding it runs ldconfig: too slow for every command's start)."""
-    import ctypes
-    import ctypes.util
-
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-def sync_filesystem(path: str | os.PathLike[str]) -> None:
-    """Flush the file system holding ``path`` (syncfs): objects reach disk before a ref names them."""
-    import ctypes
-
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        if _libc().syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
-    finally:
-        os.close(fd)

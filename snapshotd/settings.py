@@ -129,6 +129,33 @@ def max_connections(explicit: int | None = None) -> int:
     return number
 
 
+FACILITIES = ("inotify", "peercred", "syncfs", "proc")
+"""What ``$SNAPSHOTD_DISABLE`` may switch off: what macOS, BSD or a strict container lacks (:mod:`snapshotd.facilities`)."""
+
+
+def disabled_facilities(value: str | None = None) -> frozenset[str]:
+    """The facilities ``$SNAPSHOTD_DISABLE`` switches off (comma-separated names of :data:`FACILITIES`, or ``all``).
+
+    Each is then treated as missing, the way the platform without it would
+    be; a name not known is left out here (an agent hook never fails over its
+    own setting) and refused by :func:`check_disabled` when the daemon starts.
+    """
+    text = os.environ.get("SNAPSHOTD_DISABLE", "") if value is None else value
+    names = {name.strip().lower() for name in text.split(",") if name.strip()}
+    return frozenset(FACILITIES) if "all" in names else frozenset(names & set(FACILITIES))
+
+
+def check_disabled(value: str | None = None) -> None:
+    """Refuse a ``$SNAPSHOTD_DISABLE`` naming what it cannot switch off (ValueError, one sentence)."""
+    text = os.environ.get("SNAPSHOTD_DISABLE", "") if value is None else value
+    unknown = sorted({name.strip().lower() for name in text.split(",") if name.strip()} - {*FACILITIES, "all"})
+    if unknown:
+        raise ValueError(
+            f"SNAPSHOTD_DISABLE names {', '.join(repr(name) for name in unknown)}, which it cannot switch off; "
+            f"use a comma-separated list of {', '.join(FACILITIES)} (or all)."
+        )
+
+
 def git_config_home() -> Path:
     """Where git looks for the user's config, ignore and attributes files: $XDG_CONFIG_HOME/git."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")

@@ -11,7 +11,7 @@ import os
 import stat
 
 
-def check_socket_folder(folder: str, *, create: bool = False) -> None:
+def check_socket_folder(folder: str, *, create: bool = False, private: bool = False) -> None:
     """The rule for the socket's folder, for the daemon and its clients alike.
 
     It must be a folder (not a symlink) of this user that no one else may
@@ -19,6 +19,8 @@ def check_socket_folder(folder: str, *, create: bool = False) -> None:
     where snapshotd looks. With ``create`` a missing folder is made mode 0700;
     without it, a missing folder raises FileNotFoundError. An unsafe one raises
     PermissionError (NotADirectoryError for a file) with one sentence.
+    With ``private`` (a daemon that cannot read its peers' credentials) no
+    one else may even enter it: its 0700 is then what keeps other users out.
     """
     if create:
         try:
@@ -39,4 +41,9 @@ def check_socket_folder(folder: str, *, create: bool = False) -> None:
         raise PermissionError(
             f"Refusing the socket folder {folder}: other users may write to it "
             f"(mode {stat.S_IMODE(info.st_mode):04o})."
+        )
+    if private and info.st_mode & 0o077:
+        raise PermissionError(
+            f"Refusing the socket folder {folder}: without peer credentials (SO_PEERCRED) its mode is what keeps "
+            f"other users out, and it is {stat.S_IMODE(info.st_mode):04o}; run: chmod 700 {folder}"
         )

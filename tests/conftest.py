@@ -81,6 +81,21 @@ def pytest_runtest_call(item: pytest.Item):
         outcome.force_exception(exc)
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test marked ``needs("inotify", ...)`` is about that facility: skipped, saying why, where it is missing.
+
+    ``SNAPSHOTD_DISABLE`` switches facilities off (the second pass of
+    ``.ci/run``); macOS or a container may lack them outright.
+    """
+    from snapshotd import facilities
+
+    for mark in item.iter_markers("needs"):
+        for name in mark.args:
+            why = facilities.missing_reason(name)
+            if why is not None:
+                pytest.skip(f"about {name}, which is unavailable here ({why})")
+
+
 @pytest.fixture
 async def engine():
     """An embedded engine (no watcher): every capture takes the cold path."""

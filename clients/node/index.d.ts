@@ -338,6 +338,16 @@ export interface StatusResult {
   home?: string;
   /** Per worktree id whose background push is on. */
   background_push?: Record<string, BackgroundPush>;
+  /** Whether the daemon has each of inotify, peercred (SO_PEERCRED), syncfs and proc, and why not. */
+  facilities?: Record<"inotify" | "peercred" | "syncfs" | "proc", Facility>;
+  /** One sentence per facility missing: what it is and what the daemon does instead. */
+  warnings?: string[];
+}
+
+export interface Facility {
+  available: boolean;
+  /** Why it is missing (switched off by SNAPSHOTD_DISABLE, not on this platform, a call refused); null when available. */
+  reason: string | null;
 }
 
 export interface VerifyDifference {

@@ -19,6 +19,8 @@ from __future__ import annotations
 import os
 import time
 
+from snapshotd.settings import disabled_facilities
+
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox"})
 """Programs an agent may run its hooks or MCP servers through; the agent is the first ancestor that is none."""
 
@@ -28,7 +30,10 @@ HOOK_MARKS = (b"hookentry.py", b"snapshotd\0hook\0", b"snapshotd hook ")
 
 
 def proc_stat(pid: int) -> tuple[str, str, int, int] | None:
-    """(command name, state, parent pid, start time in clock ticks) of process ``pid``, or None when it is gone."""
+    """(command name, state, parent pid, start time in clock ticks) of process ``pid``; None when it is gone or
+    there is no /proc (``SNAPSHOTD_DISABLE=proc`` as well)."""
+    if "proc" in disabled_facilities():
+        return None
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
             text = handle.read()

@@ -23,6 +23,7 @@ import struct
 
 import trio
 
+from snapshotd import facilities
 from snapshotd.errors import WatchGivenUp
 
 IN_MODIFY = 0x2
@@ -60,14 +61,22 @@ def open_in_tree(root: str, rel: str) -> int:
     return fd
 
 
+def _libc() -> ctypes.CDLL:
+    """The C library, whose inotify calls this binding makes."""
+    return ctypes.CDLL(None, use_errno=True)
+
+
 class Inotify:
     """One inotify instance, through libc: watches by descriptor, raw events, the kernel's watch count."""
 
     def __init__(self) -> None:
-        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._libc = _libc()
         self.fd = self._libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
         if self.fd < 0:
-            raise as_limit(_last_error("inotify_init1"))
+            error = _last_error("inotify_init1")
+            if error.errno in facilities.ABSENT_ERRNOS:  # not there (a sandbox's seccomp): cold from now on
+                facilities.lose("inotify", error.strerror or "inotify_init1 failed")
+            raise as_limit(error)
 
     def add(self, folder_fd: int) -> int:
         """Watch the folder open as ``folder_fd`` (its descriptor, so no path is resolved again)."""

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 
 import trio
 
+from snapshotd import facilities
 from snapshotd.capture import presence
 from snapshotd.capture.core import capture_cold
 from snapshotd.capture.gitlinks import moved as moved_gitlinks
@@ -247,6 +248,8 @@ class WorktreeCapture:
         if self._root is None:  # the root as this request finds it: one made anew later is not this one
             self._root = await trio.to_thread.run_sync(presence.root_id, self.info.path, limiter=thread_limiter)
         if nursery is None or self.watcher is not None or time.monotonic() < self._retry_at:
+            return
+        if not facilities.available("inotify"):  # lost since the engine started (inotify_init1 said ENOSYS)
             return
         self.vanished = None
 

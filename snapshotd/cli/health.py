@@ -2,8 +2,10 @@
 
 The table is the ``status`` result alone: each worktree carries its
 checkpoint count and when its newest was taken, read from the store's index,
-so a large store costs no more than a small one. The counters are printed
-only with ``--verbose``; ``--json`` is the method's result, unchanged.
+so a large store costs no more than a small one. A facility the machine
+lacks (inotify, SO_PEERCRED, syncfs, /proc) is one ``warning:`` line under
+the health line, once for the daemon. The counters are printed only with
+``--verbose``; ``--json`` is the method's result, unchanged.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ def health_line(result: dict[str, Any], embedded: bool = False) -> str:
         return click.style("ok", fg="green") + ": embedded (no daemon: each command opens its worktree and scans it)"
     gone = sum(1 for wt in worktrees if _state(wt) not in ("watching", "cold"))
     cold = sum(1 for wt in worktrees if _state(wt) == "cold")
+    unwatchable = not result.get("facilities", {}).get("inotify", {}).get("available", True)
     spawn = result.get("spawn", {})
     notes = []
     if gone:
@@ -57,13 +60,14 @@ def health_line(result: dict[str, Any], embedded: bool = False) -> str:
             f"{gone} worktree{'s' if gone != 1 else ''} not where recorded "
             "(see warnings; `snapshotd repair` lists them, `snapshotd forget PATH` drops a deleted one)"
         )
-    if cold:
+    if cold and not unwatchable:  # without inotify every worktree is cold: the warning says so once
         notes.append(f"{cold} captured cold (no watcher: each checkpoint scans)")
     if not spawn.get("native", True):
         notes.append(f"git runs through the fallback spawner ({spawn.get('error')})")
     count = f"{len(worktrees)} worktree{'s' if len(worktrees) != 1 else ''}"
     if not notes:
-        return click.style("ok", fg="green") + f": {count}, all watched"
+        how = "captured cold (no inotify: see the warning)" if unwatchable else "all watched"
+        return click.style("ok", fg="green") + f": {count}, {how}"
     return click.style("attention", fg="yellow") + f": {count}; " + "; ".join(notes)
 
 
@@ -90,6 +94,8 @@ def print_status(result: dict[str, Any], verbose: bool, embedded: bool = False) 
     elif not embedded:
         click.echo("no worktrees open yet (a checkpoint opens one)")
     click.echo(health_line(result, embedded))
+    for text in result.get("warnings") or ():  # a facility this machine lacks: once, whatever the worktrees
+        click.echo(click.style("warning: ", fg="yellow") + text)
     for worktree, push in (result.get("background_push") or {}).items():
         click.echo(background_push_line(worktree, push))
     counters = result["counters"]

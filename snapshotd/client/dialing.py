@@ -45,6 +45,7 @@ from snapshotd.contract.framing import (
 )
 from snapshotd.contract.peers import peer_credentials
 from snapshotd.errors import Busy, SnapshotdError, UntrustedDaemon
+from snapshotd.settings import disabled_facilities
 from snapshotd.socketfolder import check_socket_folder
 
 if TYPE_CHECKING:
@@ -64,10 +65,10 @@ def check_folder(socket_path: str) -> None:
 
 
 def check_listener(sock: socket.socket | trio.socket.SocketType, socket_path: str) -> None:
-    """Refuse a connected socket whose listener is not this user (SO_PEERCRED)."""
-    _, uid, _ = peer_credentials(sock)
+    """Refuse a connected socket whose listener is not this user (SO_PEERCRED; without it, :func:`check_folder` is the check)."""
+    peer = peer_credentials(sock, switched_off="peercred" in disabled_facilities())
     own = os.geteuid()
-    if uid != own:
+    if peer is not None and (uid := peer[1]) != own:
         try:
             name = f"{pwd.getpwuid(uid).pw_name}, uid {uid}"
         except KeyError:

@@ -25,7 +25,7 @@ from snapshotd.client.dialing import daemon_starting
 from snapshotd.contract.peers import peer_credentials
 from snapshotd.errors import InternalError, InvalidParams, SnapshotdError, Untrusted
 from snapshotd.fsutil import check_private_home, pid_alive
-from snapshotd.settings import data_home, resolve_socket_path
+from snapshotd.settings import data_home, disabled_facilities, resolve_socket_path
 from snapshotd.socketfolder import check_socket_folder
 
 if TYPE_CHECKING:
@@ -80,7 +80,8 @@ def _listener_pid(path: str) -> int:
     try:
         probe.settimeout(DAEMON_STOP_TIMEOUT_S)
         probe.connect(path)
-        return peer_credentials(probe)[0]
+        peer = peer_credentials(probe, switched_off="peercred" in disabled_facilities())
+        return peer[0] if peer is not None else 0  # unknown without SO_PEERCRED
     except OSError:
         return 0
     finally:

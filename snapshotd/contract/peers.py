@@ -5,11 +5,20 @@ refuse a listener of another user before sending anything. Nothing here
 imports trio, so the blocking client and the command line stay light, nor
 :mod:`socket` (the constants are its C module's): an agent hook's connection
 (:mod:`snapshotd.client.onecall`) uses this.
+
+Where the peer's credentials cannot be had (no ``SO_PEERCRED``: macOS, the
+BSDs; a sandbox refusing it; ``SNAPSHOTD_DISABLE=peercred``, which each caller
+passes as ``switched_off``), :func:`peer_credentials` says None and the peer
+is not checked: the socket folder's owner and mode
+(:func:`~snapshotd.socketfolder.check_socket_folder`: 0700 for a daemon
+without them), checked by the daemon before it listens and by each client
+before it connects, are what keep other users out (docs/security.md).
 """
 
 from __future__ import annotations
 
 import _socket
+import errno
 import struct
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
@@ -21,9 +30,22 @@ if TYPE_CHECKING:
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
-def peer_credentials(sock: socket.socket | _socket.socket | trio.socket.SocketType) -> tuple[int, int, int]:
-    """The connected peer's ``(pid, uid, gid)`` from SO_PEERCRED."""
-    raw = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, _UCRED.size)
+_ABSENT = frozenset({errno.ENOPROTOOPT, errno.EOPNOTSUPP, errno.ENOSYS, errno.EPERM, errno.EINVAL})
+
+
+def peer_credentials(
+    sock: socket.socket | _socket.socket | trio.socket.SocketType, *, switched_off: bool = False
+) -> tuple[int, int, int] | None:
+    """The connected peer's ``(pid, uid, gid)`` from SO_PEERCRED; None where it cannot be had (see above)."""
+    option = getattr(_socket, "SO_PEERCRED", None)
+    if option is None or switched_off:
+        return None
+    try:
+        raw = sock.getsockopt(_socket.SOL_SOCKET, option, _UCRED.size)
+    except OSError as exc:
+        if exc.errno in _ABSENT:
+            return None
+        raise
     pid, uid, gid = _UCRED.unpack(raw)
     return pid, uid, gid
 

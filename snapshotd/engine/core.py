@@ -18,6 +18,7 @@ from typing import Any
 
 import trio
 
+from snapshotd import facilities
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult, refuse_broad_folder
 from snapshotd.capture.presence import naming_the_path_asked
 from snapshotd.capture.state import CaptureResult
@@ -31,7 +32,7 @@ from snapshotd.engine.registry import Registry, WorktreeState
 from snapshotd.engine.repair import repair
 from snapshotd.engine.subscriptions import Subscriptions, require_connection
 from snapshotd.errors import InvalidParams, MethodNotFound, Unsupported, WorktreeMismatch
-from snapshotd.git import spawn
+from snapshotd.git import loose, spawn
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
 from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
@@ -53,7 +54,8 @@ class Engine:
     ) -> None:
         self.home = data_home(home)
         self.nursery = nursery  # with one, worktrees are watched and captures can be warm
-        self.watch = watch and nursery is not None
+        self.watch = watch and nursery is not None and facilities.available("inotify")
+        loose.fsync_each_write()  # without syncfs, each object is made durable as it is written
         self.size_cap = resolve_size_cap(size_cap)
         self.records = Records(self.home)
         self.counters: Counter[str] = Counter()
@@ -386,6 +388,7 @@ class Engine:
             "size_cap": self.size_cap,
             "home": str(self.home),
             "background_push": self.transfers.background.status(),
+            **facilities.report(),
         }
 
     async def _shutdown(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:

@@ -29,8 +29,8 @@ from typing import Any
 import pygit2
 
 from snapshotd.errors import GitError, RefLocked, RefMoved, SpawnTimeout, Unsupported
-from snapshotd.fsutil import sync_filesystem
 from snapshotd.git import loose, spawn
+from snapshotd.git.flush import sync_filesystem
 from snapshotd.git.format import HEX_LENGTH, object_format
 from snapshotd.git.objects import (
     CLASSES,

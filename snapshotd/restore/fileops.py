@@ -15,8 +15,10 @@ import os
 import stat
 from collections.abc import Sequence
 
+from snapshotd import fsutil
 from snapshotd.errors import InvalidParams, PathBlocked
 from snapshotd.paths import is_git_dir_name
+from snapshotd.settings import disabled_facilities
 
 TEMP_PREFIX = ".snapshotd-tmp-"
 
@@ -90,7 +92,12 @@ def open_dir(root_fd: int, parts: Sequence[str], *, create: bool, created: list[
 
 
 def read_umask() -> int:
-    """The process umask, read without changing it (os.umask is not thread-safe)."""
+    """The process umask, read without changing it (os.umask is not thread-safe).
+
+    Without ``/proc``: the umask the daemon set at start (:data:`~snapshotd.fsutil.UMASK`), else git's usual 022.
+    """
+    if "proc" in disabled_facilities():
+        return fsutil.UMASK if fsutil.UMASK is not None else 0o022
     try:
         with open("/proc/self/status", encoding="ascii", errors="replace") as status:
             for line in status:
@@ -98,7 +105,7 @@ def read_umask() -> int:
                     return int(line.split()[1], 8)
     except (OSError, ValueError):
         pass
-    return 0o022
+    return fsutil.UMASK if fsutil.UMASK is not None else 0o022
 
 
 def file_permissions(mode: int, existing: os.stat_result | None, umask: int) -> int:

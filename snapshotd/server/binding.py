@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import trio
 
+from snapshotd import facilities
 from snapshotd.errors import Busy
+from snapshotd.settings import disabled_facilities
 from snapshotd.socketfolder import check_socket_folder
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,8 @@ def listen_backlog() -> int:
     retry, see :mod:`snapshotd.client.dialing`); the kernel would cut a larger value down anyway.
     """
     try:
+        if "proc" in disabled_facilities():
+            raise OSError("no /proc")
         with open(_SOMAXCONN) as handle:
             value = int(handle.read().strip())
     except (OSError, ValueError):
@@ -159,7 +163,8 @@ async def bind(socket_path: str) -> Bound:
     path = os.path.abspath(socket_path)
     if len(os.fsencode(path)) >= 108:
         raise OSError(errno.ENAMETOOLONG, f"The socket path {path} is too long for a Unix socket.")
-    check_socket_folder(os.path.dirname(path), create=True)
+    # without SO_PEERCRED no peer is checked: the folder must then be 0700, the guard (docs/security.md)
+    check_socket_folder(os.path.dirname(path), create=True, private=not facilities.available("peercred"))
     _refuse_non_socket(path)  # before the lock file, so a refused path leaves nothing beside it
     lock_fd = _take_lock(path + ".lock", path)
     sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

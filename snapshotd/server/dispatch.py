@@ -29,6 +29,7 @@ from snapshotd.contract.framing import (
     small_enough,
 )
 from snapshotd.errors import InternalError, InvalidRequest, ParseError, SnapshotdError
+from snapshotd.settings import disabled_facilities
 from snapshotd.threads import thread_limiter
 
 log = logging.getLogger(__name__)
@@ -84,7 +85,7 @@ def log_location() -> str:
         return "the daemon's standard error, which is closed"
     if os.environ.get("JOURNAL_STREAM") == f"{info.st_dev}:{info.st_ino}":
         return "the systemd journal (journalctl --user -u snapshotd)"
-    if stat.S_ISREG(info.st_mode):
+    if stat.S_ISREG(info.st_mode) and "proc" not in disabled_facilities():
         with contextlib.suppress(OSError):
             return os.readlink("/proc/self/fd/2")
     if os.isatty(2):

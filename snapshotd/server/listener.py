@@ -31,7 +31,7 @@ from snapshotd.server.budget import (
 )
 from snapshotd.server.connection import Connection, refuse
 from snapshotd.server.dispatch import Service
-from snapshotd.settings import DEFAULT_MAX_CONNECTIONS
+from snapshotd.settings import DEFAULT_MAX_CONNECTIONS, disabled_facilities
 
 __all__ = ["serve"]
 
@@ -114,8 +114,8 @@ async def serve(
         nonlocal live
         try:
             async with stream:
-                _, uid, _ = peer_credentials(stream.socket)
-                if not peer_allowed(uid, own_uid, allow_root=allow_root):
+                peer = peer_credentials(stream.socket, switched_off="peercred" in disabled_facilities())  # None without SO_PEERCRED: the folder's 0700 is the guard
+                if peer is not None and not peer_allowed(uid := peer[1], own_uid, allow_root=allow_root):
                     log.warning("refused a connection from uid %d", uid)
                     refusal = f"This daemon serves only its own user; uid {uid} is refused."
                     await refuse(stream, InvalidRequest(refusal))

@@ -1,0 +1,49 @@
+"""Flushing what a store wrote before a reference names it: ``syncfs`` of its file system, else ``sync``.
+
+Where ``syncfs`` is missing (macOS, the BSDs, a sandbox that refuses it,
+``SNAPSHOTD_DISABLE=syncfs``) the libgit2 back-end flushes each object as it
+writes it (:func:`snapshotd.git.loose.fsync_each_write`); this flushes every
+file system instead, for the writes it does not follow (git's own, in the
+git-command back-end).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from typing import Any
+
+from snapshotd import facilities
+
+
+@functools.cache
+def _libc() -> Any:
+    """The C library, loaded on first use (finding it runs ldconfig: too slow for every command's start)."""
+    import ctypes
+    import ctypes.util
+
+    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+
+def sync_filesystem(path: str | os.PathLike[str]) -> None:
+    """Flush the file system holding ``path`` (syncfs): objects reach disk before a ref names them.
+
+    Without ``syncfs`` (or once it fails as a missing call does: ENOSYS, a
+    sandbox's EPERM) every file system is flushed (``sync``) and the facility
+    is marked missing, so from then on each write is flushed as it is made.
+    """
+    import ctypes
+
+    if not facilities.available("syncfs"):
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        if _libc().syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            if err not in facilities.ABSENT_ERRNOS:
+                raise OSError(err, os.strerror(err))
+            facilities.lose("syncfs", f"syncfs: {os.strerror(err)}")
+            os.sync()
+    finally:
+        os.close(fd)
