@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from daemon_helpers import Daemon, child_env, cli
 from repo_helpers import init_repo, write
 
 from snapshotd.cli.health import health_line
 
 
+@pytest.mark.needs("inotify", "peercred", "syncfs", "proc")
 def test_status_is_a_table_with_a_health_line(daemon: Daemon, sock: Path, tmp_path: Path) -> None:
     env = child_env(sock)
     repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
@@ -73,6 +75,7 @@ def test_status_counts_from_the_index_without_listing(daemon: Daemon, sock: Path
     assert cli("status", "--json", env=env).json()["counters"].get("calls.list", 0) == lists_before
 
 
+@pytest.mark.needs("inotify", "peercred", "syncfs", "proc")
 def test_status_under_embedded_says_what_is_true(tmp_path: Path) -> None:
     """No daemon runs: nothing is open or watched, and the line says so rather than "all watched"."""
     repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))

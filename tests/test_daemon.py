@@ -221,6 +221,7 @@ async def _watching(client: AsyncClient, repo: Path) -> str:
             await trio.sleep(0.1)
 
 
+@pytest.mark.needs("inotify")
 async def test_subscribe_notifies_changes_and_ends_with_the_connection(
     daemon: Daemon, sock: Path, repo: Path
 ) -> None:
@@ -256,6 +257,7 @@ async def test_subscribe_notifies_changes_and_ends_with_the_connection(
     assert not log_problems(daemon.log_text()), daemon.log_text()
 
 
+@pytest.mark.needs("inotify")
 async def test_one_new_file_is_not_reported_as_overflow(daemon: Daemon, sock: Path, repo: Path) -> None:
     async with AsyncClient.connect(str(sock)) as client:
         await client.call("subscribe", path=str(repo))
@@ -313,6 +315,7 @@ def _p99(samples: list[float]) -> float:
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
 
 
+@pytest.mark.slow
 async def test_ping_is_answered_while_4_clients_capture_5000_files(
     daemon: Daemon, sock: Path, tmp_path: Path
 ) -> None:

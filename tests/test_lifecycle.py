@@ -43,6 +43,7 @@ def presence_of(socket: Path) -> dict[str, dict]:
         return {wt["id"]: wt for wt in client.call("worktrees")["worktrees"]}
 
 
+@pytest.mark.needs("inotify")
 def test_moved_deleted_and_renamed_worktrees_are_shown_as_such_and_the_daemon_stays(
     daemon: Daemon, tmp_path: Path
 ) -> None:
@@ -95,6 +96,7 @@ def test_moved_deleted_and_renamed_worktrees_are_shown_as_such_and_the_daemon_st
     assert ping(daemon.socket)["pid"] == pid
 
 
+@pytest.mark.needs("inotify")
 def test_a_worktree_removed_and_added_again_at_its_path_is_shown_once_there(daemon: Daemon, tmp_path: Path) -> None:
     env = child_env(daemon.socket)
     main = init_repo(tmp_path / "main", ("a.txt", "a\n"))
@@ -115,6 +117,7 @@ def test_a_worktree_removed_and_added_again_at_its_path_is_shown_once_there(daem
     assert "attention" not in cli("status", cwd=main, env=env).stdout
 
 
+@pytest.mark.needs("inotify")
 async def test_a_failing_reconciliation_is_logged_and_makes_only_its_worktree_cold(
     tmp_path, nursery, monkeypatch, caplog
 ):

@@ -49,6 +49,7 @@ def text_of(result: Any) -> str:
     return "\n".join(block.text for block in result.content)
 
 
+@pytest.mark.needs("proc")  # the agent's session is found through /proc
 async def test_every_tool_over_stdio(daemon: Daemon, sock: Path, repo: Path) -> None:
     env = child_env(sock, SNAPSHOTD_HOOK_BUDGET="60")
     turn1, end1, turn2, end2 = two_turns(repo, env)
@@ -118,6 +119,7 @@ async def test_every_tool_over_stdio(daemon: Daemon, sock: Path, repo: Path) -> 
         assert result.is_error and "nothing to revert" in text_of(result)
 
 
+@pytest.mark.needs("proc")  # the agent's session is found through /proc
 async def test_the_session_is_the_calling_agents_and_the_schemas_say_everything(daemon: Daemon, sock: Path, repo: Path) -> None:
     env = child_env(sock, SNAPSHOTD_HOOK_BUDGET="60")
     two_turns(repo, env)  # this test process is the agent whose hooks ran, and it starts the server below

@@ -267,6 +267,7 @@ async def test_round_trip_every_kind_of_change(engine, tmp_path, outside, kind):
 
 
 @pytest.mark.parametrize("kind", ["git", "plain"])
+@pytest.mark.needs("inotify")
 async def test_round_trip_with_warm_captures(watched_engine, tmp_path, outside, kind):
     wt = tmp_path / "wt"
     wt.mkdir()
@@ -976,6 +977,7 @@ def wait_until_stopped(pid: int) -> None:
         time.sleep(0.001)
 
 
+@pytest.mark.slow
 async def test_kill_during_a_large_restore(engine, tmp_path):
     wt = tmp_path / "wt"
     cp_old, old_state, new_state = await large_worktree(engine, wt, FILES)

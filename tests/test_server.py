@@ -279,6 +279,7 @@ def test_peer_allowed_predicate() -> None:
     assert peer_allowed(0, 0)
 
 
+@pytest.mark.needs("peercred")
 async def test_peer_credentials_of_a_real_connection(daemon: Daemon) -> None:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(daemon.path)
@@ -316,6 +317,7 @@ def _read_all(fd: int) -> bytes:
 @pytest.mark.skipif(
     os.geteuid() != 0, reason="connecting as another uid needs root to setuid in a child"
 )
+@pytest.mark.needs("peercred")
 async def test_other_uid_is_refused(caplog: pytest.LogCaptureFixture) -> None:
     # The socket must be reachable by uid 65534 for the daemon's own check to
     # be what refuses it, so this loosens the modes that normally stop it.

@@ -44,6 +44,7 @@ async def watched(repo: Path, home: Path, nursery: trio.Nursery) -> tuple[Worktr
     return capture, counters, heard
 
 
+@pytest.mark.needs("inotify")
 async def test_a_change_after_a_cold_capture_is_taken_warm(tmp_path, nursery):
     repo = make_repo(tmp_path / "r")
     capture, counters, heard = await watched(repo, tmp_path / "home", nursery)
@@ -58,6 +59,7 @@ async def test_a_change_after_a_cold_capture_is_taken_warm(tmp_path, nursery):
     capture.close()
 
 
+@pytest.mark.needs("inotify")
 async def test_a_rule_change_makes_the_next_capture_cold(tmp_path, nursery):
     repo = make_repo(tmp_path / "r")
     capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
@@ -73,6 +75,7 @@ async def test_a_rule_change_makes_the_next_capture_cold(tmp_path, nursery):
     capture.close()
 
 
+@pytest.mark.needs("inotify")
 async def test_a_failed_capture_hands_its_dirty_paths_back(tmp_path, nursery, monkeypatch):
     repo = make_repo(tmp_path / "r")
     capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
@@ -116,6 +119,7 @@ async def test_forget_objects_makes_the_next_capture_hash_afresh(tmp_path):
     assert fresh.tree == again.tree == oracle_tree(repo)
 
 
+@pytest.mark.needs("inotify")
 async def test_verify_names_a_write_the_watcher_missed(tmp_path, nursery):
     repo = make_repo(tmp_path / "r")
     capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
@@ -133,6 +137,7 @@ async def test_verify_names_a_write_the_watcher_missed(tmp_path, nursery):
     capture.close()
 
 
+@pytest.mark.needs("inotify")
 async def test_a_moved_worktree_gets_a_new_watcher(tmp_path, nursery):
     repo = make_repo(tmp_path / "r")
     capture, _, _ = await watched(repo, tmp_path / "home", nursery)
