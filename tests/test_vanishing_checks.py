@@ -354,26 +354,24 @@ async def test_a_request_finding_the_place_a_worktree_just_left_keeps_it_where_i
     opening it, while another request already follows it at ``r2``. The late one pointed the worktree
     back at ``r``: the captures it shares with ``r2``'s requests then looked for a folder that is gone.
     Now the late request is ``not_found`` naming ``r``, and the worktree stays at ``r2``."""
-    from snapshotd.engine import registry
-
     repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
     moved = tmp_path / "r2"
     engine = Engine()
     try:
         first = await engine.call("checkpoint", {"path": str(repo)})
-        real_identify = registry.identify
+        real_identify = engine.registry.identities.identify
         met: list[str] = []
 
-        def moved_once_identified(located, records):  # type: ignore[no-untyped-def]
-            info = real_identify(located, records)
+        def moved_once_identified(located):  # type: ignore[no-untyped-def]
+            info = real_identify(located)
             if located.root == str(repo) and not met:
                 met.append(located.root)
                 repo.rename(moved)
                 assert engine.worktrees[info.id].info.path == str(repo)
-                engine.worktrees[info.id].capture.info = real_identify(identity.locate(str(moved)), records)
+                engine.worktrees[info.id].capture.info = real_identify(identity.locate(str(moved)))
             return info
 
-        monkeypatch.setattr(registry, "identify", moved_once_identified)
+        monkeypatch.setattr(engine.registry.identities, "identify", moved_once_identified)
         (repo / "a.txt").write_text("b\n")
         with pytest.raises(SnapshotdError) as caught:
             await engine.call("checkpoint", {"path": str(repo)})
@@ -449,3 +447,39 @@ async def test_a_capture_shared_across_a_move_is_recorded_where_the_worktree_wen
     assert answers["old"]["checkpoint"]["tree"] == answers["new"]["checkpoint"]["tree"]
     assert answers["new"]["stats"]["shared"] is True
     assert git(moved, "cat-file", "-p", f"{answers['new']['checkpoint']['tree']}:a.txt").strip() == "b"
+
+
+def test_two_looks_across_a_move_leave_the_worktree_where_it_went(tmp_path, monkeypatch):
+    """Race: a request has looked at ``r`` (there) and not yet pointed the worktree there when the worktree
+    moves to ``r2`` and another request follows it; the first then pointed it back at ``r``, gone. The
+    look and the pointing are one step now: the later request waits for it, and has the last word."""
+    import threading
+
+    from snapshotd.engine import registry
+
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    moved = tmp_path / "r2"
+    engine = Engine()
+    opened = engine.registry.open_path(str(repo))
+    repo.rename(moved)
+    engine.registry.open_path(str(moved))
+    moved.rename(repo)  # and back: the next look at r has a move to make
+    follower = threading.Thread(target=lambda: (repo.rename(moved), engine.registry.open_path(str(moved))))
+    met: list[str] = []
+
+    def looked_then_preempted(path):  # type: ignore[no-untyped-def]
+        found = os.path.isdir(path)
+        if path == str(repo) and not met:
+            met.append(path)
+            follower.start()
+            follower.join(timeout=2)  # it finishes meanwhile unless the look and the move are one step
+        return found
+
+    monkeypatch.setattr(registry, "os", _Stand_in(os, path=_Stand_in(os.path, isdir=looked_then_preempted)))
+    try:
+        engine.registry.open_path(str(repo))
+        follower.join()
+        assert met
+        assert opened.info.path == str(moved)
+    finally:
+        engine.registry.close()

@@ -151,10 +151,11 @@ class Registry:
             self.worktrees[info.id] = state
             self._forget_vanished()
         elif state.info != info:
-            if not os.path.isdir(info.path):
-                missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), info.path)
-                raise changed_while_opened(path, missing) from missing
-            state.capture.info = info
+            with self._opening:  # the look and the move at once: the request that looked last has the last word
+                if not os.path.isdir(info.path):
+                    missing = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), info.path)
+                    raise changed_while_opened(path, missing) from missing
+                state.capture.info = info
             state.capture.resident.in_process(info)  # a moved store: its back-end decided here, off the loop
         return state
 
