@@ -17,7 +17,7 @@ ATTRIBUTES_FILE = ".gitattributes"  # line endings and filters: a change may giv
 def classify(path: str, root: str, git_dir: str | None, reasons: set[str], changed: set[str]) -> None:
     """File one absolute ``path`` of the worktree ``root`` (or its git dir) into ``changed`` or ``reasons``."""
     if git_dir is not None and (path == git_dir or path.startswith(git_dir + os.sep)):
-        rel_git = os.path.relpath(path, git_dir)
+        rel_git = _relative(path, git_dir)
         if rel_git == "index":
             reasons.add("user index changed")
         elif rel_git in ("info/exclude", "config", "config.worktree", "info/sparse-checkout"):
@@ -25,7 +25,7 @@ def classify(path: str, root: str, git_dir: str | None, reasons: set[str], chang
         return
     if path != root and not path.startswith(root + os.sep):
         return
-    rel = os.path.relpath(path, root)
+    rel = _relative(path, root)
     if rel == ".":
         reasons.add("worktree root changed")
         return
@@ -43,6 +43,21 @@ def classify(path: str, root: str, git_dir: str | None, reasons: set[str], chang
         elif parts[-1] == ATTRIBUTES_FILE:
             reasons.add("attribute rules changed")
     changed.add(rel)
+
+
+def _relative(path: str, base: str) -> str:
+    """``os.path.relpath(path, base)`` for a path at or under ``base``, cut off by slicing when that gives the same.
+
+    relpath makes both absolute and normal first: a tenth of the daemon's time
+    in a burst of events (a restore's 4,500 files), for paths the watcher
+    builds plain. One with an empty, ``.`` or ``..`` part still goes to relpath.
+    """
+    if path == base:
+        return "."
+    rel = path[len(base if base.endswith(os.sep) else base + os.sep) :]
+    if not os.path.isabs(path) or any(part in ("", ".", "..") for part in rel.split(os.sep)):
+        return os.path.relpath(path, base)
+    return rel
 
 
 def descend(rel_parent: str, name: str) -> bool:
