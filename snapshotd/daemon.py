@@ -25,6 +25,7 @@ import trio
 
 from snapshotd import facilities
 from snapshotd.engine.core import Engine
+from snapshotd.git.libgit import bound_object_cache
 from snapshotd.server.binding import systemd_listen_fd
 from snapshotd.server.listener import serve
 from snapshotd.settings import (
@@ -160,6 +161,7 @@ def run_daemon(
         level=logging.INFO, format="%(asctime)s snapshotd[%(process)d] %(levelname)s %(message)s"
     )
     one_malloc_arena()
+    bound_object_cache()
     trio.run(
         lambda: serve_daemon(
             socket_path,
