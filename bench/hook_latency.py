@@ -10,11 +10,18 @@ each prompt, as a person takes between turns. The programs compared:
 - ``hook program``: what ``integrate`` writes, ``python -I -S .../hookentry.py``;
 - ``snapshotd hook``: the command line's ``hook`` command (click and the package);
 - ``--old CHECKOUT``: that checkout's ``python -m snapshotd hook`` with its own
-  venv (run ``./scripts/setup`` there), as its settings ran it.
+  venv (run ``./scripts/setup`` there), as its settings ran it;
+- ``--old-program CHECKOUT``: that checkout's hook program, with this interpreter,
+  waited for at every event (as its ``integrate`` wrote it).
+
+A hook that ``integrate`` now writes as ``"async": true`` (after a tool) is
+started as the agent starts it, ``sh -c`` with the payload on stdin, and not
+waited for: its sample is what the agent waits for (the spawn and the write of
+the payload), and a second row gives the hook process's own time to its exit.
 
 Each program has its own worktree and session (one daemon serves them all),
-and the runs alternate between the programs, so a busy machine slows each
-alike. For scale, the table also times a bare interpreter (``-I -S`` and with
+and the runs alternate between the programs turn by turn, so a busy machine
+slows each alike. For scale, the table also times a bare interpreter (``-I -S`` and with
 site-packages) and a direct ``checkpoint`` call on a connection held open
 (the capture alone, which a "before" hook cannot be faster than). Cold
 samples start from no daemon: the hook starts one.
@@ -29,10 +36,12 @@ import json
 import math
 import os
 import resource
+import shlex
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -40,13 +49,16 @@ if __package__ in (None, ""):  # run as a script: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import REPO_ROOT, git, summarize
-from snapshotd.agents.integrate import HOOK_PROGRAM
+from snapshotd.agents.integrate import HOOK_PROGRAM, wanted_entries
 from snapshotd.client.rpc import Client
 
 PAYLOADS = REPO_ROOT / "tests" / "hook_payloads" / "claude-code"
 RECORDED_CWD = "/home/user/project"
 RECORDED_SESSION = "2f6a9c1e-8b4d-4e0f-9a37-5c1d2e3f4a5b"
 EVENTS = ("1-user-prompt-submit.json", "3-post-tool-use-bash.json", "5-stop.json")
+EVENT_NAMES = ("UserPromptSubmit", "PostToolUse", "Stop")
+BACKGROUND = tuple(bool(group["hooks"][0].get("async")) for group in (wanted_entries("claude-code", "tools")[name] for name in EVENT_NAMES))
+"""Per event, whether ``integrate`` writes its hook as one the agent runs in the background."""
 START_TIMEOUT_S = 30
 PROMPT_PAUSE_S = 0.3
 """The pause before each prompt, as between turns: the "before" then waits for its own checkpoint only."""
@@ -76,6 +88,40 @@ def _timed(argv: list[str], env: dict[str, str], data: bytes | None = None) -> S
     return sample
 
 
+class Background:
+    """Hooks started as an agent starts a background one: timed to the payload's write, then to their exit."""
+
+    def __init__(self) -> None:
+        self.threads: list[threading.Thread] = []
+
+    def start(self, argv: list[str], env: dict[str, str], data: bytes, exits: list[float]) -> Sample:
+        started = time.perf_counter()
+        proc = subprocess.Popen(["sh", "-c", shlex.join(argv)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env=env)
+        assert proc.stdin is not None
+        proc.stdin.write(data)
+        proc.stdin.close()
+        sample = Sample((time.perf_counter() - started) * 1000)
+
+        def reap() -> None:
+            assert proc.stdout is not None and proc.stderr is not None
+            with proc.stdout, proc.stderr:
+                out, err = proc.stdout.read(), proc.stderr.read()
+            proc.wait()
+            exits.append((time.perf_counter() - started) * 1000)
+            if proc.returncode != 0 or out or err:
+                raise RuntimeError(f"{argv} exited {proc.returncode}: {out!r} {err!r}")
+
+        thread = threading.Thread(target=reap)
+        thread.start()
+        self.threads.append(thread)
+        return sample
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join()
+
+
 def make_repo(root: Path, files: int, name: str = "project") -> Path:
     """A committed repository of ``files`` small files in folders of 100."""
     repo = root / name
@@ -97,7 +143,7 @@ def payloads(repo: Path, session: str) -> list[bytes]:
     ]
 
 
-def programs(old: Path | None) -> dict[str, list[str]]:
+def programs(old: Path | None, old_program: Path | None = None) -> dict[str, list[str]]:
     """Name -> argv of each hook program compared."""
     found = {
         "hook program (-I -S hookentry.py)": [sys.executable, "-I", "-S", HOOK_PROGRAM, "claude-code"],
@@ -108,11 +154,19 @@ def programs(old: Path | None) -> dict[str, list[str]]:
         if not python.exists():
             raise SystemExit(f"{old} has no .venv: run ./scripts/setup there first.")
         found[f"old snapshotd hook ({old.name})"] = [str(python), "-m", "snapshotd", "hook", "claude-code"]
+    if old_program is not None:
+        program = old_program / "snapshotd" / "agents" / "hookentry.py"
+        if not program.exists():
+            raise SystemExit(f"{old_program} has no snapshotd/agents/hookentry.py.")
+        found[f"old hook program ({old_program.name}, waited for)"] = [sys.executable, "-I", "-S", str(program), "claude-code"]
     return found
 
 
-def warm_samples(root: Path, env: dict[str, str], argvs: dict[str, list[str]], files: int, count: int) -> dict[str, list[list[float]]]:
-    """Per program, per event kind, ``count`` hook runs against the running daemon, alternating programs."""
+def warm_samples(
+    root: Path, env: dict[str, str], argvs: dict[str, list[str]], files: int, count: int, exits: dict[str, list[float]]
+) -> dict[str, list[list[float]]]:
+    """Per program, per event kind, ``count`` hook runs against the running daemon, alternating programs;
+    a background hook's time to its exit goes to ``exits`` (per program)."""
     base = make_repo(root, files, "base")
     repos, events = {}, {}
     for n, name in enumerate(argvs):
@@ -121,13 +175,19 @@ def warm_samples(root: Path, env: dict[str, str], argvs: dict[str, list[str]], f
         events[name] = payloads(repos[name], f"bench-{n}")
         start_daemon(env, repos[name])
     samples: dict[str, list[list[float]]] = {name: [[] for _ in EVENTS] for name in argvs}
-    for i in range(count):
-        kind = i % len(EVENTS)
-        if kind == 0:
-            time.sleep(PROMPT_PAUSE_S)  # a person types the next prompt: the last turn's checkpoint is done
+    background = Background()
+    # A turn of one program, then the same turn of the next: this process plays every program's agent, and a
+    # turn's end waits for the agent's earlier hooks still starting (its own turn's background hook).
+    for turn in range(0, count, len(EVENTS)):
+        time.sleep(PROMPT_PAUSE_S)  # a person types the next prompt: the last turn's checkpoint is done
         for name, argv in argvs.items():
-            (repos[name] / "pkg0" / "mod0.py").write_text(f"value = {i}\n")
-            samples[name][kind].append(_timed(argv, env, events[name][kind]))
+            for kind in range(min(len(EVENTS), count - turn)):
+                (repos[name] / "pkg0" / "mod0.py").write_text(f"value = {turn + kind}\n")
+                if BACKGROUND[kind] and not name.startswith("old"):
+                    samples[name][kind].append(background.start(argv, env, events[name][kind], exits.setdefault(name, [])))
+                else:
+                    samples[name][kind].append(_timed(argv, env, events[name][kind]))
+    background.join()
     for n, name in enumerate(argvs):
         got = recorded(repos[name], env, f"bench-{n}", count)
         if got != count:
@@ -188,7 +248,7 @@ def table(rows: dict[str, list[float]]) -> str:
     lines = ["| what | n | median ms | p99 ms | min ms | max ms | CPU median ms |", "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, values in rows.items():
         s = summarize(values)
-        cpu = [value.cpu for value in values if isinstance(value, Sample)]
+        cpu = [value.cpu for value in values if isinstance(value, Sample) and not math.isnan(value.cpu)]
         cpu_text = f"{summarize(cpu)['median']:.1f}" if cpu else "-"
         lines.append(f"| {name} | {s['n']} | {s['median']:.1f} | {s['p99']:.1f} | {s['min']:.1f} | {s['max']:.1f} | {cpu_text} |")
     return "\n".join(lines)
@@ -200,9 +260,10 @@ def main() -> None:
     parser.add_argument("--cold", type=int, default=3, help="hook runs per program that start the daemon")
     parser.add_argument("--files", type=int, default=2000, help="files in each worktree")
     parser.add_argument("--old", type=Path, help="another checkout whose `snapshotd hook` to compare")
+    parser.add_argument("--old-program", type=Path, help="another checkout whose hook program to compare (waited for)")
     parser.add_argument("--json", action="store_true", help="also print every sample as JSON")
     args = parser.parse_args()
-    argvs = programs(args.old.resolve() if args.old else None)
+    argvs = programs(args.old.resolve() if args.old else None, args.old_program.resolve() if args.old_program else None)
 
     with tempfile.TemporaryDirectory(prefix="snapshotd-hook-bench-") as folder:
         root = Path(folder)
@@ -213,14 +274,20 @@ def main() -> None:
             "python -I -S -c pass": [_timed([sys.executable, "-I", "-S", "-c", "pass"], env) for _ in range(30)],
             "python -c pass": [_timed([sys.executable, "-c", "pass"], env) for _ in range(30)],
         }
+        exits: dict[str, list[float]] = {}
         try:
-            warm = warm_samples(root, env, argvs, args.files, args.events)
+            warm = warm_samples(root, env, argvs, args.files, args.events, exits)
             rows["checkpoint call alone (capture, one edit)"] = capture_samples(root, env, args.files, 60)
         finally:
             subprocess.run([sys.executable, "-m", "snapshotd", "stop"], env=env, capture_output=True, check=False)
         for name, kinds in warm.items():
-            for kind, values in zip(EVENTS, kinds, strict=True):
-                rows[f"{name}: {kind.split('-', 1)[1].removesuffix('.json')}"] = values
+            for n, (kind, values) in enumerate(zip(EVENTS, kinds, strict=True)):
+                event = kind.split("-", 1)[1].removesuffix(".json")
+                if BACKGROUND[n] and name in exits:
+                    rows[f"{name}: {event} (async: spawn and payload)"] = values
+                    rows[f"{name}: {event}, the hook process to its exit"] = exits[name]
+                else:
+                    rows[f"{name}: {event}"] = values
         for name, argv in argvs.items():
             if args.cold:
                 rows[f"{name}: user-prompt-submit, no daemon (autostart)"] = cold_samples(root / "base", env, argv, args.cold)

@@ -58,8 +58,8 @@ CHILD_LIMIT_S = 600
 """A checkpoint left to finish in the background gives up after this long."""
 
 EARLIER_WAIT_S = 10
-"""A hook waits at most this long for the agent's earlier hooks to hand theirs off (a few milliseconds
-each); its checkpoint then still waits for theirs (:mod:`.hookorder`)."""
+"""A turn's last hook waits at most this long for the agent's earlier hooks to hand theirs off (their
+start-up); its checkpoint then still waits for theirs (:mod:`.hookorder`)."""
 
 STILL_RUNNING = "the checkpoint is still running after"
 
@@ -143,6 +143,7 @@ def _child(work: Work, turn: Turn | None, done: Callable[[str | None], None], wr
             os.write(write_fd, ("error " + note if note else "ok").encode("utf-8", "replace"))
         except OSError:
             pass
+        os.close(write_fd)  # the end of the report: a waiting hook returns now, not after what follows
         for then in (lambda: done(note or None), keep):
             try:
                 if then is not None:
@@ -196,7 +197,7 @@ def within_budget(
             return f"{STILL_RUNNING} {round(budget_s, 1):g} s; it finishes in the background."
         while chunk := os.read(read_fd, 65536):
             report += chunk
-        os.waitpid(pid, 0)
+        os.waitpid(pid, os.WNOHANG)  # reaped if done; else it keeps the session's records, then ends detached
     finally:
         os.close(read_fd)
     text = report.decode("utf-8", "replace")
@@ -276,10 +277,9 @@ def run_hook(
         previous = earlier.get("note") if earlier and earlier.get("ok") is False else None
         previous = previous if isinstance(previous, str) else None
         before = event.event in BEFORE_EVENTS
-        spawn = Spawn()
-        # An earlier hook the agent runs in the background may still be starting: it takes its place first
-        # (and an agent that exits after this hook cannot end it before its checkpoint is handed off).
-        spawn.wait_for_earlier(time.monotonic() + EARLIER_WAIT_S)
+        spawn = Spawn()  # an earlier background hook still starting takes its place first: the child waits for it
+        if ends_turn(event.label):  # the agent may exit after this hook (claude -p) and end the earlier ones
+            spawn.wait_for_earlier(time.monotonic() + EARLIER_WAIT_S)
         turn = Turn(event.session or event.cwd, spawn)
         note = within_budget(
             lambda: record(event, call, agent),
