@@ -14,7 +14,7 @@ import pygit2
 import pytest
 from repo_helpers import commit_all, git
 
-from snapshotd.errors import GitError, RefLocked, RefMoved
+from snapshotd.errors import GitError, NotFound, RefLocked, RefMoved
 from snapshotd.git.command import GitRepository
 from snapshotd.git.config import config_value
 from snapshotd.git.libgit import LibgitRepository
@@ -161,9 +161,13 @@ def test_a_git_command_back_end_on_sha256_answers_as_git_does(tmp_path: Path) ->
     assert git(path, "rev-parse", REF) == second
 
 
-def test_opening_something_that_is_not_a_repository_is_a_git_error(tmp_path: Path) -> None:
-    with pytest.raises(pygit2.GitError):
+def test_opening_something_that_is_not_a_repository_is_a_clear_error(tmp_path: Path) -> None:
+    """A folder without HEAD, refs and objects is a store gone (not_found); one git cannot read is a git error."""
+    with pytest.raises(NotFound, match="changed while it was being opened"):
         open_repository(str(tmp_path))
+    (tmp_path / "HEAD").write_text("not a ref\n")
+    (tmp_path / "refs").mkdir()
+    (tmp_path / "objects").mkdir()
     (tmp_path / "config").write_text("[extensions]\n\tobjectformat = sha256\n")
     with repository(str(tmp_path)) as repo, pytest.raises(GitError):
         repo.ref_names()
