@@ -23,20 +23,18 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .common import REPO_ROOT
+from .common import REPO_ROOT, WORKLOAD_CPU
 from .trees import synthetic
 
-_WORKLOAD = r"""
+_WORKLOAD = (
+    r"""
 import json, os, statistics, sys, time
 import trio
 from snapshotd import Engine
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-def cpu_s():  # this process's threads and the children it has reaped (git), from /proc
-    with open("/proc/self/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return sum(int(value) for value in fields[11:15]) / TICK
+"""
+    + WORKLOAD_CPU
+    + r"""
 
 async def batch(engine, params, count, before=None):  # median wall ms; mean CPU ms (ticks are too coarse for one)
     walls, cpu = [], cpu_s()
@@ -66,6 +64,7 @@ async def main(path, count):
 
 trio.run(main, sys.argv[1], int(sys.argv[2]))
 """
+)
 
 
 def run_once(checkout: Path, path: str, count: int, home: Path) -> dict[str, dict[str, float]]:

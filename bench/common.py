@@ -15,6 +15,16 @@ REPO_ROOT = BENCH_DIR.parent
 WORK = BENCH_DIR / "work"
 RESULTS = BENCH_DIR / "results"
 
+WORKLOAD_CPU = """
+TICK = os.sysconf("SC_CLK_TCK")
+
+def cpu_s():  # this process's threads and the children it has reaped (git), from /proc
+    with open("/proc/self/stat") as stat:
+        fields = stat.read().rpartition(")")[2].split()
+    return sum(int(value) for value in fields[11:15]) / TICK
+"""
+"""The CPU reader of a workload script run in its own interpreter (it may run another checkout's snapshotd)."""
+
 # Variables of the caller that would point git somewhere else than the tree under test.
 _REDIRECTING = (
     "GIT_DIR",

@@ -31,19 +31,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT, WORK, git
+from .common import REPO_ROOT, WORK, WORKLOAD_CPU, git
 
-_WORKLOAD = r"""
+_WORKLOAD = (
+    r"""
 import json, os, sys, time
 import trio
 from snapshotd import Engine
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-def cpu_s():
-    with open("/proc/self/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return sum(int(value) for value in fields[11:15]) / TICK
+"""
+    + WORKLOAD_CPU
+    + r"""
 
 def touch(path, names, mark):
     for name in names:
@@ -70,6 +68,7 @@ async def main(path, rounds):
 
 trio.run(main, sys.argv[1], int(sys.argv[2]))
 """
+)
 
 
 def build(dest: Path) -> str:

@@ -31,21 +31,19 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .common import REPO_ROOT, WORK
+from .common import REPO_ROOT, WORK, WORKLOAD_CPU
 
 SESSION = "bench"
 
-_WORKLOAD = r"""
+_WORKLOAD = (
+    r"""
 import json, os, statistics, sys, time
 import trio
 from snapshotd import Engine
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-def cpu_s():
-    with open("/proc/self/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return sum(int(value) for value in fields[11:15]) / TICK
+"""
+    + WORKLOAD_CPU
+    + r"""
 
 async def main(path, ids_file, repeat):
     ids = json.load(open(ids_file))
@@ -105,6 +103,7 @@ async def main(path, ids_file, repeat):
 
 trio.run(main, sys.argv[1], sys.argv[2], int(sys.argv[3]))
 """
+)
 
 
 def _git(cwd: Path, *args: str) -> str:

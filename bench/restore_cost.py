@@ -37,20 +37,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .common import REPO_ROOT, WORK, git
+from .common import REPO_ROOT, WORK, WORKLOAD_CPU, git
 from .trees import synthetic
 
-_WORKLOAD = r"""
+_WORKLOAD = (
+    r"""
 import json, os, subprocess, sys, time
 import trio
 from snapshotd import Engine
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-def cpu_s():  # this process's threads and the children it has reaped (git), from /proc
-    with open("/proc/self/stat") as stat:
-        fields = stat.read().rpartition(")")[2].split()
-    return sum(int(value) for value in fields[11:15]) / TICK
+"""
+    + WORKLOAD_CPU
+    + r"""
 
 def change(path, files, mark):
     for rel in files:
@@ -101,6 +99,7 @@ async def main(spec, flip):
 
 trio.run(main, json.loads(sys.argv[1]), sys.argv[2] == "1")
 """
+)
 
 
 def _clone(source: str, dest: Path) -> str:

@@ -202,6 +202,28 @@ def agent_key(pid: int) -> str | None:
     return None
 
 
+def write_record(path: str, text: str) -> bool:
+    """Replace the record at ``path`` by ``text`` at once, unless it holds it already; True when it was made anew.
+
+    A record that cannot be written is left as it was (a hook never fails for one).
+    """
+    try:
+        with open(path, encoding="utf-8") as handle:
+            if handle.read() == text:
+                return False
+        new = False
+    except OSError:
+        new = True
+    tmp = f"{path}.{os.getpid()}"
+    try:
+        with open(tmp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except OSError:
+        return False
+    return new
+
+
 def _agents_folder() -> str:
     folder = os.path.join(hooks_folder(), "agents")
     os.makedirs(folder, mode=0o700, exist_ok=True)
@@ -214,20 +236,7 @@ def note_agent_session(pid: int, session: str, cwd: str) -> None:
     if key is None:
         return
     path = os.path.join(_agents_folder(), key + ".json")
-    text = dumps({"session": session, "cwd": cwd})
-    try:
-        with open(path, encoding="utf-8") as handle:
-            if handle.read() == text:
-                return
-    except OSError:
-        pass
-    tmp = f"{path}.{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        pass
+    write_record(path, dumps({"session": session, "cwd": cwd}))
     for name in os.listdir(os.path.dirname(path)):  # agents that ended: their records go
         if not name.endswith(".json"):
             continue

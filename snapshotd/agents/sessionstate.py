@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 
-from snapshotd.agents.hookstate import hooks_folder, key_name
+from snapshotd.agents.hookstate import hooks_folder, key_name, write_record
 from snapshotd.jsonlite import dumps, loads
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's child imports this module
@@ -52,22 +52,7 @@ def write(session: str, cwd: str, open_turn: bool) -> None:
     """Keep that ``session`` records in ``cwd`` and that its newest checkpoint leaves a turn open (or not)."""
     folder = _folder()
     path = os.path.join(folder, key_name(session) + ".json")
-    text = dumps({"session": session, "cwd": cwd, "open": open_turn})
-    try:
-        with open(path, encoding="utf-8") as handle:
-            if handle.read() == text:
-                return
-        new = False
-    except OSError:
-        new = True
-    tmp = f"{path}.{os.getpid()}"
-    try:
-        with open(tmp, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except OSError:
-        return
-    if new:
+    if write_record(path, dumps({"session": session, "cwd": cwd, "open": open_turn})):
         _prune(folder, time.time() - KEEP_S)
 
 
