@@ -221,6 +221,11 @@ def test_claude_code_finishes_its_turn_whatever_the_daemon_does(bin_dir: Path, t
     assert ("only turn", 1) in script.moments  # the tool ran and the turn went on
 
 
+def _transcript_holds(config: Path, session: str, text: str) -> bool:
+    """Whether Claude Code's transcript of ``session`` (under its config folder's projects/) holds ``text``."""
+    return any(text in path.read_text(errors="replace") for path in config.glob(f"projects/*/{session}.jsonl"))
+
+
 def test_claude_code_turn_killed_mid_tool_is_closed_when_the_session_resumes(bin_dir: Path, daemon: Daemon, sock: Path, tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "project", ("a.txt", "alpha\n"))
     config = tmp_path / "claude-config"
@@ -238,7 +243,11 @@ def test_claude_code_turn_killed_mid_tool_is_closed_when_the_session_resumes(bin
         agent = subprocess.Popen([*base, "--session-id", session, "-p", "first turn"], cwd=repo, env=env, start_new_session=True,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            wait_until(lambda: (repo / "started.txt").exists(), RUN_TIMEOUT_S, "the long tool to start")
+            # Killed once the tool runs and Claude Code has written the turn down, so that --resume finds it.
+            wait_until(
+                lambda: (repo / "started.txt").exists() and _transcript_holds(config, session, "Start a long job"),
+                RUN_TIMEOUT_S, "the long tool to start and the transcript to hold it",
+            )
         finally:
             os.killpg(agent.pid, signal.SIGKILL)  # the agent dies mid-tool: no PostToolUse, no Stop
             agent.wait()
