@@ -33,8 +33,14 @@ STALE_LOCK_S = 30.0
 
 def now_iso() -> str:
     """The time now as the store writes it (UTC, milliseconds), which also orders checkpoints."""
+    return now_stamp()[0]
+
+
+def now_stamp() -> tuple[str, pygit2.Signature]:
+    """The time now as :func:`now_iso` writes it, and :func:`commit_signature` of it (made without parsing it)."""
     moment = datetime.now(UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return text, pygit2.Signature(IDENTITY[0], IDENTITY[1], int(moment.timestamp()), 0)
 
 
 def commit_signature(created_at: str) -> pygit2.Signature:
@@ -90,15 +96,15 @@ class SessionChains:
         A ref that exists but cannot be read is an error: taken for "no ref",
         the next checkpoint would start the session's history anew.
         """
-        path = Path(self.repo.path, name)
         try:
             target = self.repo.resolve_ref(name)
-            if target is None and os.path.lexists(path):  # the git command reads a broken ref as absent
-                target = self.repo.resolve_ref(name)  # unless another writer created it meanwhile
+            # The git command reads a broken ref as absent (unless another writer created it meanwhile).
+            if target is None and os.path.lexists(os.path.join(self.repo.path, name)):
+                target = self.repo.resolve_ref(name)
                 if target is None:
-                    raise unreadable(path, "it does not name an object")
+                    raise unreadable(Path(self.repo.path, name), "it does not name an object")
         except pygit2.GitError as exc:
-            raise unreadable(path, str(exc).removesuffix(f": {name}")) from exc
+            raise unreadable(Path(self.repo.path, name), str(exc).removesuffix(f": {name}")) from exc
         return target
 
     def _head_pin(self, name: str) -> Pin | None:
@@ -117,10 +123,19 @@ class SessionChains:
         return self.repo.write_empty_tree()
 
     def write_pin(
-        self, checkpoint: ObjectId | None, previous: ObjectId | None, seq: int, created_at: str, last_seq: int
+        self,
+        checkpoint: ObjectId | None,
+        previous: ObjectId | None,
+        seq: int,
+        created_at: str,
+        last_seq: int,
+        signature: pygit2.Signature | None = None,
     ) -> ObjectId:
-        """A pin of ``checkpoint`` on top of ``previous``; with no checkpoint, a floor keeping ``last_seq``."""
-        signature = commit_signature(created_at)
+        """A pin of ``checkpoint`` on top of ``previous``; with no checkpoint, a floor keeping ``last_seq``.
+
+        ``signature`` is :func:`commit_signature` of ``created_at``, when the caller has it already.
+        """
+        signature = signature or commit_signature(created_at)
         parents = [] if checkpoint is None else [checkpoint] + ([previous] if previous is not None else [])
         message = f"snapshotd pin {seq}\n"
         if last_seq > seq:
