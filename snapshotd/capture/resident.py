@@ -9,6 +9,10 @@ a store of another format is git's, opened per use as before (its reader is
 a process). libgit2 maps each pack file once per process, so linked worktrees
 of one repository share their packs. Used under the worktree's lock only (its
 captures and records): a libgit2 repository is not for two threads at once.
+
+Along with the store it keeps what the next checkpoint of each session needs
+of its head pin (:mod:`snapshotd.store.heads`), used while the session's ref
+still points at that pin.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pygit2
 
 from snapshotd.git.libgit import LibgitRepository
 from snapshotd.git.repository import Head, head_of, libgit2_opens, open_repository, read_head
+from snapshotd.store.heads import HeadCache
 from snapshotd.store.identity import WorktreeInfo
 
 __all__ = ["Resident"]
@@ -33,6 +38,7 @@ class Resident:
         self._in_process: bool | None = None
         self._head: pygit2.Repository | None = None
         self._git_dir: str | None = None
+        self.heads = HeadCache()  # the sessions' heads as this store last recorded them
 
     def in_process(self, info: WorktreeInfo) -> bool:
         """Whether libgit2 opens the worktree's store (SHA-1): decided once per store folder."""
@@ -73,3 +79,4 @@ class Resident:
     def close(self) -> None:
         """Let go of every repository (reopened at the next use): after a prune, a move, or at the end."""
         self._store, self._head, self._git_dir, self._in_process = None, None, None, None
+        self.heads = HeadCache()

@@ -26,7 +26,8 @@ def record_many(
         kept = resident.store(info) if resident is not None else None
         if kept is not None and resident is not None:
             base, _ = resident.head(info)
-            outcomes = Store(kept).record_many(worktree_id=info.id, requests=requests, tree=tree, base=base)
+            store = Store(kept, resident.heads)  # the sessions' heads kept from the last record
+            outcomes = store.record_many(worktree_id=info.id, requests=requests, tree=tree, base=base)
         else:
             base, _ = worktree_head(info)
             with repository(info.store_dir) as repo:

@@ -35,7 +35,8 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, TypeAlias, cast
 
 import pygit2
@@ -44,9 +45,10 @@ from snapshotd.contract.trailers import Agent
 from snapshotd.errors import NotFound, RefRaced
 from snapshotd.git.repository import ObjectId, Repository
 from snapshotd.settings import host_name
-from snapshotd.store.index import index_of
-from snapshotd.store.message import checkpoint_message, message_fields
-from snapshotd.store.pins import Pin, SessionChains, commit_signature, now_iso, read_pin
+from snapshotd.store.heads import Head, HeadCache
+from snapshotd.store.index import StoreIndex, index_of
+from snapshotd.store.message import checkpoint_message, message_fields, parses_back
+from snapshotd.store.pins import Pin, SessionChains, now_iso, now_stamp, read_pin
 from snapshotd.store.refnames import REF_ROOT, ref_name
 
 
@@ -120,16 +122,21 @@ def parse_checkpoint(commit: pygit2.Commit) -> Checkpoint | None:
 
 Outcomes: TypeAlias = "list[Checkpoint | Exception]"  # per request of Store.record_many
 Request: TypeAlias = "tuple[str | None, str | None, Agent]"  # session, label, the agent's ids
-Prepared: TypeAlias = "list[tuple[str, ObjectId, ObjectId | None, ObjectId] | Exception]"
+Prepared: TypeAlias = "list[tuple[str, ObjectId, ObjectId | None, Checkpoint] | Exception]"
 
 
 class Store(SessionChains):
     """The checkpoints of the worktrees whose objects live in one repository."""
 
-    def __init__(self, repo: Repository) -> None:
+    def __init__(self, repo: Repository, heads: HeadCache | None = None) -> None:
         super().__init__(repo)
         self.hex_length = repo.hex_length
-        self.index = index_of(repo.path)
+        self.heads = heads  # the heads the worktree's open store keeps (capture/resident.py), if any
+
+    @cached_property
+    def index(self) -> StoreIndex:
+        """This process's index of the store's chains (not needed to record)."""
+        return index_of(self.repo.path)
 
     # --- reading -----------------------------------------------------------
 
@@ -268,54 +275,74 @@ class Store(SessionChains):
             if isinstance(item, Exception):
                 out.append(item)
                 continue
-            name, pin, head_pin, commit_id = item
             try:
                 while True:
+                    name, pin, head_pin, checkpoint = item
                     try:
                         self.swap(name, pin, head_pin)
                         break
                     except RefRaced:
-                        name, pin, head_pin, commit_id = self._prepare(worktree_id, request, tree, base)
+                        item = self._prepare(worktree_id, request, tree, base)
                         self.repo.flush()
                         self.repo.make_durable()
-                out.append(self.load(commit_id))
+                if self.repo.oid(checkpoint.id) not in self.repo.odb:  # gone since (``rm -rf`` of the worktree)
+                    self.load(checkpoint.id)  # the error a read of it gives
+                if self.heads is not None:
+                    self.heads.put(name, Head(str(pin), checkpoint.seq, checkpoint.id, checkpoint.tree))
+                out.append(checkpoint)
             except Exception as exc:
                 out.append(exc)
         return out
 
+    def _head(self, name: str, head_pin: ObjectId | None) -> Head | None:
+        """What the next checkpoint needs of the session's head pin ``head_pin``: kept, or read from git."""
+        known = None if self.heads is None else self.heads.get(name, head_pin)
+        if known is not None or head_pin is None:
+            return known
+        pin = read_pin(self.repo, head_pin)
+        cp = None if pin.checkpoint is None else self.load(pin.checkpoint)  # None: a floor, the seq kept
+        return Head(str(head_pin), pin.last_seq, cp.id if cp else None, cp.tree if cp else None)
+
     def _prepare(
         self, worktree_id: str, request: Request, tree: str, base: str | None
-    ) -> tuple[str, ObjectId, ObjectId | None, ObjectId]:
-        """The checkpoint commit and its pin on top of the session's head: (ref, pin, expected head pin, commit)."""
+    ) -> tuple[str, ObjectId, ObjectId | None, Checkpoint]:
+        """The checkpoint commit and its pin on top of the session's head: (ref, pin, expected head pin, checkpoint
+        as :meth:`load` would read it back, made from what was written)."""
         session, label, agent = request
         name = ref_name(worktree_id, session)
         head_pin = self.ref_target(name)
-        head = read_pin(self.repo, head_pin) if head_pin is not None else None
-        previous = head if head is not None and head.checkpoint is not None else None
-        previous_cp = self.load(head.checkpoint) if head is not None and head.checkpoint is not None else None
+        head = self._head(name, head_pin)
+        created_at, signature = now_stamp()
         checkpoint = Checkpoint(
             id="",
             tree=tree,
-            parent=previous_cp.id if previous_cp else None,
+            parent=head.checkpoint if head is not None else None,
             worktree=worktree_id,
             session=session,
             label=label,
             seq=(head.last_seq if head else 0) + 1,
-            created_at=now_iso(),
+            created_at=created_at,
             base=base,
-            changed=previous_cp is None or previous_cp.tree != tree,
+            changed=head is None or head.checkpoint is None or head.tree != tree,
             host=host_name(),
             agent=agent,
         )
-        signature = commit_signature(checkpoint.created_at)
+        message = checkpoint_message(checkpoint)
         parents = [self.repo.oid(base)] if base else []
-        commit_id = self.repo.create_commit(
-            None, signature, signature, checkpoint_message(checkpoint), self.repo.oid(tree), parents
-        )
-        pin = self.write_pin(
-            commit_id, previous.id if previous else None, checkpoint.seq, checkpoint.created_at, checkpoint.seq
-        )
-        return name, pin, head_pin, commit_id
+        commit_id = self.repo.create_commit(None, signature, signature, message, self.repo.oid(tree), parents)
+        chained = head_pin if head is not None and head.checkpoint is not None else None
+        pin = self.write_pin(commit_id, chained, checkpoint.seq, created_at, checkpoint.seq, signature)
+        written = replace(checkpoint, id=str(commit_id))
+        ids = [tree] + [cp for cp in (written.parent, base) if cp is not None]  # as git names them, or read back
+        plain = all(len(cp) == self.hex_length and cp == cp.lower() for cp in ids) and parses_back(message, agent)
+        return name, pin, head_pin, written if plain else self.load(commit_id)
+
+    def _empty_tree(self) -> ObjectId:
+        """The pins' tree, written once per open store (:class:`HeadCache`), else at each pin."""
+        if self.heads is None:
+            return self.repo.write_empty_tree()
+        self.heads.empty_tree = self.heads.empty_tree or self.repo.write_empty_tree()
+        return self.heads.empty_tree
 
     def rewrite(self, name: str, keep: Sequence[Checkpoint] | None = None, drop: set[str] | None = None) -> int:
         """Re-pin one session keeping only some checkpoints; return how many were dropped.

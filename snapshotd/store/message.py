@@ -75,3 +75,11 @@ def message_fields(message: str) -> tuple[dict[str, str], tuple[tuple[str, str],
             else:
                 fields[name] = value
     return fields, tuple(agent)
+
+
+def parses_back(message: str, agent: Agent) -> bool:
+    """Whether :func:`message_fields` reads the message of ``agent``'s ids as it was written: no subject that
+    looks like a trailer, no line break but ``\\n`` (U+2028 in an id would split its line), every key one."""
+    if message.startswith(TRAILER) or len(message.splitlines()) != message.count("\n"):
+        return False
+    return all(key_of(trailer_name(key)) == key for key, _ in agent)
