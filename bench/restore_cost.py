@@ -1,7 +1,7 @@
 """Restore of 10, 4,500 and 5,000 files against ``git checkout-index`` of the same, side by side, as ratios.
 
 Usage: ``python -m bench.restore_cost [--old CHECKOUT] [--files 5000] [--counts 10,4500,5000]
-[--big 50000] [--rounds 3]``
+[--big 50000] [--rounds 3] [--work DIR]``
 
 Per checkout (this one, and with ``--old`` another with its own ``.venv``),
 a clone of the synthetic tree of ``--files`` files (and one of ``--big``
@@ -156,13 +156,15 @@ def main() -> None:
     parser.add_argument("--counts", default="10,4500,5000")
     parser.add_argument("--big", type=int, default=50000, help="a tree this big for the 10-file restore (0: none)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--work", type=Path, default=WORK / "restore-cost",
+                        help="where the clones and homes go (/dev/shm/...: a tmpfs, the disk out of the picture)")
     args = parser.parse_args()
     counts = [int(n) for n in args.counts.split(",")]
     trees = [(synthetic(args.files).path, counts)]
     if args.big:
         trees.append((synthetic(args.big).path, [10]))
     sides = {"new": REPO_ROOT, **({"old": args.old} if args.old else {})}
-    base = WORK / "restore-cost"
+    base = args.work
     spec = {
         side: [(_clone(path, base / side / Path(path).name), sizes) for path, sizes in trees] for side in sides
     }

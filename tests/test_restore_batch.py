@@ -19,8 +19,8 @@ from oracle import oracle_tree
 from restore_helpers import temps_left
 from test_restore_safety import checkpoint, files_as_they_are, fsck_clean, make_repo
 
-from snapshotd.errors import FilesystemError
-from snapshotd.restore import apply as apply_mod, fileops, parallel
+from snapshotd.errors import FilesystemError, SnapshotdError
+from snapshotd.restore import apply as apply_mod, barrier, fileops, parallel
 
 FILES = 200
 FOLDERS = 8
@@ -92,3 +92,68 @@ async def test_a_full_disk_part_way_through_a_big_restore_changes_nothing(engine
     monkeypatch.undo()
     await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
     assert oracle_tree(wt) == cp["tree"]
+
+
+async def test_a_big_restore_renames_nothing_before_every_copy_is_durable(engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wt, paths = _scene(tmp_path)
+    cp = await checkpoint(engine, wt)
+    for rel in paths:
+        (wt / rel).write_text("edited\n")
+    seen: dict[str, Any] = {}
+    real = barrier.make_durable
+
+    def look(written: Any) -> None:
+        written = list(written)
+        seen["on disk"] = {rel: (wt / rel).read_text() for rel in paths}
+        seen["temps"] = len(temps_left(wt))
+        seen["synced"] = len(written)
+        real(written)
+
+    monkeypatch.setattr(barrier, "make_durable", look)
+    result = await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
+    assert len(result["written"]) == FILES
+    assert seen["on disk"] == dict.fromkeys(paths, "edited\n")  # no target replaced yet
+    assert seen["temps"] == seen["synced"] == FILES  # every copy written, all synced at once
+    assert oracle_tree(wt) == cp["tree"] and temps_left(wt) == []
+
+
+async def test_a_big_restore_whose_copies_cannot_be_synced_changes_nothing(engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wt, paths = _scene(tmp_path)
+    cp = await checkpoint(engine, wt)
+    for rel in paths:
+        (wt / rel).write_text("edited\n")
+    before = files_as_they_are(wt)
+
+    def broken(fd: int) -> bool:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(barrier, "_syncfs", broken)
+    with pytest.raises(SnapshotdError) as info:
+        await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
+    assert "Nothing was changed" in info.value.message
+    assert files_as_they_are(wt) == before and temps_left(wt) == []
+    monkeypatch.undo()
+    await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
+    assert oracle_tree(wt) == cp["tree"]
+
+
+async def test_without_syncfs_a_big_restore_syncs_each_copy(engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    wt, paths = _scene(tmp_path)
+    cp = await checkpoint(engine, wt)
+    for rel in paths:
+        (wt / rel).write_text("edited\n")
+    synced: list[str] = []
+    lock = threading.Lock()
+    real = barrier._fsync_at
+
+    def counted(dir_fd: int, name: str) -> None:
+        real(dir_fd, name)
+        with lock:
+            synced.append(name)
+
+    monkeypatch.setattr(barrier, "_syncfs", lambda fd: False)
+    monkeypatch.setattr(barrier, "_fsync_at", counted)
+    result = await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
+    assert len(result["written"]) == FILES and len(set(synced)) == FILES
+    assert all(name.startswith(fileops.TEMP_PREFIX) for name in synced)
+    assert oracle_tree(wt) == cp["tree"] and temps_left(wt) == []

@@ -39,6 +39,9 @@ from snapshotd.restore.stage import GitCheckout, Stage
 
 args = json.loads(sys.argv[1])
 step = args["step"]
+if args.get("parallel"):  # the big restore's path: copies written on threads, then one barrier
+    from snapshotd.restore import parallel
+    parallel.PARALLEL_FROM = 1
 
 def die():
     if args.get("marker"):
@@ -75,6 +78,12 @@ elif step == "backup-kept":
     after(Applier, "_keep", calls=2)
 elif step == "renamed":
     after(Applier, "write", calls=2)
+elif step == "written-unsynced":
+    from snapshotd.restore import barrier
+    barrier.make_durable = lambda written: die()
+elif step == "durable":
+    from snapshotd.restore import barrier
+    after(barrier, "make_durable")
 
 repo = open_repository(os.path.join(args["workdir"], ".git"))
 plan = plan_restore(repo, args["current"], args["target"], None, args["workdir"])
@@ -130,6 +139,29 @@ def test_recover_after_a_crash_at_each_step(tmp_path: Path, scene: tuple[Path, s
     assert recover(str(journal), str(wt)) == left
     assert temps_left(wt) == [] and os.listdir(journal) == []
 
+    again = run_child({**args, "step": "none", "current": capture(wt)})
+    assert again.wait(timeout=120) == 0
+    assert capture(wt) == target
+    assert os.listdir(journal) == [] and temps_left(wt) == []
+
+
+@pytest.mark.parametrize("step", ["written-unsynced", "durable"])
+def test_recover_after_a_crash_around_a_big_restores_barrier(tmp_path: Path, scene: tuple[Path, str, str], step: str) -> None:
+    wt, target, current = scene
+    journal = tmp_path / "journal"
+    args = {"step": step, "workdir": str(wt), "current": current, "target": target, "journal": str(journal),
+            "parallel": True}
+    child = run_child(args)
+    assert child.wait(timeout=120) == -signal.SIGKILL
+
+    assert {name.split("-")[0] + "-" for name in os.listdir(journal)} == {"apply-", "backup-", "stage-"}
+    assert [os.path.dirname(path) for path in temps_left(wt)] == ["", "", "", "", "d"]  # every copy written
+    for path in NEW:
+        assert (wt / path).read_text() == NEW[path]  # none renamed before the barrier returned
+
+    left = temps_left(wt)
+    assert recover(str(journal), str(wt)) == left
+    assert temps_left(wt) == [] and os.listdir(journal) == []
     again = run_child({**args, "step": "none", "current": capture(wt)})
     assert again.wait(timeout=120) == 0
     assert capture(wt) == target

@@ -128,15 +128,17 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
-def write_temp(dir_fd: int, temp: str, name: str, data: bytes, mode: int, umask: int) -> None:
-    """Create ``temp`` under ``dir_fd`` (never an existing name) holding ``data``, synced, with the
-    permissions of git ``mode`` over those of ``name`` there now (:func:`file_permissions`)."""
+def write_temp(dir_fd: int, temp: str, name: str, data: bytes, mode: int, umask: int, sync: bool = True) -> None:
+    """Create ``temp`` under ``dir_fd`` (never an existing name) holding ``data``, synced unless not ``sync``
+    (the caller then syncs it before it is renamed), with the permissions of git ``mode`` over those of
+    ``name`` there now (:func:`file_permissions`)."""
     existing = lstat_at(dir_fd, name)
     out = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
     try:
         write_all(out, data)
         os.fchmod(out, file_permissions(mode, existing, umask))
-        os.fsync(out)
+        if sync:
+            os.fsync(out)
     finally:
         os.close(out)
 

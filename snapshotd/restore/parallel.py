@@ -1,9 +1,9 @@
 """A few threads for a big restore's file system calls, which wait on the disk, not the CPU.
 
-Writing a file's temporary copy, syncing it and removing a backup each spend
-most of their time waiting for the disk's journal; on ext4 one thread doing
-4,500 of them in turn waits for 4,500 commits, where eight threads share a
-commit between them. So a restore of many files runs those calls on
+Creating a file's temporary copy and removing a backup each may wait for the
+disk's journal (and syncing each copy did, before a big restore synced them
+all at once: :mod:`.barrier`); on ext4 one thread doing 4,500 of them in turn
+waits for each, where eight threads share the waits. So a restore of many files runs those calls on
 :data:`WORKERS` threads, at most :data:`WINDOW_BYTES` of content in flight,
 and a small one (fewer than :data:`PARALLEL_FROM` files) runs them in turn,
 as it always did. Only calls on descriptors and names already checked are

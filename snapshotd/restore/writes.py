@@ -1,23 +1,26 @@
-"""A plan's writes: each file's content written and synced ahead, then every path put in place in order.
+"""A plan's writes: each file's content written ahead, made durable, then every path put in place in order.
 
 The content of a regular file is written to its temporary name (created
-``O_EXCL`` in its folder, opened once by descriptor, never through a link)
-and synced on a few threads (:mod:`.parallel`), ahead of the caller; the
-caller then takes the paths in the plan's order, and for each checks that it
-still holds what the safety checkpoint recorded, keeps what it replaces and
-renames the temporary file over it (:meth:`Applier.write`). So the disk's
-waits overlap, and every decision and every step a rollback undoes stays on
-one thread, in order, as before.
+``O_EXCL`` in its folder, opened once by descriptor, never through a link).
+A small restore writes and syncs each just before its turn; a big one writes
+them all on a few threads (:mod:`.parallel`), unsynced, then makes them
+durable with one barrier (:mod:`.barrier`: a ``syncfs``, not an ``fsync``
+per file), and only then starts renaming. The caller takes the paths in the
+plan's order, and for each checks that it still holds what the safety
+checkpoint recorded, keeps what it replaces and renames the temporary file
+over it (:meth:`Applier.write`): every decision and every step a rollback
+undoes stays on one thread, in order, as before.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections import deque
 
 from snapshotd.errors import PathBlocked
 from snapshotd.git.modes import is_file_mode
-from snapshotd.restore import fileops
+from snapshotd.restore import barrier, fileops
 from snapshotd.restore.apply import Applier, _fail
 from snapshotd.restore.parallel import Ahead
 from snapshotd.restore.trees import Entry
@@ -29,24 +32,13 @@ def write_planned(
     """Carry out ``writes`` in order through ``applier``; on a failure no temporary file is left, and it re-raises."""
     ahead = [(path, entry) for path, entry in writes if is_file_mode(entry.mode) and path not in applier.plan.chmod_only]
     runner = Ahead(len(ahead))
-    submitted: list[str] = []
-    waiting: set[str] = set()
-    next_job = 0
     try:
-        for path, entry in writes:
-            while next_job < len(ahead) and (ahead[next_job][0] == path or (not runner.serial and runner.room())):
-                if _start(applier, runner, *ahead[next_job], temps):
-                    submitted.append(ahead[next_job][0])
-                    waiting.add(ahead[next_job][0])
-                next_job += 1
-            if path in waiting:
-                waiting.discard(path)
-                try:
-                    runner.wait()
-                except OSError as exc:
-                    raise _fail(path, exc) from exc
-                applier.ready.add(path)
-            applier.write(path, entry, temps.get(path), links.get(path))
+        if runner.serial:
+            _in_turn(applier, runner, writes, ahead, temps, links)
+        else:
+            _write_ahead(applier, runner, ahead, temps)
+            for path, entry in writes:
+                applier.write(path, entry, temps.get(path), links.get(path))
     except BaseException:
         runner.drain()
         _remove_temps(applier, writes, temps)
@@ -55,18 +47,72 @@ def write_planned(
         runner.close()
 
 
-def _start(applier: Applier, runner: Ahead, path: str, entry: Entry, temps: dict[str, str]) -> bool:
-    """Start writing ``path``'s temporary file; False when its folder cannot be opened (its turn says why)."""
+def _in_turn(
+    applier: Applier,
+    runner: Ahead,
+    writes: list[tuple[str, Entry]],
+    ahead: list[tuple[str, Entry]],
+    temps: dict[str, str],
+    links: dict[str, bytes],
+) -> None:
+    """A small restore: each file written and synced just before its turn, on the caller's thread."""
+    jobs = iter(ahead)
+    job = next(jobs, None)
+    for path, entry in writes:
+        if job is not None and job[0] == path:
+            if _start(applier, runner, *job, temps, sync=True) is not None:
+                _wait(runner, path)
+                applier.ready.add(path)
+            job = next(jobs, None)
+        applier.write(path, entry, temps.get(path), links.get(path))
+
+
+def _write_ahead(applier: Applier, runner: Ahead, ahead: list[tuple[str, Entry]], temps: dict[str, str]) -> None:
+    """A big restore: every temporary file written on the runner's threads, then all made durable at once.
+
+    Nothing is renamed before :func:`~.barrier.make_durable` returns, so a
+    crash meanwhile leaves every target as it was and only temporary files,
+    which the journal names, behind.
+    """
+    started: deque[str] = deque()
+    written: list[tuple[str, int]] = []  # (path, its folder's descriptor)
+    for path, entry in ahead:
+        while not runner.room():
+            _wait(runner, started.popleft())
+        fd = _start(applier, runner, path, entry, temps, sync=False)
+        if fd is not None:
+            started.append(path)
+            written.append((path, fd))
+    while started:
+        _wait(runner, started.popleft())
+    try:
+        barrier.make_durable((fd, temps[path].rsplit("/", 1)[-1]) for path, fd in written)
+    except OSError as exc:
+        raise _fail(written[0][0], exc) from exc
+    applier.ready.update(path for path, _ in written)
+
+
+def _wait(runner: Ahead, path: str) -> None:
+    """Wait for the oldest job, ``path``'s; its disk error is ``path``'s."""
+    try:
+        runner.wait()
+    except OSError as exc:
+        raise _fail(path, exc) from exc
+
+
+def _start(applier: Applier, runner: Ahead, path: str, entry: Entry, temps: dict[str, str], *, sync: bool) -> int | None:
+    """Start writing ``path``'s temporary file; its folder's descriptor, or None when the folder cannot be
+    opened (its turn says why)."""
     parts = path.split("/")
     try:
         fd = applier.folder(tuple(parts[:-1]))
     except (OSError, PathBlocked):
-        return False
+        return None
     data = applier.stage.take(path, entry)
     temp = temps[path].rsplit("/", 1)[-1]
     mode, umask = entry.mode, applier.umask
-    runner.submit(lambda: fileops.write_temp(fd, temp, parts[-1], data, mode, umask), len(data))
-    return True
+    runner.submit(lambda: fileops.write_temp(fd, temp, parts[-1], data, mode, umask, sync), len(data))
+    return fd
 
 
 def _remove_temps(applier: Applier, writes: list[tuple[str, Entry]], temps: dict[str, str]) -> None:
