@@ -80,6 +80,7 @@ class Applier:
         self.undo: list[tuple[str, str, Any]] = []
         self.folders: dict[tuple[str, ...], int | PathBlocked] = {}  # open for the writes, by parts
         self.ready: set[str] = set()  # paths whose temporary file already holds their content
+        self.placed: set[str] = set()  # paths whose temporary file was renamed into place
 
     def skip(self, path: str, reason: str) -> None:
         """Leave ``path`` alone, for ``reason`` (the first reason given stands)."""
@@ -347,6 +348,7 @@ class Applier:
                 self.skip(path, REASON_CHANGED_ON_DISK)
                 return
             raise
+        self.placed.add(path)
         if existing is None:
             self.undo.append(("remove", path, None))
 

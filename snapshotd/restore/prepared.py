@@ -179,8 +179,9 @@ def prepared_plan(
                 raise type(error)(f"{error.message} Nothing was changed.", **error.data) from exc
         yield PreparedPlan(plan, applier, temps, links)
     finally:
-        for temp in temps.values():
-            remove_temp(root_fd, temp)
+        for path, temp in temps.items():
+            if path not in applier.placed:  # (a name renamed into place is gone: no walk to look for it)
+                remove_temp(root_fd, temp)
         applier.close()
         shutil.rmtree(stage.directory, ignore_errors=True)
         if journal is not None:
