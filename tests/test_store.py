@@ -7,6 +7,8 @@ command on a SHA-256 one) and checks what git itself then holds.
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,8 +16,9 @@ from pathlib import Path
 import pytest
 from repo_helpers import commit_all, git
 
-from snapshotd.errors import RefRaced, StateUnreadable
+from snapshotd.errors import GitError, RefRaced, StateUnreadable
 from snapshotd.git.repository import Repository, open_repository, repository
+from snapshotd.store import pins
 from snapshotd.store.checkpoints import Store
 from snapshotd.store.lookup import by_prefix
 from snapshotd.store.pins import read_pin
@@ -171,3 +174,36 @@ def test_a_session_ref_that_cannot_be_read_is_an_error_not_a_new_history(store: 
         store.list(WORKTREE, "s", None, False)
     ref_file.write_text(pin)
     assert [cp.id for cp in store.list(WORKTREE, "s", None, False)] == [first.id]
+
+
+HOLD_LOCK = """
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+print("held", flush=True)
+sys.stdin.read()
+os.unlink(sys.argv[1])
+"""
+
+
+def test_a_ref_lock_another_process_holds_is_refused_naming_the_lock_file(
+    store: Store, repo_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the wait the answer says whose lock, which file and what to do (it was libgit2's text, its tail empty)."""
+    first = record(store, repo_path, "one\n", session="s")
+    name = ref_name(WORKTREE, "s")
+    lock = repo_path / ".git" / (name + ".lock")
+    monkeypatch.setattr(pins, "LOCK_WAIT_S", 0.2)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, lock], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == b"held\n"
+        with pytest.raises(GitError) as caught:
+            record(store, repo_path, "two\n", session="s")
+    finally:
+        holder.communicate(b"")
+    assert caught.value.message == (
+        f"Could not update {name}: another process held its lock file {lock} for 0.2 s; "
+        "retry, and if no git or snapshotd process is running, remove that stale lock file."
+    )
+    assert [cp.id for cp in store.list(WORKTREE, "s", None, False)] == [first.id]
+    second = record(store, repo_path, "two\n", session="s")
+    assert [cp.id for cp in store.list(WORKTREE, "s", None, False)] == [second.id, first.id]

@@ -29,6 +29,7 @@ from snapshotd.store.identity import unreadable
 TRAILER = "Snapshotd-"
 IDENTITY = ("snapshotd", "snapshotd@localhost")
 STALE_LOCK_S = 30.0
+LOCK_WAIT_S = 10.0  # how long a reference's lock held by another writer is waited out
 
 
 def now_iso() -> str:
@@ -147,10 +148,10 @@ class SessionChains:
 
         The back-end checks under the reference's lock; a lock held by another
         writer is waited out for up to 10 s (a lock left by a crash is cleared
-        once it is stale). Each attempt first checks that the repository is
-        still there (:meth:`_require_repository`).
+        once it is stale), then refused naming the lock file. Each attempt
+        first checks that the repository is still there (:meth:`_require_repository`).
         """
-        deadline = time.monotonic() + 10.0
+        deadline = time.monotonic() + LOCK_WAIT_S
         while True:
             self._require_repository(name)
             try:
@@ -160,7 +161,13 @@ class SessionChains:
                 raise RefRaced(name) from exc
             except RefLocked as exc:
                 if time.monotonic() > deadline:
-                    raise GitError(f"Could not update {name}: {exc}") from exc
+                    lock = os.path.join(self.repo.path, name + ".lock")
+                    if not os.path.lexists(lock):  # git's update-ref also takes packed-refs' lock
+                        lock = os.path.join(self.repo.path, "packed-refs.lock")
+                    raise GitError(
+                        f"Could not update {name}: another process held its lock file {lock} for {LOCK_WAIT_S:g} s; "
+                        "retry, and if no git or snapshotd process is running, remove that stale lock file."
+                    ) from exc
                 self._clear_stale_lock(name)
                 time.sleep(0.005)
 
