@@ -15,7 +15,9 @@ not there (ENOSYS, EPERM) is :func:`lose`-t and takes the same path.
 
 Without them: every capture is cold (a full scan, as exact); the socket's peer
 is not checked, and the socket folder's owner and mode (0700) keep other users
-out (docs/security.md); each object written is fsynced with its folder; the
+out (docs/security.md); what libgit2 writes is fsynced as written, and git's
+writes with a ``sync`` of every file system (the daemon's own object files
+are fsynced file by file either way); the
 umask is the one the daemon set at start, and an MCP server's session is
 ``$SNAPSHOTD_SESSION``.
 """
@@ -35,7 +37,8 @@ CONSEQUENCES = {
     "inotify": "worktrees are not watched, so every capture scans its worktree in full (as exact, slower)",
     "peercred": "the peer of a connection is not checked; the socket folder's owner and mode (0700) keep other "
     "users out",
-    "syncfs": "each object written is flushed to disk with its own fsync (slower checkpoints)",
+    "syncfs": "objects libgit2 writes are fsynced one by one and those git writes with a sync of every file "
+    "system (slower cold captures and SHA-256 checkpoints)",
     "proc": "inotify watches cannot be kept (every capture scans in full), and an MCP server knows its agent's "
     "session only from SNAPSHOTD_SESSION",
 }

@@ -61,11 +61,14 @@ def test_checkpoints_recorded_together_or_at_once_share_one_flush(tmp_path, monk
     root = make_repo(tmp_path / "r")
     flushes: list[float] = []
 
-    def slow_flush(path):
+    real_flush = loose._flush
+
+    def slow_flush():
         flushes.append(time.monotonic())
         time.sleep(0.2)
+        real_flush()
 
-    monkeypatch.setattr(loose, "sync_filesystem", slow_flush)
+    monkeypatch.setattr(loose, "_flush", slow_flush)
     repo = LibgitRepository(str(root / ".git"))
     blob = loose.write_object(repo.path, "blob", b"a turn's edit\n")
     tree, _ = edit_tree(repo, repo.head.peel(pygit2.Tree).id, {"turn.txt": (blob, MODE_FILE)})
@@ -81,3 +84,103 @@ def test_checkpoints_recorded_together_or_at_once_share_one_flush(tmp_path, monk
     for thread in threads:
         thread.join()
     assert 1 <= len(flushes) <= 2  # the first, then one for all who asked while it ran
+
+
+def loose_files(git_dir: str) -> set[str]:
+    objects = os.path.join(git_dir, "objects")
+    return {
+        os.path.join(objects, folder, name)
+        for folder in os.listdir(objects)
+        if len(folder) == 2
+        for name in os.listdir(os.path.join(objects, folder))
+    }
+
+
+def reachable(repo: pygit2.Repository, start: pygit2.Oid) -> set[pygit2.Oid]:
+    """Every object the commit ``start`` reaches: commits, trees, blobs."""
+    seen: set[pygit2.Oid] = set()
+    todo = [start]
+    while todo:
+        oid = todo.pop()
+        if oid in seen:
+            continue
+        seen.add(oid)
+        obj = repo[oid]
+        if isinstance(obj, pygit2.Commit):
+            todo.extend([obj.tree_id, *obj.parent_ids])
+        elif isinstance(obj, pygit2.Tree):
+            todo.extend(entry.id for entry in obj)
+    return seen
+
+
+def test_a_record_fsyncs_each_object_it_wrote_and_its_folder_before_the_ref_names_it(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "r")
+    repo = LibgitRepository(str(root / ".git"))
+    events: list[tuple[str, str]] = []
+    real_fsync, real_swap = os.fsync, LibgitRepository.swap_ref
+
+    def fsync(fd):
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def swap_ref(self, name, new, expected):
+        events.append(("ref", name))
+        real_swap(self, name, new, expected)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(LibgitRepository, "swap_ref", swap_ref)
+    monkeypatch.setattr(loose, "sync_filesystem", lambda path: events.append(("syncfs", str(path))))
+    before = loose_files(repo.path)
+    loose.make_durable(repo.path)  # nothing written yet: nothing flushed
+    assert events == []
+
+    blob = loose.write_object(repo.path, "blob", b"a turn's edit\n")
+    tree, _ = edit_tree(repo, repo.head.peel(pygit2.Tree).id, {"a/turn.txt": (blob, MODE_FILE)})
+    [first] = Store(repo).record_many(worktree_id="w", requests=[("s", "one", ())], tree=tree, base=None)
+    ref = next(name for kind, name in events if kind == "ref")
+    written = loose_files(repo.path) - before
+    named = {os.path.join(repo.path, "objects", str(oid)[:2], str(oid)[2:]) for oid in reachable(repo, repo.resolve_ref(ref))}
+    assert written and written <= {os.path.normpath(path) for path in named}  # the ref names all that was written
+    swapped = events.index(("ref", ref))
+    flushed = {path for kind, path in events[:swapped] if kind == "fsync"}
+    assert written <= flushed  # each file, before the ref names it
+    assert {os.path.dirname(path) for path in written} <= flushed  # and each folder it was renamed into
+    assert all(kind != "syncfs" for kind, _ in events)  # the file system is not flushed whole
+    assert all(kind != "fsync" or path not in written for kind, path in events[swapped:])
+
+    events.clear()  # a clean checkpoint: its commit and pin, and their folders
+    kept = loose_files(repo.path)
+    Store(repo).record_many(worktree_id="w", requests=[("s", "two", ())], tree=first.tree, base=None)
+    new = loose_files(repo.path) - kept
+    fsynced = [path for kind, path in events if kind == "fsync"]
+    assert len(new) == 2 and new <= set(fsynced) and len(fsynced) <= 2 + 2 + 1
+    assert events[-1][0] == "ref"
+
+
+def test_objects_libgit2_writes_are_flushed_with_the_file_system_once(tmp_path, monkeypatch):
+    root = make_repo(tmp_path / "r")
+    repo = LibgitRepository(str(root / ".git"))
+    synced: list[str] = []
+    monkeypatch.setattr(loose, "sync_filesystem", synced.append)
+    with loose.written_elsewhere(repo.path):
+        repo.create_blob(b"streamed by libgit2\n")
+        loose.make_durable(repo.path)  # a flush while a write elsewhere is under way
+        assert len(synced) == 1
+    loose.make_durable(repo.path)  # and one after it
+    loose.make_durable(repo.path)
+    assert synced == [os.path.normpath(repo.path)] * 2
+
+
+def test_a_store_deleted_after_it_was_written_does_not_stop_the_flushes_of_others(tmp_path, monkeypatch):
+    gone = LibgitRepository(str(make_repo(tmp_path / "gone") / ".git"))
+    with loose.written_elsewhere(gone.path):
+        gone.create_blob(b"libgit2's\n")
+    loose.write_object(gone.path, "blob", b"ours\n")
+    git(tmp_path, "init", "-q", "kept")
+    kept = LibgitRepository(str(tmp_path / "kept" / ".git"))
+    import shutil
+
+    shutil.rmtree(tmp_path / "gone")
+    blob = loose.write_object(kept.path, "blob", b"kept's\n")
+    loose.make_durable(kept.path)  # neither the store nor its files are there: nothing of theirs to flush
+    assert kept.odb.exists(blob) and loose._written.files == [] and loose._written.elsewhere == set()

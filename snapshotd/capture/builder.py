@@ -210,7 +210,8 @@ class TreeBuilder:
                 return None
             with os.fdopen(fd, "rb", closefd=False) as handle:
                 if opened.st_size > STREAM_ABOVE:
-                    return self.repo.create_blob_fromiobase(handle)
+                    with loose.written_elsewhere(self.repo.path):  # libgit2 writes it
+                        return self.repo.create_blob_fromiobase(handle)
                 data = handle.read()
         finally:
             os.close(fd)
@@ -286,6 +287,9 @@ class TreeBuilder:
                 self.cache.store(item.path, st, self.fence_ns, oid, basis=item.basis)
                 self.index.add(pygit2.IndexEntry(item.path, oid, mode))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
             self._git_hash.clear()
+        if isinstance(self.index, pygit2.Index):  # libgit2 writes the trees (a recording index edits them here)
+            with loose.written_elsewhere(self.repo.path):
+                return str(self.index.write_tree(self.repo))
         return str(self.index.write_tree(self.repo))
 
     def _is_file(self, path: str) -> bool:
@@ -305,9 +309,10 @@ class TreeBuilder:
                 return []
             self.stats.processes += 1
             try:
-                return hash_through_git(
-                    self.info, [item for item, _, _ in self._git_hash], self._kept_attributes(), self.walker
-                )
+                with loose.written_elsewhere(self.repo.path):  # git writes the blobs
+                    return hash_through_git(
+                        self.info, [item for item, _, _ in self._git_hash], self._kept_attributes(), self.walker
+                    )
             except GitError:
                 still = [entry for entry in self._git_hash if self._is_file(entry[0].path)]
                 if attempt or len(still) == len(self._git_hash):

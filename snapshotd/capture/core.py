@@ -53,6 +53,7 @@ from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.capture.userindex import UserIndex
 from snapshotd.capture.warm import dirty_under_removed_attributes
 from snapshotd.fsutil import checked_private_folder
+from snapshotd.git import loose
 from snapshotd.git.modes import MODE_GITLINK
 from snapshotd.git.process import run_git
 from snapshotd.git.repository import libgit2_opens
@@ -101,7 +102,8 @@ def _build(
         modified |= conflicted
     # The index's own tree comes from its cache-tree extension (milliseconds when
     # valid); the changes are then edited in along their paths only.
-    recording = RecordingIndex(index, str(index.write_tree(repo)), user)
+    with loose.written_elsewhere(repo.path):  # libgit2 writes the trees an invalid cache-tree lacks
+        recording = RecordingIndex(index, str(index.write_tree(repo)), user)
     builder = TreeBuilder(  # the recording index stands for the index it wraps
         repo, info, cast(pygit2.Index, recording), settings, cache, stats, size_cap, fence_ns, flagged=flagged, conflict_ours=conflict_ours
     )

@@ -30,6 +30,7 @@ from snapshotd.capture.state import (
     conversion_rules,
 )
 from snapshotd.capture.walker import Walker
+from snapshotd.git import loose
 from snapshotd.git.format import object_format
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.paths import folders_above
@@ -65,7 +66,7 @@ def build_with_git(
     or tracked and modified) is neither read nor filtered again: it is given to
     ``update-index`` as a known entry.
     """
-    with Walker(info.path) as walker:
+    with loose.written_elsewhere(info.store_dir), Walker(info.path) as walker:  # git writes every object
         return _build_with_git(
             info, walker, index_path, changed, untracked, flagged, stats, size_cap, flag_listing, cache, fence_ns
         )

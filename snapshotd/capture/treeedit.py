@@ -125,7 +125,8 @@ class RecordingIndex:
         if not all(_utf8(path) and path.count("/") < MAX_EDIT_DEPTH for path in self.changes):
             # The edit takes names as UTF-8 text only; the index takes any bytes. The edit
             # recurses once a folder level, so a chain of folders deeper than that goes to libgit2.
-            return str(self.inner.write_tree(repo))
+            with loose.written_elsewhere(repo.path):  # libgit2 writes these trees
+                return str(self.inner.write_tree(repo))
         tree, self.trees_written = edit_tree(repo, self.base_tree, self.changes)
         return tree
 

@@ -316,7 +316,15 @@ class GitRepository:
         return oid
 
     def make_durable(self) -> None:
-        """Every object git wrote so far is on disk: git's writes are not followed here, so the file system is flushed."""
+        """Every object git wrote so far is on disk: git's writes are not followed here, so the file system is flushed.
+
+        Not git's ``core.fsync=loose-object``: git 2.39 fsyncs each object file
+        but not the folder it is renamed into, and its ``core.fsyncMethod=batch``
+        (writeback started for each file, one fsync of a dummy file at the end)
+        is documented as safe on macOS and Windows file systems only; and the
+        fallback capture's ``update-index``/``write-tree`` write objects no id
+        here names. This back-end serves SHA-256 repositories, rare enough.
+        """
         self.flush()
         sync_filesystem(self.git_dir)
 

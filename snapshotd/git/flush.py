@@ -1,10 +1,12 @@
-"""Flushing what a store wrote before a reference names it: ``syncfs`` of its file system, else ``sync``.
+"""Flushing a store's file system whole: ``syncfs``, else ``sync``.
 
-Where ``syncfs`` is missing (macOS, the BSDs, a sandbox that refuses it,
-``SNAPSHOTD_DISABLE=syncfs``) the libgit2 back-end flushes each object as it
-writes it (:func:`snapshotd.git.loose.fsync_each_write`); this flushes every
-file system instead, for the writes it does not follow (git's own, in the
-git-command back-end).
+For the objects whose files the daemon does not follow: those git writes (the
+git-command back-end, the fallback capture, git's filters) and libgit2 (a cold
+capture's trees, a large file streamed). What :mod:`snapshotd.git.loose`
+writes itself is fsynced file by file instead. Where ``syncfs`` is missing
+(macOS, the BSDs, a sandbox that refuses it, ``SNAPSHOTD_DISABLE=syncfs``)
+libgit2 fsyncs what it writes (:func:`snapshotd.git.loose.fsync_each_write`)
+and this flushes every file system for git's writes.
 """
 
 from __future__ import annotations

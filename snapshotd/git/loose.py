@@ -9,33 +9,39 @@ with ``os`` calls, which let go of the lock: the format is git's own
 (``<kind> <size>\\0<body>``, zlib, in ``objects/xx/``, read-only, written
 under a temporary name and renamed).
 
-Durability: :func:`make_durable` flushes the store's file system before a
-reference names what was written, one ``syncfs`` shared by every caller
-waiting at that moment (group commit). An fsync of each object file written
-instead was measured ten times slower on the project's busy 2-core machines
-(10 small files: 28 ms median against 2.6 ms for one ``syncfs``): each fsync
-is a flush of the disk's cache of its own there.
+Durability: each object file written here is recorded, unflushed; before a
+reference names what was written, :func:`make_durable` fsyncs those files,
+then each distinct folder they were renamed into once (``objects/xx/``, and
+``objects/`` when a folder was made), one flush shared by every caller waiting
+at that moment (group commit). A clean checkpoint so flushes two small files
+(its commit and pin) and their folders, not the file system: a ``syncfs``
+there also flushed every other process's dirty data, which on a busy disk
+took hundreds of milliseconds inside the worktree's lock (bench/durability.py).
 
-Where there is no ``syncfs`` (macOS, the BSDs, a sandbox refusing it,
-``SNAPSHOTD_DISABLE=syncfs``), what was written is flushed instead: each
-object file here is fsynced before its rename and its folder after, and
-libgit2 is told to do the same with what it writes (:func:`fsync_each_write`).
+Objects written by libgit2 or git (a cold capture's ``write_tree``, a large
+file streamed, git's filters, the fallback capture) are not followed file by
+file: their writer holds :func:`written_elsewhere` around them, and the next
+flush is a ``syncfs`` of that store's file system as before (``sync`` where
+there is none: without ``syncfs`` libgit2 fsyncs its own writes, see
+:func:`fsync_each_write`). Objects found already present and written by
+another process (the user's git, which does not fsync loose objects unless
+``core.fsync`` says so) are as durable as it made them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
 import secrets
 import threading
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import pygit2
 
 from snapshotd import facilities
-from snapshotd.fsutil import fsync_dir
 from snapshotd.git.flush import sync_filesystem
 from snapshotd.git.modes import MODE_TREE
 
@@ -43,7 +49,7 @@ COMPRESSION = 1  # zlib level: libgit2's for loose objects
 
 
 class _Flushes:
-    """Group commit of one store's flushes: a caller waits for a flush that began after it asked."""
+    """Group commit of the process's flushes: a caller waits for a flush that began after it asked."""
 
     def __init__(self) -> None:
         self.cond = threading.Condition()
@@ -52,11 +58,29 @@ class _Flushes:
         self.running = False
 
 
+class _Written:
+    """What the next flush makes durable: files and folders written here, stores written to elsewhere."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()  # held from an object's rename until it is recorded
+        self.files: list[str] = []
+        self.folders: set[str] = set()
+        self.elsewhere: set[str] = set()  # git dirs written by libgit2 or git since the last flush
+        self.busy: dict[str, int] = {}  # git dir: writes elsewhere under way
+
+    def take(self) -> tuple[list[str], set[str], set[str]]:
+        with self.lock:
+            files, folders, elsewhere = self.files, self.folders, self.elsewhere
+            self.files, self.folders = [], set()
+            self.elsewhere = {git_dir for git_dir, count in self.busy.items() if count}  # flushed again after
+            return files, folders, elsewhere
+
+
 _libgit2_fsyncs = False
 
 
 def fsync_each_write() -> bool:
-    """Whether each object is flushed as it is written (no ``syncfs`` here); if so, libgit2's writes are too."""
+    """Whether libgit2 is to fsync what it writes (no ``syncfs`` here to flush it); if so, it has been told."""
     global _libgit2_fsyncs
     if facilities.available("syncfs"):
         return False
@@ -66,17 +90,31 @@ def fsync_each_write() -> bool:
     return True
 
 
-_stores: dict[str, _Flushes] = {}
-_stores_lock = threading.Lock()
+_flushes = _Flushes()
+_written = _Written()
 
 
-def _flushes(git_dir: str) -> _Flushes:
+@contextlib.contextmanager
+def written_elsewhere(git_dir: str) -> Iterator[None]:
+    """Around objects libgit2 or git writes into ``git_dir``: the flush after (or during) it is a ``syncfs``.
+
+    Marked on entry and again on exit, and a flush that begins meanwhile marks
+    the store again for the next one: whoever sees such an object and then
+    asks for a flush gets one that covers it.
+    """
+    fsync_each_write()  # without syncfs, libgit2 fsyncs what it writes
     key = os.path.normpath(git_dir)
-    with _stores_lock:
-        found = _stores.get(key)
-        if found is None:
-            found = _stores[key] = _Flushes()
-        return found
+    with _written.lock:
+        _written.busy[key] = _written.busy.get(key, 0) + 1
+        _written.elsewhere.add(key)
+    try:
+        yield
+    finally:
+        with _written.lock:
+            _written.busy[key] -= 1
+            if not _written.busy[key]:
+                del _written.busy[key]
+            _written.elsewhere.add(key)
 
 
 def write_object(git_dir: str, kind: str, body: bytes, odb: pygit2.Odb | None = None) -> pygit2.Oid:
@@ -98,32 +136,34 @@ def write_object(git_dir: str, kind: str, body: bytes, odb: pygit2.Odb | None = 
     with contextlib.suppress(FileExistsError):
         os.mkdir(folder)
         made = True
-    each = fsync_each_write()
     temporary = os.path.join(folder, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o444)
+    fd = os.open(
+        temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o444
+    )
     try:
         view = memoryview(compressed)
         while view:
             view = view[os.write(fd, view) :]
-        if each:
-            os.fsync(fd)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):
             os.unlink(temporary)
         raise
     os.close(fd)
-    os.rename(temporary, path)  # the same bytes if another writer got there first
-    if each:
-        fsync_dir(folder)
+    with _written.lock:  # a flush that begins once the file is seen takes it along
+        os.rename(temporary, path)  # the same bytes if another writer got there first
+        _written.files.append(path)
+        _written.folders.add(folder)
         if made:
-            fsync_dir(os.path.dirname(folder))
+            _written.folders.add(os.path.dirname(folder))
     return oid
 
 
 def tree_body(entries: Iterable[tuple[bytes, int, pygit2.Oid]]) -> bytes:
     """A tree object's body from (name, mode, id) entries, in git's order (a folder sorts as ``name/``)."""
-    ordered = sorted(entries, key=lambda entry: entry[0] + b"/" if entry[1] == MODE_TREE else entry[0])
+    ordered = sorted(
+        entries, key=lambda entry: entry[0] + b"/" if entry[1] == MODE_TREE else entry[0]
+    )
     return b"".join(b"%o %s\0%s" % (mode, name, oid.raw) for name, mode, oid in ordered)
 
 
@@ -132,7 +172,9 @@ def signature_text(signature: pygit2.Signature) -> str:
     offset = int(signature.offset)
     sign = "-" if offset < 0 else "+"
     hours, minutes = divmod(abs(offset), 60)
-    return f"{signature.name} <{signature.email}> {int(signature.time)} {sign}{hours:02d}{minutes:02d}"
+    return (
+        f"{signature.name} <{signature.email}> {int(signature.time)} {sign}{hours:02d}{minutes:02d}"
+    )
 
 
 def commit_body(
@@ -153,30 +195,76 @@ def commit_body(
 
 
 def make_durable(git_dir: str) -> None:
-    """Every object written into the store before this call is on disk when it returns (before a ref names one).
+    """Every object written before this call is on disk when it returns (before a ref names one).
 
-    One ``syncfs`` serves every caller that asked before it began: while one
-    runs, later callers wait and the next one flushes for all of them.
-    Blocking: on a worker thread. Without ``syncfs`` each write was flushed
-    as it was made (:func:`fsync_each_write`), so there is nothing left to do.
+    One flush serves every caller that asked before it began: while one runs,
+    later callers wait and the next one flushes for all of them (objects of
+    every store of the process: ``git_dir`` is one more store to flush whole
+    if git wrote into it). Blocking: on a worker thread.
     """
-    if fsync_each_write():
-        return
-    flushes = _flushes(git_dir)
-    with flushes.cond:
-        wanted = flushes.started + 1  # a flush that begins after this call
-        while flushes.finished < wanted:
-            if flushes.running:
-                flushes.cond.wait()
+    with _flushes.cond:
+        wanted = _flushes.started + 1  # a flush that begins after this call
+        while _flushes.finished < wanted:
+            if _flushes.running:
+                _flushes.cond.wait()
                 continue
-            flushes.running = True
-            flushes.started += 1
-            mine = flushes.started
-            flushes.cond.release()
+            _flushes.running = True
+            _flushes.started += 1
+            mine = _flushes.started
+            _flushes.cond.release()
             try:
-                sync_filesystem(git_dir)
+                _flush()
             finally:
-                flushes.cond.acquire()
-                flushes.running = False
-                flushes.cond.notify_all()
-            flushes.finished = mine
+                _flushes.cond.acquire()
+                _flushes.running = False
+                _flushes.cond.notify_all()
+            _flushes.finished = mine
+
+
+def _flush() -> None:
+    """Flush what :data:`_written` holds: the stores written elsewhere whole, then each file, then each folder.
+
+    A file or store gone since (pruned, deleted) has nothing left to flush. One
+    that cannot be opened or flushed otherwise (a folder made unreadable) is
+    covered by a ``sync`` of every file system instead; an I/O error is raised,
+    and what this flush held is left for the next one.
+    """
+    files, folders, elsewhere = _written.take()
+    failed: list[OSError] = []
+    for git_dir in sorted(elsewhere):
+        try:
+            sync_filesystem(git_dir)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        except OSError as exc:
+            failed.append(exc)
+    for path in files:
+        _fsync_path(path, os.O_RDONLY, failed)
+    for folder in sorted(folders):
+        _fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY, failed)
+    if not failed:
+        return
+    os.sync()
+    broken = next((exc for exc in failed if exc.errno == errno.EIO), None)
+    if broken is not None:
+        with _written.lock:  # flushed again by the next one
+            _written.files[:0] = files
+            _written.folders |= folders
+            _written.elsewhere |= elsewhere
+        raise broken
+
+
+def _fsync_path(path: str, flags: int, failed: list[OSError]) -> None:
+    try:
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except (FileNotFoundError, NotADirectoryError):
+        return  # pruned since (a gc), or its store deleted: no ref names it
+    except OSError as exc:
+        failed.append(exc)
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        failed.append(exc)
+    finally:
+        os.close(fd)
