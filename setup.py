@@ -1,12 +1,15 @@
-"""Build hook for the optional native spawn helper (``snapshotd._spawn_native``).
+"""Build hook for the optional native helpers: the spawn helper (``snapshotd._spawn_native``) and the
+native hook entry (``snapshotd/snapshotd-hook``, from ``native/hook.c``).
 
-All metadata lives in pyproject.toml. The helper is optional: when it cannot be
+All metadata lives in pyproject.toml. Both are optional: when one cannot be
 compiled (no C compiler, no glibc 2.34+), the build warns and the package still
-installs; ``snapshotd.git.spawn`` then starts processes with ``subprocess``.
+installs; ``snapshotd.git.spawn`` then starts processes with ``subprocess``, and
+``integrate`` writes the Python hook entry.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import warnings
 
@@ -38,6 +41,27 @@ class OptionalBuildExt(build_ext):
             super().run()
         except _BUILD_ERRORS as exc:
             _skip("the native extensions", exc)
+        try:
+            self._build_hook_entry()
+        except _BUILD_ERRORS as exc:
+            print(f"snapshotd: could not build the native hook entry ({exc}); integrate writes the Python one", file=sys.stderr)
+
+    def _build_hook_entry(self) -> None:
+        """``native/hook.c`` into ``snapshotd/snapshotd-hook``, with the compiler of the extensions."""
+        if self.compiler is None or isinstance(self.compiler, str):
+            from setuptools._distutils.ccompiler import new_compiler
+            from setuptools._distutils.sysconfig import customize_compiler
+
+            compiler = new_compiler(compiler=self.compiler if isinstance(self.compiler, str) else None)
+            customize_compiler(compiler)
+        else:
+            compiler = self.compiler
+        if self.inplace:
+            folder = os.path.abspath(self.get_finalized_command("build_py").get_package_dir("snapshotd"))
+        else:
+            folder = os.path.join(self.build_lib, "snapshotd")
+        objects = compiler.compile([os.path.join("native", "hook.c")], output_dir=self.build_temp, extra_postargs=["-O2", "-Wall", "-Wextra"])
+        compiler.link_executable(objects, "snapshotd-hook", output_dir=folder)
 
     def build_extension(self, ext) -> None:  # type: ignore[no-untyped-def]
         try:

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable
 import trio
 
 from snapshotd import facilities
+from snapshotd.agents.hookserve import serve_hook
 from snapshotd.engine.core import Engine
 from snapshotd.git.libgit import bound_object_cache
 from snapshotd.server.binding import systemd_listen_fd
@@ -104,6 +105,7 @@ async def serve_daemon(
         with trio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async with trio.open_nursery() as nursery:
                 engine = Engine(size_cap=size_cap, nursery=nursery, watch=watch)
+                engine.add_method("hook", lambda params, _session: serve_hook(engine.call, params))
 
                 def stop() -> None:
                     if stop_deadline_s is not None:

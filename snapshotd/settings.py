@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar  # the C module _contextvars only
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
 if TYPE_CHECKING:
@@ -13,14 +14,31 @@ DEFAULT_WATCH_CEILING = 50_000
 VERSION = "0.1.0"
 SAFETY_SESSION = "snapshotd:safety"  # the session of the checkpoints taken before each restore or revert
 
+HOOK_ENVIRONMENT = (
+    "CLAUDE_PROJECT_DIR", "HOME", "XDG_DATA_HOME", "SNAPSHOTD_HOME", "SNAPSHOTD_HOOK_BEFORE_BUDGET", "SNAPSHOTD_HOOK_BUDGET",
+)
+"""The variables an agent hook's logic reads (its payload's folder, the hooks' folder, its budgets): what the
+native hook entry passes to the daemon's ``hook`` method, which reads them through :func:`getenv`. (With
+``SNAPSHOTD_DISABLE`` set, or any other rule the native entry does not know, it runs the Python entry.)"""
+
+HOOK_ENVIRON: ContextVar[dict[str, str] | None] = ContextVar("snapshotd_hook_environ", default=None)
+"""The environment of the hook the daemon runs for a native hook entry (in that hook's threads), else None."""
+
+
+def getenv(name: str) -> str | None:
+    """``name`` in the environment: the hook's the daemon runs (:data:`HOOK_ENVIRON`), else this process's."""
+    environ = HOOK_ENVIRON.get()
+    return environ.get(name) if environ is not None else os.environ.get(name)
+
 
 def data_home_path(explicit: str | os.PathLike[str] | None = None) -> str:
     """The daemon's own data folder: records of worktrees and repositories of plain folders."""
     if explicit is not None:
         return os.fspath(explicit)
-    if os.environ.get("SNAPSHOTD_HOME"):
-        return os.environ["SNAPSHOTD_HOME"]
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    named = getenv("SNAPSHOTD_HOME")
+    if named:
+        return named
+    base = getenv("XDG_DATA_HOME") or os.path.join(getenv("HOME") or os.path.expanduser("~"), ".local", "share")
     return os.path.join(base, "snapshotd")
 
 
@@ -74,7 +92,7 @@ DEFAULT_HOOK_BEFORE_BUDGET_S = HOOK_TIMEOUT_S - 5.0
 
 
 def _seconds(variable: str, default: float) -> float:
-    value = os.environ.get(variable)
+    value = getenv(variable)
     try:
         return float(value) if value else default
     except ValueError:
@@ -140,7 +158,7 @@ def disabled_facilities(value: str | None = None) -> frozenset[str]:
     be; a name not known is left out here (an agent hook never fails over its
     own setting) and refused by :func:`check_disabled` when the daemon starts.
     """
-    text = os.environ.get("SNAPSHOTD_DISABLE", "") if value is None else value
+    text = (getenv("SNAPSHOTD_DISABLE") or "") if value is None else value
     names = {name.strip().lower() for name in text.split(",") if name.strip()}
     return frozenset(FACILITIES) if "all" in names else frozenset(names & set(FACILITIES))
 

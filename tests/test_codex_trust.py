@@ -17,7 +17,7 @@ from daemon_helpers import child_env, cli
 from hook_helpers import run_hook
 
 from snapshotd.agents import codextrust
-from snapshotd.agents.integrate import hook_command
+from snapshotd.agents.integrate import hook_command, native_command
 
 COMMAND = "/work/h-agent/.venv/bin/python -m snapshotd hook codex"
 CODEX_0_171 = {
@@ -64,7 +64,8 @@ def test_integrate_trusts_exactly_its_entries_and_remove_forgets_them() -> None:
     handler = {"type": "command", "command": hook_command("codex"), "timeout": 60}
     expected = {
         f"{hooks}:session_start:1:0": codextrust.hook_hash("SessionStart", None, handler),  # after theirs
-        f"{hooks}:user_prompt_submit:0:0": codextrust.hook_hash("UserPromptSubmit", None, handler),
+        # the prompt's is the native entry when it was built (it runs the Python one when the daemon cannot)
+        f"{hooks}:user_prompt_submit:0:0": codextrust.hook_hash("UserPromptSubmit", None, {**handler, "command": native_command("codex")}),
         f"{hooks}:stop:0:0": codextrust.hook_hash("Stop", None, handler),
         # the hook after a tool runs in the background: its entry (and so its hash) says async
         f"{hooks}:post_tool_use:0:0": codextrust.hook_hash("PostToolUse", "Bash|apply_patch", {**handler, "async": True}),

@@ -11,7 +11,7 @@ import pytest
 from daemon_helpers import assert_one_error_line, cli, cli_process
 from repo_helpers import init_repo
 
-from snapshotd.agents.integrate import EDIT_MATCHERS, HOOK_PROGRAM, hook_command
+from snapshotd.agents.integrate import EDIT_MATCHERS, HOOK_PROGRAM, hook_command, native_command
 
 # A user's Claude Code settings as people write them: four-space indent, inline
 # arrays, their own hooks on the events snapshotd also uses, a trailing newline.
@@ -67,7 +67,7 @@ def ours(settings: dict, tool: str) -> dict[str, list[str | None]]:
     found: dict[str, list[str | None]] = {}
     for event, groups in settings.get("hooks", {}).items():
         for group in groups:
-            if any(h.get("command") == hook_command(tool) for h in group["hooks"]):
+            if any(h.get("command") in (hook_command(tool), native_command(tool)) for h in group["hooks"]):
                 found.setdefault(event, []).append(group.get("matcher"))
     return found
 
@@ -85,7 +85,7 @@ def test_add_is_idempotent_and_remove_gives_back_every_byte(tool: str, original:
     turns = {"SessionStart": [None], "UserPromptSubmit": [None], "Stop": [None], **({"StopFailure": [None]} if tool == "claude-code" else {})}
     tools = {"PostToolUse": [EDIT_MATCHERS[tool]], **({"PostToolUseFailure": [EDIT_MATCHERS[tool]], "SubagentStop": [None]} if tool == "claude-code" else {})}
     assert ours(settings, tool) == {**turns, **tools}
-    assert {h["timeout"] for groups in settings["hooks"].values() for g in groups for h in g["hooks"] if h.get("command") == hook_command(tool)} == {60}
+    assert {h["timeout"] for groups in settings["hooks"].values() for g in groups for h in g["hooks"] if h.get("command") in (hook_command(tool), native_command(tool))} == {60}
     before = json.loads(original)
     for event, groups in before["hooks"].items():
         assert settings["hooks"][event][: len(groups)] == groups  # theirs first, as they were
@@ -168,8 +168,11 @@ def test_the_command_is_absolute_whatever_is_on_path(tmp_path: Path) -> None:
     program.chmod(0o755)
     cli("integrate", "claude-code", env={"PATH": f"{venv_bin}:{os.environ['PATH']}"})
     commands = {h["command"] for groups in json.loads(user_file("claude-code").read_text())["hooks"].values() for g in groups for h in g["hooks"]}
-    # This interpreter on the light hook program, both absolute: the agent's shell needs no PATH.
-    assert commands == {f"{sys.executable} -I -S {HOOK_PROGRAM} claude-code"}
+    # This interpreter on the light hook program, both absolute: the agent's shell needs no PATH (the native
+    # entry, when it was built, before it for the prompt: absolute too).
+    python = f"{sys.executable} -I -S {HOOK_PROGRAM} claude-code"
+    assert commands == {python, native_command("claude-code")}
+    assert native_command("claude-code").endswith(" " + python)
     assert os.path.isabs(sys.executable) and os.path.isfile(HOOK_PROGRAM)
 
 

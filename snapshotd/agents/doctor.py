@@ -22,6 +22,7 @@ from typing import Any
 
 from snapshotd.agents import codextrust, hookstate, integrate
 from snapshotd.agents.hooks import TOOLS
+from snapshotd.agents.hookserve import NATIVE_PROGRAM
 from snapshotd.errors import SnapshotdError
 from snapshotd.settings import HOOK_TIMEOUT_S
 
@@ -95,6 +96,14 @@ def _command_problem(command: str) -> str | None:
     return None
 
 
+def _is_native(command: str) -> bool:
+    """Whether a hook command runs the native hook entry (:mod:`.hookserve`), the Python one after it."""
+    try:
+        return os.path.basename(shlex.split(command)[0]) == os.path.basename(NATIVE_PROGRAM)
+    except (ValueError, IndexError):
+        return False
+
+
 def check_hooks(tool: str, files: list[Installed]) -> list[Check]:
     """Whether ``tool``'s settings run snapshotd's hook, by an absolute command, with a long enough timeout."""
     fix = f"run `snapshotd integrate {tool}` (add `--project` for the worktree's settings)"
@@ -107,7 +116,9 @@ def check_hooks(tool: str, files: list[Installed]) -> list[Check]:
         short = sorted({event for event, h in entry.handlers if isinstance(h.get("timeout"), int) and h["timeout"] < HOOK_TIMEOUT_S})
         if short:
             problems.append(f"the timeout of {', '.join(short)} is under {HOOK_TIMEOUT_S} s, so a long 'before' checkpoint is cut off")
-        detail = f"{entry.path}: {', '.join(events)}" + (f"; {'; '.join(problems)}" if problems else "")
+        native = sorted({event for event, h in entry.handlers if _is_native(str(h.get("command", "")))})
+        which = f"the native entry for {', '.join(native)}, the Python one for the rest" if native else "the Python entry"
+        detail = f"{entry.path}: {', '.join(events)} ({which})" + (f"; {'; '.join(problems)}" if problems else "")
         checks.append(Check(f"{tool} hooks", not problems, detail, f"run `snapshotd integrate {tool}` again" if problems else ""))
     return checks
 

@@ -47,10 +47,11 @@ def proc_stat(pid: int) -> tuple[str, str, int, int] | None:
 class Spawn:
     """Where this hook process stands among the agent's: the process the agent started (``top``), and the agent."""
 
-    __slots__ = ("agent", "own_start", "start", "top")
+    __slots__ = ("agent", "own_start", "pid", "start", "top")
 
-    def __init__(self) -> None:
-        pid = os.getpid()
+    def __init__(self, pid: int | None = None) -> None:
+        """Where hook process ``pid`` stands (this one by default; a native hook entry's, in the daemon)."""
+        self.pid = pid = os.getpid() if pid is None else pid
         found = proc_stat(pid)
         self.own_start = found[3] if found is not None else 0
         self.top, self.start, self.agent = pid, self.own_start, 0
@@ -67,7 +68,7 @@ class Spawn:
 
     def name(self) -> str:
         """This run's place in its session's order, as a file name: sorted as the agent started the hooks."""
-        return f"{self.start:016d}-{self.top:010d}-{self.own_start:016d}-{os.getpid():010d}"
+        return f"{self.start:016d}-{self.top:010d}-{self.own_start:016d}-{self.pid:010d}"
 
     def earlier_hooks(self) -> list[tuple[int, int]]:
         """(pid, start) of the agent's hook processes started before this one's and still running."""

@@ -119,9 +119,41 @@ if TYPE_CHECKING:
     """A hook's checkpoint: it returns what is left to keep once it is recorded, if anything (no hook waits for that)."""
 
 
+def in_order(work: Work, turn: Turn | None, done: Callable[[str | None], None], report: Callable[[str], None]) -> None:
+    """Wait for the session's earlier checkpoints, do the work, ``report`` how it went (``ok`` or ``error
+    NOTE``), then keep what the work left to keep (before the session's next checkpoint may start)."""
+    note, keep = "", None
+    try:
+        if turn is not None and not turn.wait(time.monotonic() + CHILD_LIMIT_S):
+            raise TimeoutError("an earlier checkpoint of this session never finished")
+        keep = work()
+    except BaseException as exc:
+        note = _note_for(exc) or type(exc).__name__
+    report("error " + note if note else "ok")
+    for then in (lambda: done(note or None), keep):
+        try:
+            if then is not None:
+                then()
+        except BaseException:
+            pass
+    if turn is not None:
+        turn.release()
+
+
+def report_note(text: str) -> str | None:
+    """The note of a report of :func:`in_order` (None: recorded)."""
+    if text == "ok":
+        return None
+    return text.removeprefix("error ") or "the checkpoint process ended without a report."
+
+
+def still_running(budget_s: float) -> str:
+    """The note of a checkpoint not recorded within the hook's budget."""
+    return f"{STILL_RUNNING} {round(budget_s, 1):g} s; it finishes in the background."
+
+
 def _child(work: Work, turn: Turn | None, done: Callable[[str | None], None], write_fd: int) -> None:
-    """In the child: wait for the session's earlier checkpoints, do the work, report on the pipe, then keep
-    what the work left to keep (before the session's next checkpoint may start); never return."""
+    """In the child: :func:`in_order`, its report on the pipe (closed at once: a waiting hook returns then); never return."""
     status = 0
     try:
         _detach()
@@ -132,26 +164,15 @@ def _child(work: Work, turn: Turn | None, done: Callable[[str | None], None], wr
         import _signal  # type: ignore[import-not-found]  # signal's C module: signal imports enum, in every hook's child
 
         _signal.alarm(CHILD_LIMIT_S)
-        note, keep = "", None
-        try:
-            if turn is not None and not turn.wait(time.monotonic() + CHILD_LIMIT_S):
-                raise TimeoutError("an earlier checkpoint of this session never finished")
-            keep = work()
-        except BaseException as exc:
-            note = _note_for(exc) or type(exc).__name__
-        try:  # the hook may have left already
-            os.write(write_fd, ("error " + note if note else "ok").encode("utf-8", "replace"))
-        except OSError:
-            pass
-        os.close(write_fd)  # the end of the report: a waiting hook returns now, not after what follows
-        for then in (lambda: done(note or None), keep):
-            try:
-                if then is not None:
-                    then()
-            except BaseException:
+
+        def report(text: str) -> None:
+            try:  # the hook may have left already
+                os.write(write_fd, text.encode("utf-8", "replace"))
+            except OSError:
                 pass
-        if turn is not None:
-            turn.release()
+            os.close(write_fd)  # the end of the report: a waiting hook returns now, not after what follows
+
+        in_order(work, turn, done, report)
     except BaseException:
         status = 1
     finally:
@@ -194,16 +215,13 @@ def within_budget(
         if report == _DETACHED:
             report = b""
         if not select.select([read_fd], [], [], budget_s)[0]:
-            return f"{STILL_RUNNING} {round(budget_s, 1):g} s; it finishes in the background."
+            return still_running(budget_s)
         while chunk := os.read(read_fd, 65536):
             report += chunk
         os.waitpid(pid, os.WNOHANG)  # reaped if done; else it keeps the session's records, then ends detached
     finally:
         os.close(read_fd)
-    text = report.decode("utf-8", "replace")
-    if text == "ok":
-        return None
-    return text.removeprefix("error ") or "the checkpoint process ended without a report."
+    return report_note(report.decode("utf-8", "replace"))
 
 
 def record(
@@ -241,11 +259,36 @@ def record(
     return keep
 
 
+class Origin:
+    """Where a hook runs: its payload, its folder, its process and the process that started it (the agent,
+    or its shell). By default this process's; the daemon's ``hook`` method gives a native hook entry's."""
+
+    __slots__ = ("getcwd", "pid", "ppid", "read")
+
+    def __init__(
+        self,
+        read: Callable[[], bytes] | None = None,
+        getcwd: Callable[[], str] = os.getcwd,
+        pid: int | None = None,
+        ppid: int | None = None,
+    ) -> None:
+        self.read = read or (lambda: read_stdin(time.monotonic() + STDIN_WAIT_S))
+        self.getcwd, self.pid = getcwd, pid
+        self.ppid = os.getppid() if ppid is None else ppid  # the child, detached, will have another parent
+
+
+if TYPE_CHECKING:
+    Background = Callable[[Work, float, Turn | None, Callable[[str | None], None], Callable[[], None] | None], str | None]
+    """How the checkpoint runs beside the hook: :func:`within_budget` (a child process), or the daemon's threads."""
+
+
 def run_hook(
     tool: str,
     call: Callable[[str, dict[str, Any]], dict[str, Any]],
     budget_for: Callable[[bool], float],
     say: Callable[[Outcome], None],
+    origin: Origin | None = None,
+    background: Background = within_budget,
 ) -> None:
     """Read a payload of ``tool`` on stdin, record it through ``call(method, params)`` (:func:`record`),
     and ``say`` how it went.
@@ -253,13 +296,15 @@ def run_hook(
     ``budget_for(before)`` is the wait for an event before the agent acts
     (:data:`BEFORE_EVENTS`) or for any other. ``say`` is called once, before
     the checkpoint when it is handed off (a budget of 0). Never raises.
+    ``origin`` and ``background`` say where the hook runs (:class:`Origin`; the daemon's ``hook`` method).
     """
+    here = origin or Origin()
     try:
-        event = describe(tool, read_stdin(time.monotonic() + STDIN_WAIT_S))
+        event = describe(tool, here.read(), here.getcwd)
     except BaseException as exc:  # a hook must never fail the agent, whatever happened
         unread = _note_for(exc)
         try:
-            record_result(tool, "", os.getcwd(), unread)
+            record_result(tool, "", here.getcwd(), unread)
         except BaseException:
             pass
         say(Outcome(unread, failed=True))
@@ -271,17 +316,17 @@ def run_hook(
         told = True
         say(outcome)
 
-    agent = os.getppid()  # the child, detached, will have another parent
+    agent = here.ppid
     try:
         earlier = last_result(tool)
         previous = earlier.get("note") if earlier and earlier.get("ok") is False else None
         previous = previous if isinstance(previous, str) else None
         before = event.event in BEFORE_EVENTS
-        spawn = Spawn()  # an earlier background hook still starting takes its place first: the child waits for it
+        spawn = Spawn(here.pid)  # an earlier background hook still starting takes its place first: the child waits for it
         if ends_turn(event.label):  # the agent may exit after this hook (claude -p) and end the earlier ones
             spawn.wait_for_earlier(time.monotonic() + EARLIER_WAIT_S)
         turn = Turn(event.session or event.cwd, spawn)
-        note = within_budget(
+        note = background(
             lambda: record(event, call, agent),
             budget_for(before),
             turn,

@@ -14,6 +14,7 @@ stays on the standard library's light modules (no pathlib, no typing).
 
 from __future__ import annotations
 
+import _thread
 import fcntl
 import os
 import stat
@@ -149,11 +150,16 @@ def _result_path(tool: str) -> str:
     return os.path.join(hooks_folder(), f"last-{_name(tool)}.json")
 
 
+def _tmp_suffix() -> str:
+    """A temporary file's suffix no other writer shares: the process, and the thread (the daemon runs hooks in threads)."""
+    return f"{os.getpid()}.{_thread.get_ident()}"
+
+
 def record_result(tool: str, event: str, cwd: str, note: str | None) -> None:
     """Keep the outcome of this hook run (``note`` None: recorded) for ``doctor`` and for the next run."""
     entry = {"time": time.time(), "event": event, "cwd": cwd, "ok": note is None, "note": note}
     path = _result_path(tool)
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}")
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{_tmp_suffix()}")
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
             handle.write(dumps(entry))
@@ -214,7 +220,7 @@ def write_record(path: str, text: str) -> bool:
         new = False
     except OSError:
         new = True
-    tmp = f"{path}.{os.getpid()}"
+    tmp = f"{path}.{_tmp_suffix()}"
     try:
         with open(tmp, "w", encoding="utf-8") as handle:
             handle.write(text)

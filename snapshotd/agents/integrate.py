@@ -28,6 +28,7 @@ from typing import Any
 
 from snapshotd.agents import jsonedit, projectfiles
 from snapshotd.agents.hooks import TOOLS
+from snapshotd.agents.hookserve import NATIVE_EVENTS, native_entry
 from snapshotd.agents.payload import INTEGRATIONS
 from snapshotd.errors import InvalidParams, SnapshotdError
 from snapshotd.fsutil import atomic_write
@@ -94,6 +95,12 @@ def hook_command(tool: str) -> str:
     return f"{shlex.quote(sys.executable)} -I -S {shlex.quote(HOOK_PROGRAM)} {tool}"
 
 
+def native_command(tool: str) -> str:
+    """The native entry (:mod:`.hookserve`) if built, running :func:`hook_command` when the daemon cannot take the hook."""
+    native = native_entry()
+    return f"{shlex.quote(native)} {hook_command(tool)}" if native else hook_command(tool)
+
+
 _OURS = r"(?:snapshotd\S*\s+(?:\S.*\s)?hook|snapshotd/agents/hookentry\.py'?)\s+{tool}(\s|$)"
 """A handler is snapshotd's when it runs ``snapshotd ... hook TOOL`` (older settings) or the hook program."""
 
@@ -122,7 +129,8 @@ def read_settings(path: Path, project: Path | None) -> str | None:
 def wanted_entries(tool: str, events: str) -> dict[str, dict[str, Any]]:
     """Event name -> the matcher group snapshotd adds for it."""
     handler = {"type": "command", "command": hook_command(tool), "timeout": HOOK_TIMEOUT_S}
-    wanted: dict[str, dict[str, Any]] = {event: {"hooks": [handler]} for event in TURN_EVENTS[tool]}
+    native = {**handler, "command": native_command(tool)}
+    wanted: dict[str, dict[str, Any]] = {event: {"hooks": [native if event in NATIVE_EVENTS else handler]} for event in TURN_EVENTS[tool]}
     if events == "tools":
         background = {**handler, BACKGROUND: True}
         for event in TOOL_EVENTS[tool]:

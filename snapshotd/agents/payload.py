@@ -18,9 +18,11 @@ import time
 from snapshotd.contract.trailers import value_fits
 from snapshotd.errors import InvalidParams
 from snapshotd.jsonlite import loads
+from snapshotd.settings import getenv
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 TOOLS = ("claude-code", "codex")
@@ -188,7 +190,7 @@ def turn_open(label: str) -> bool:
     return not ends_turn(label) and not label.startswith("session start")
 
 
-def describe(tool: str, data: bytes) -> HookEvent:
+def describe(tool: str, data: bytes, getcwd: Callable[[], str] = os.getcwd) -> HookEvent:
     """Read one hook payload of ``tool`` (``claude-code`` or ``codex``) into a :class:`HookEvent`.
 
     Raises :class:`~snapshotd.errors.InvalidParams` with one sentence when the
@@ -206,11 +208,11 @@ def describe(tool: str, data: bytes) -> HookEvent:
     if not isinstance(event, str) or not event:
         raise InvalidParams("The hook payload has no 'hook_event_name'; is this command run by the agent's hooks?")
     cwd = payload.get("cwd")
-    project = os.environ.get("CLAUDE_PROJECT_DIR") if tool == "claude-code" else None
+    project = getenv("CLAUDE_PROJECT_DIR") if tool == "claude-code" else None
     if project and os.path.isabs(project):
         cwd = project  # the session stays where it started: the payload's cwd follows the agent's cd
     elif not isinstance(cwd, str) or not os.path.isabs(cwd):
-        cwd = os.getcwd()
+        cwd = getcwd()
     session = payload.get("session_id")
     session = session if isinstance(session, str) and session else None
     agent = {"tool": tool}
@@ -219,16 +221,20 @@ def describe(tool: str, data: bytes) -> HookEvent:
     return HookEvent(event, cwd, session, _label(payload, event, cwd), agent, starts)
 
 
+NOT_PIPED = "This command reads one hook payload on stdin; the agent's hooks run it."
+LATE = "The hook payload did not arrive on stdin in time."
+
+
 def read_stdin(deadline: float) -> bytes:
     """All of stdin, or what came before ``deadline`` (a ``time.monotonic()`` moment)."""
     fd = 0
     if os.isatty(fd):
-        raise InvalidParams("This command reads one hook payload on stdin; the agent's hooks run it.")
+        raise InvalidParams(NOT_PIPED)
     chunks: list[bytes] = []
     while True:
         remaining = deadline - time.monotonic()
         if remaining <= 0 or not select.select([fd], [], [], remaining)[0]:
-            raise InvalidParams("The hook payload did not arrive on stdin in time.")
+            raise InvalidParams(LATE)
         chunk = os.read(fd, 65536)
         if not chunk:
             return b"".join(chunks)

@@ -107,6 +107,9 @@ class Engine:
         with naming_the_path_asked(params.get("path")):
             return await handler(params, session)
 
+    def add_method(self, name: str, handler: Callable[[dict[str, Any], Any], Awaitable[dict[str, Any]]]) -> None:
+        self._handlers[name] = handler  # the daemon's ``hook``, which runs agent hooks (snapshotd.agents.hookserve)
+
     def on_shutdown(self, callback: Callable[[], None]) -> None:
         self._on_shutdown = callback
 
