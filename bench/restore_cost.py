@@ -118,7 +118,9 @@ def run_once(checkout: Path, spec: list[tuple[str, list[int]]], home: Path, flip
         raise SystemExit(f"{checkout} has no .venv: run ./scripts/setup there first.")
     env = {**os.environ, "SNAPSHOTD_HOME": str(home), "PYTHONPATH": str(checkout)}
     done = subprocess.run(
-        [str(python), "-c", _WORKLOAD, json.dumps(spec), "1" if flip else "0"], env=env, capture_output=True, text=True, check=False
+        [str(python), "-c", _WORKLOAD, json.dumps(spec), "1" if flip else "0"],
+        env=env, capture_output=True, text=True, check=False,
+        cwd=checkout,  # python -c puts its folder first on the path, ahead of PYTHONPATH: run there
     )
     if done.returncode != 0:
         raise SystemExit(f"the workload failed in {checkout}:\n{done.stderr}")
