@@ -1,9 +1,9 @@
 """The longer run of the content-conversion differential fuzz (tests/test_conversion_fuzz.py).
 
 ``python -m bench.conversion_fuzz --examples N [--seconds S] [--seed K]`` plays
-N random examples (tests/conversion_cases.py) on each of the three runs (SHA-1
-watched: warm and ``exact`` captures; SHA-1 unwatched: cold; SHA-256: the git
-command back-end), stopping a run early after S seconds, and prints each
+N random examples (tests/conversion_cases.py) on each of the four runs (SHA-1 on
+libgit2, SHA-256 on the git command back-end, each watched: warm and ``exact``
+captures, and unwatched: cold), stopping a run early after S seconds, and prints each
 difference from git, shrunk, with the example that gives it. Exits 1 on any.
 The environment is isolated as the test suite's is (a private HOME, no system
 config). Keep shrunk failures as named tests in tests/test_conversion.py.
@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO_ROOT / "tests"))
 import trio  # noqa: E402
 from hypothesis import HealthCheck, Phase, given, seed, settings, strategies as st  # noqa: E402
 
-RUNS = [("sha1", True), ("sha1", False), ("sha256", True)]
+RUNS = [("sha1", True), ("sha1", False), ("sha256", True), ("sha256", False)]
 
 
 def _isolate(home: Path) -> None:

@@ -5,7 +5,9 @@ longer run (``python -m bench.conversion_fuzz``). An example is a repository
 (SHA-1 or SHA-256) whose files are first committed as they are, then given
 ``.gitattributes`` (root and ``d/``) and conversion settings, so the index holds
 blobs with and without CR under rules that convert; then a list of operations:
-edits keeping or changing line endings, touches, same-size rewrites, renames,
+edits keeping or changing line endings, touches, same-size rewrites (also in
+place with the mtime put back, a write in the same second git cannot see by its
+stat data but for ctime), renames,
 deletions, ``git add``, commits, index blobs set with or without CR, a
 ``.gitattributes`` changed in the worktree only, kept only in the index
 (skip-worktree, missing on disk) or deleted, and captures (warm, cold,
@@ -89,6 +91,7 @@ operations = st.one_of(
     _file_and_content.map(lambda pc: ("write", *pc)),
     _file_and_content.map(lambda pc: ("write", *pc)),
     st.tuples(st.just("touch"), st.sampled_from(FILES)),
+    _file_and_content.map(lambda pc: ("same_second", *pc)),
     st.tuples(st.just("rename"), st.sampled_from(FILES), st.sampled_from(FILES)),
     st.tuples(st.just("delete"), st.sampled_from(FILES)),
     st.tuples(st.just("stage"), st.sampled_from([*FILES, "."])),
@@ -140,6 +143,17 @@ def _raw_blob(root: Path, data: bytes) -> str:
     return os.fsdecode(git_run(root, "hash-object", "-w", "--no-filters", "--stdin", input=data).stdout).strip()
 
 
+def _rewrite_in_place(root: Path, rel: str, data: bytes) -> None:
+    """Rewrite a file in place with ``data`` cut or padded to its size, its mtime put back: only ctime moves."""
+    path = root / rel
+    if not path.is_file() or path.is_symlink():
+        return
+    st_ = os.stat(path)
+    with open(path, "r+b") as handle:
+        handle.write((data * (st_.st_size // max(len(data), 1) + 1))[: st_.st_size] if data else b"\0" * st_.st_size)
+    os.utime(path, ns=(st_.st_atime_ns, st_.st_mtime_ns))
+
+
 def build(base: Path, example: Example) -> Path:
     """The example's repository: files committed as they are, then attributes, then the settings."""
     repo = base / "repo"
@@ -168,6 +182,8 @@ def apply(repo: Path, op: Op) -> None:
         if (repo / op[1]).is_file():
             st_ = os.stat(repo / op[1])
             os.utime(repo / op[1], ns=(st_.st_atime_ns, st_.st_mtime_ns + 1_000_000_000))
+    elif kind == "same_second":
+        _rewrite_in_place(repo, op[1], op[2])
     elif kind == "rename":
         src, dst = repo / op[1], repo / op[2]
         if src.is_file() and src != dst:
