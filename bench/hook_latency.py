@@ -7,7 +7,10 @@ waits for its checkpoint, an "after" hands it off), and a file edited before
 each event so that every checkpoint records a change, and a short pause before
 each prompt, as a person takes between turns. The programs compared:
 
-- ``hook program``: what ``integrate`` writes, ``python -I -S .../hookentry.py``;
+- ``hook program``: the Python entry, ``python -I -S .../hookentry.py``;
+- ``integrate's entries``: what ``integrate`` writes for each event: the native entry
+  (``snapshotd-hook``, relayed to the daemon's ``hook`` method) for the prompt when it was built,
+  the Python entry for the others;
 - ``snapshotd hook``: the command line's ``hook`` command (click and the package);
 - ``--old CHECKOUT``: that checkout's ``python -m snapshotd hook`` with its own
   venv (run ``./scripts/setup`` there), as its settings ran it;
@@ -49,6 +52,7 @@ if __package__ in (None, ""):  # run as a script: make the package importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import REPO_ROOT, git, summarize
+from snapshotd.agents.hookserve import native_entry
 from snapshotd.agents.integrate import HOOK_PROGRAM, wanted_entries
 from snapshotd.client.rpc import Client
 
@@ -143,12 +147,17 @@ def payloads(repo: Path, session: str) -> list[bytes]:
     ]
 
 
-def programs(old: Path | None, old_program: Path | None = None) -> dict[str, list[str]]:
-    """Name -> argv of each hook program compared."""
-    found = {
+def programs(old: Path | None, old_program: Path | None = None) -> dict[str, list[str] | dict[str, list[str]]]:
+    """Name -> argv of each hook program compared (or event name -> argv)."""
+    found: dict[str, list[str] | dict[str, list[str]]] = {
         "hook program (-I -S hookentry.py)": [sys.executable, "-I", "-S", HOOK_PROGRAM, "claude-code"],
         "snapshotd hook (command line)": [sys.executable, "-m", "snapshotd", "hook", "claude-code"],
     }
+    if native_entry() is not None:
+        entries = wanted_entries("claude-code", "tools")
+        found["integrate's entries (native for the prompt)"] = {
+            event: shlex.split(entries[event]["hooks"][0]["command"]) for event in EVENT_NAMES
+        }
     if old is not None:
         python = old / ".venv" / "bin" / "python"
         if not python.exists():
@@ -162,8 +171,14 @@ def programs(old: Path | None, old_program: Path | None = None) -> dict[str, lis
     return found
 
 
+def argv_for(argv: list[str] | dict[str, list[str]], kind: int) -> list[str]:
+    """The program's argv for the event of ``EVENTS[kind]``."""
+    return argv[EVENT_NAMES[kind]] if isinstance(argv, dict) else argv
+
+
 def warm_samples(
-    root: Path, env: dict[str, str], argvs: dict[str, list[str]], files: int, count: int, exits: dict[str, list[float]]
+    root: Path, env: dict[str, str], argvs: dict[str, list[str] | dict[str, list[str]]], files: int, count: int,
+    exits: dict[str, list[float]],
 ) -> dict[str, list[list[float]]]:
     """Per program, per event kind, ``count`` hook runs against the running daemon, alternating programs;
     a background hook's time to its exit goes to ``exits`` (per program)."""
@@ -183,10 +198,11 @@ def warm_samples(
         for name, argv in argvs.items():
             for kind in range(min(len(EVENTS), count - turn)):
                 (repos[name] / "pkg0" / "mod0.py").write_text(f"value = {turn + kind}\n")
+                program = argv_for(argv, kind)
                 if BACKGROUND[kind] and not name.startswith("old"):
-                    samples[name][kind].append(background.start(argv, env, events[name][kind], exits.setdefault(name, [])))
+                    samples[name][kind].append(background.start(program, env, events[name][kind], exits.setdefault(name, [])))
                 else:
-                    samples[name][kind].append(_timed(argv, env, events[name][kind]))
+                    samples[name][kind].append(_timed(program, env, events[name][kind]))
     background.join()
     for n, name in enumerate(argvs):
         got = recorded(repos[name], env, f"bench-{n}", count)
@@ -209,7 +225,7 @@ def capture_samples(root: Path, env: dict[str, str], files: int, count: int) -> 
     return samples
 
 
-def cold_samples(repo: Path, base_env: dict[str, str], argv: list[str], count: int) -> list[float]:
+def cold_samples(repo: Path, base_env: dict[str, str], argv: list[str] | dict[str, list[str]], count: int) -> list[float]:
     """Hook runs (the prompt, which waits) that each find no daemon and start one (stopped again after each)."""
     samples = []
     for i in range(count):
@@ -217,7 +233,7 @@ def cold_samples(repo: Path, base_env: dict[str, str], argv: list[str], count: i
             env = dict(base_env, SNAPSHOTD_SOCKET=os.path.join(folder, "s.sock"), SNAPSHOTD_HOME=os.path.join(folder, "home"))
             try:
                 (repo / "cold.txt").write_text(str(i))
-                samples.append(_timed(argv, env, payloads(repo, "cold")[0]))
+                samples.append(_timed(argv_for(argv, 0), env, payloads(repo, "cold")[0]))
             finally:
                 subprocess.run([sys.executable, "-m", "snapshotd", "stop"], env=env, capture_output=True, check=False)
     return samples
