@@ -9,6 +9,10 @@ agent started (the shell of ``sh -c``, or the hook itself), then the hook's
 own; and a hook waits until the agent's earlier hook processes are gone (each
 leaves once its place is taken and its checkpoint handed to its child) before
 it looks at the session's places, so no checkpoint overtakes an earlier one.
+A hook that has taken its place (:class:`~snapshotd.agents.hookstate.Turn`)
+need not be waited for any longer: its session's order has it, and a hook of
+another session (an agent server runs many in one process) has nothing to
+wait for, so a "before" never waits for another session's checkpoint.
 That wait also keeps a turn's last hook, which the agent waits for, from
 returning while an earlier background hook is still starting: an agent that
 exits then (``claude -p``) would end it before its checkpoint was handed off.
@@ -21,10 +25,17 @@ import time
 
 from snapshotd.settings import disabled_facilities
 
+TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox"})
 """Programs an agent may run its hooks or MCP servers through; the agent is the first ancestor that is none."""
 
 POLL_S = 0.005
+POLL_MAX_S = 0.02
+"""A waiting hook looks again after POLL_S, then twice as long each time up to POLL_MAX_S: hundreds of hooks
+of one agent waiting on one another must not take the machine's cores to look."""
 HOOK_MARKS = (b"hookentry.py", b"snapshotd\0hook\0", b"snapshotd hook ")
 """What the command line of one of snapshotd's hook processes holds (the hook program, or ``snapshotd hook``)."""
 
@@ -88,15 +99,22 @@ class Spawn:
                 earlier.append((pid, found[3]))
         return earlier
 
-    def wait_for_earlier(self, deadline: float) -> bool:
-        """Wait until the agent's earlier hook processes are gone; False when ``deadline`` (monotonic) passed first."""
-        waiting = self.earlier_hooks()
-        while waiting:
-            waiting = [(pid, start) for pid, start in waiting if _running(pid, start)]
-            if waiting and time.monotonic() >= deadline:
-                return False
-            if waiting:
-                time.sleep(POLL_S)
+    def place(self) -> str:
+        """The name under which this hook shows the agent's later hooks that it has taken its place."""
+        return f"{self.start}-{self.top}"
+
+    def wait_for_earlier(self, deadline: float, placed: Callable[[str], bool] | None = None) -> bool:
+        """Wait until the agent's earlier hook processes are gone, or with ``placed`` have taken their place
+        (``placed(name)``, the name :meth:`place` gives them); False when ``deadline`` (monotonic) passed first.
+
+        One process at a time, oldest first, looking again less and less often (:data:`POLL_MAX_S`)."""
+        pause = POLL_S
+        for pid, start in sorted(self.earlier_hooks(), key=lambda hook: (hook[1], hook[0])):
+            while _running(pid, start) and not (placed is not None and placed(f"{start}-{pid}")):
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(pause)
+                pause = min(2 * pause, POLL_MAX_S)
         return True
 
 

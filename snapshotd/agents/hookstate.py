@@ -30,8 +30,10 @@ TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook'
 if TYPE_CHECKING:
     from typing import Any
 
-POLL_S = 0.01
-"""How often a waiting checkpoint looks again at the markers before it."""
+POLL_S = 0.005
+POLL_MAX_S = 0.02
+"""A waiting checkpoint looks again at the markers before it after POLL_S, then twice as long each time up to
+POLL_MAX_S."""
 
 TELL_EVERY_S = 600
 """The user is shown at most one failure line per tool in this many seconds."""
@@ -69,6 +71,33 @@ def key_name(key: str) -> str:
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}{len(data):x}"
 
 
+def _placed_folder() -> str:
+    """Where each hook that took its place says so, by :meth:`~snapshotd.agents.hookorder.Spawn.place`
+    (an empty file, removed when its checkpoint is recorded; one a killed hook leaves names no later process)."""
+    folder = os.path.join(hooks_folder(), "placed")
+    os.makedirs(folder, mode=0o700, exist_ok=True)
+    return folder
+
+
+def _held(path: str) -> bool | None:
+    """Whether a live process holds the marker at ``path`` (None: no marker there)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _is_placed(name: str) -> bool:
+    return os.path.exists(os.path.join(hooks_folder(), "placed", name))
+
+
 class Turn:
     """One hook run's place in its session's order of checkpoints."""
 
@@ -88,46 +117,51 @@ class Turn:
                 if attempt == 2:
                     raise
         fcntl.flock(self.fd, fcntl.LOCK_EX)  # held by whoever keeps this descriptor: the checkpoint's process
+        self.placed = None if spawn is None else os.path.join(_placed_folder(), spawn.place())
+        if self.placed is not None:  # the agent's later hooks need not wait for this process any longer
+            os.close(os.open(self.placed, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
-    def _earlier_pending(self) -> bool:
-        """Whether a live marker older than this one remains (dead ones are removed on the way)."""
+    def _earlier_pending(self) -> str | None:
+        """The oldest live marker older than this one, if any (dead ones are removed on the way)."""
         for name in sorted(os.listdir(self.folder)):
             if name >= self.name:
-                return False
+                return None
             other = os.path.join(self.folder, name)
-            try:
-                fd = os.open(other, os.O_RDONLY | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            finally:
-                os.close(fd)
-            try:
-                os.unlink(other)  # its process ended without removing it
-            except FileNotFoundError:
-                pass
-        return False
+            held = _held(other)
+            if held:
+                return other
+            if held is False:
+                try:
+                    os.unlink(other)  # its process ended without removing it
+                except FileNotFoundError:
+                    pass
+        return None
 
     def wait(self, deadline: float) -> bool:
         """Wait until no earlier checkpoint of the session is pending (nor an earlier hook of the agent still
-        starting); False when ``deadline`` (monotonic) passed first."""
-        if self.spawn is not None and not self.spawn.wait_for_earlier(deadline):
+        starting); False when ``deadline`` (monotonic) passed first. Between looks at the whole folder it
+        looks at the one marker it waits for."""
+        if self.spawn is not None and not self.spawn.wait_for_earlier(deadline, _is_placed):
             return False
-        while self._earlier_pending():
+        pause = POLL_S
+        pending = self._earlier_pending()
+        while pending is not None:
             if time.monotonic() >= deadline:
                 return False
-            time.sleep(POLL_S)
+            time.sleep(pause)
+            pause = min(2 * pause, POLL_MAX_S)
+            if not _held(pending):
+                pending = self._earlier_pending()
         return True
 
     def release(self) -> None:
         """This run's checkpoint is recorded (or failed): later ones may go."""
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        for path in (self.path, self.placed):
+            try:
+                if path is not None:
+                    os.unlink(path)
+            except FileNotFoundError:
+                pass
         try:  # the session's folder goes with its last marker
             os.rmdir(self.folder)
         except OSError:
