@@ -16,7 +16,11 @@ import textwrap
 import time
 from pathlib import Path
 
-from daemon_helpers import child_env
+import pytest
+from daemon_helpers import child_env, wait_until
+
+from snapshotd.agents import hooks
+from snapshotd.errors import SnapshotdError
 
 # A stand-in for a hook process: its command line names the hook program, as the agent's hooks do.
 _HOOK = textwrap.dedent(
@@ -102,3 +106,39 @@ def test_hooks_waiting_on_a_slow_earlier_hook_of_their_agent_use_little_cpu(tmp_
     assert all(out.splitlines()[1].startswith("ran ") for out in outs), outs
     assert cpu < 0.5, f"forty waiting hooks used {cpu:.2f} s of CPU in 2 s"
 
+
+def test_a_checkpoint_child_that_detaches_late_is_read_within_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a starved machine the child may take longer than DETACH_WAIT_S to leave the agent's pipes: its
+    marker is then not read as its report ("+ok"), and the hook still returns within its budget."""
+    detach = hooks._detach
+
+    def late_detach() -> None:
+        time.sleep(0.6)
+        detach()
+
+    monkeypatch.setattr(hooks, "DETACH_WAIT_S", 0.2)
+    monkeypatch.setattr(hooks, "_detach", late_detach)
+    assert hooks.within_budget(lambda: None, 3.0) is None
+    assert hooks.within_budget(_fail, 3.0) == "the checkpoint failed here"
+    started = time.monotonic()
+    assert hooks.within_budget(lambda: time.sleep(8), 1.0) == hooks.still_running(1.0)
+    assert time.monotonic() - started < 4
+
+
+def _fail() -> None:
+    raise SnapshotdError("the checkpoint failed here")
+
+
+def test_a_checkpoint_child_past_its_limit_says_so_and_records_it(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The child's alarm ends a checkpoint that outlives CHILD_LIMIT_S with a note the hook's record keeps
+    (``doctor`` reads it), not by killing it silently."""
+    monkeypatch.setattr(hooks, "CHILD_LIMIT_S", 1)
+    kept = tmp_path / "note"
+
+    def done(note: str | None) -> None:
+        kept.write_text(str(note))
+
+    note = hooks.within_budget(lambda: time.sleep(5), 4.0, done=done)
+    assert note == "TimeoutError: the checkpoint did not finish within 1 s"
+    wait_until(kept.exists, 10, "the child's record of its note")
+    assert kept.read_text() == note

@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 CHILD_LIMIT_S = 600
 """A checkpoint left to finish in the background gives up after this long."""
 
+WORK_S = 60
+"""Of :data:`CHILD_LIMIT_S`, what is kept for the checkpoint itself after the wait for the session's earlier ones."""
+
 EARLIER_WAIT_S = 10
 """A turn's last hook waits at most this long for the agent's earlier hooks to hand theirs off (their
 start-up); its checkpoint then still waits for theirs (:mod:`.hookorder`)."""
@@ -124,7 +127,7 @@ def in_order(work: Work, turn: Turn | None, done: Callable[[str | None], None], 
     NOTE``), then keep what the work left to keep (before the session's next checkpoint may start)."""
     note, keep = "", None
     try:
-        if turn is not None and not turn.wait(time.monotonic() + CHILD_LIMIT_S):
+        if turn is not None and not turn.wait(time.monotonic() + CHILD_LIMIT_S - WORK_S):
             raise TimeoutError("an earlier checkpoint of this session never finished")
         keep = work()
     except BaseException as exc:
@@ -163,6 +166,10 @@ def _child(work: Work, turn: Turn | None, done: Callable[[str | None], None], wr
             pass
         import _signal  # type: ignore[import-not-found]  # signal's C module: signal imports enum, in every hook's child
 
+        def give_up(signum: int, frame: object) -> None:
+            raise TimeoutError(f"the checkpoint did not finish within {CHILD_LIMIT_S} s")
+
+        _signal.signal(_signal.SIGALRM, give_up)  # a note and the session's record, not a silent end
         _signal.alarm(CHILD_LIMIT_S)
 
         def report(text: str) -> None:
@@ -211,17 +218,35 @@ def within_budget(
     try:
         if budget_s <= 0:
             return None
-        report = os.read(read_fd, 1) if select.select([read_fd], [], [], DETACH_WAIT_S)[0] else b""
-        if report == _DETACHED:
-            report = b""
-        if not select.select([read_fd], [], [], budget_s)[0]:
+        report = _report_within(read_fd, budget_s)
+        if report is None:
             return still_running(budget_s)
-        while chunk := os.read(read_fd, 65536):
-            report += chunk
         os.waitpid(pid, os.WNOHANG)  # reaped if done; else it keeps the session's records, then ends detached
     finally:
         os.close(read_fd)
     return report_note(report.decode("utf-8", "replace"))
+
+
+def _report_within(read_fd: int, budget_s: float) -> bytes | None:
+    """The child's report, read to its end: at most :data:`DETACH_WAIT_S` for it to detach, then at most
+    ``budget_s`` for the rest; None when the budget ran out first. A child that detached late (a starved
+    machine) has its marker taken off the report all the same."""
+    report = b""
+    detached = False
+    deadline = time.monotonic() + DETACH_WAIT_S
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([read_fd], [], [], left)[0]:
+            if detached:
+                return None
+            detached, deadline = True, time.monotonic() + budget_s  # its report may still come in the budget
+            continue
+        chunk = os.read(read_fd, 65536)
+        if not chunk:
+            return report.removeprefix(_DETACHED)
+        report += chunk
+        if not detached and report.startswith(_DETACHED):
+            detached, deadline = True, time.monotonic() + budget_s
 
 
 def record(
