@@ -307,3 +307,19 @@ def test_a_failure_in_the_background_is_shown_at_the_next_hook(tmp_path: Path, r
     first = run_hook("claude-code", placed(stop, repo), env)
     assert (first.code, first.stdout, first.stderr) == (0, "", ""), first
     wait_until(lambda: "is not a socket" in (run_hook("claude-code", placed(stop, repo), env).stdout), 60, "the earlier failure told")
+
+
+@pytest.mark.parametrize("entry", ["program", "command line"])
+def test_a_home_other_users_may_use_fails_the_hook_in_one_line_not_the_agent(
+    repo: Path, tmp_path: Path, entry: str
+) -> None:
+    home = tmp_path / "open-home"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    [(_, payload)] = [item for item in recorded("claude-code") if "user-prompt-submit" in item[0]]
+    run = run_hook("claude-code", placed(payload, repo), child_env(SNAPSHOTD_HOME=str(home)), repo, cli=entry == "command line")
+    assert run.code == 0, run.stderr
+    assert "Traceback" not in run.stderr
+    told = json.loads(run.stdout)["systemMessage"]
+    assert "was not recorded: snapshotd will not use its home" in told and f"chmod 700 {home}" in told
+    assert not (home / "hooks").exists()

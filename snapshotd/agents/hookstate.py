@@ -22,7 +22,7 @@ import time
 import zlib
 
 from snapshotd.agents.hookorder import SHELLS, Spawn, proc_stat
-from snapshotd.errors import Untrusted
+from snapshotd.errors import SnapshotdError, Untrusted
 from snapshotd.jsonlite import dumps, loads
 from snapshotd.settings import data_home_path
 
@@ -213,9 +213,13 @@ def last_result(tool: str) -> dict[str, Any] | None:
 
 
 def may_tell(tool: str, now: float | None = None) -> bool:
-    """Whether a failure line may be shown to the user now; if so, the moment is remembered."""
+    """Whether a failure line may be shown to the user now; if so, the moment is remembered. With no
+    folder to remember it in (a home other users may use: the line says so), always."""
     now = time.time() if now is None else now
-    mark = os.path.join(hooks_folder(), f"told-{_name(tool)}")
+    try:
+        mark = os.path.join(hooks_folder(), f"told-{_name(tool)}")
+    except (OSError, SnapshotdError):
+        return True
     try:
         if now - os.stat(mark).st_mtime < TELL_EVERY_S:
             return False
