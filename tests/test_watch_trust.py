@@ -237,6 +237,37 @@ async def test_idle_reconciliation_logs_each_missed_path(watched_engine, tmp_pat
     assert "idle reconciliation" in record.getMessage()
 
 
+async def test_a_write_while_the_idle_reconciliation_scans_is_no_miss(watched_engine, tmp_path, monkeypatch, caplog):
+    """An agent writing just as the idle reconciliation begins its full scan: the watcher saw the write,
+    so the scan's newer content is no watch_miss (a loaded machine's replay counted 10 to 30 of these)."""
+    import trio
+
+    from snapshotd.capture import worktree as engine_mod
+
+    monkeypatch.setattr(engine_mod, "RECONCILE_IDLE_S", 0.2)
+    real_cold = engine_mod.WorktreeCapture._cold
+
+    async def cold_after_a_write(self, reason, hints=None):
+        if reason == "idle reconciliation":
+            (repo / "src" / "a.py").write_text("print('written as the scan began')\n")
+            (repo / "src" / "new.py").write_text("print('new')\n")
+        return await real_cold(self, reason, hints)
+
+    monkeypatch.setattr(engine_mod.WorktreeCapture, "_cold", cold_after_a_write)
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    with caplog.at_level("WARNING", logger="snapshotd.engine.core"):
+        (repo / "README").write_text("a turn's edit\n")
+        assert (await checkpoint(watched_engine, repo))["stats"]["scan"] == "watch"
+        with trio.fail_after(10):
+            while not (await watched_engine.call("status", {}))["counters"].get("reconciliations"):
+                await trio.sleep(0.1)
+    assert not (await watched_engine.call("status", {}))["counters"].get("watch_miss")
+    assert not [r for r in caplog.records if "watch_miss" in r.getMessage()]
+    after = await checkpoint(watched_engine, repo)
+    assert after["checkpoint"]["tree"] == oracle_tree(repo)
+
+
 def test_verify_on_the_command_line_exits_1_on_a_difference(tmp_path):
     from daemon_helpers import child_env, cli, running_daemon
 

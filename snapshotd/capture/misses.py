@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,14 +80,32 @@ def _changes(info: WorktreeInfo, warm_tree: str, disk_tree: str) -> list[FileCha
         return diff_mod.diff_trees(repo, warm_tree, disk_tree, find_renames=False).files
 
 
+def _seen(path: str, seen: Set[str]) -> bool:
+    """Whether the watcher reported ``path``, or a folder above it, in ``seen``."""
+    while path:
+        if path in seen:
+            return True
+        path = path.rpartition("/")[0]
+    return False
+
+
 async def watch_misses(
-    info: WorktreeInfo, warm_tree: str, disk_tree: str, by: str, counters: Counter[str]
+    info: WorktreeInfo,
+    warm_tree: str,
+    disk_tree: str,
+    by: str,
+    counters: Counter[str],
+    seen: Set[str] = frozenset(),
 ) -> list[WatchMiss]:
-    """The paths where the warm tree differs from a full scan, each logged and counted as ``watch_miss``."""
+    """The paths where the warm tree differs from a full scan, each logged and counted as ``watch_miss``;
+    except those in ``seen``, which the watcher reported changed after the warm tree was taken (written
+    while the scan ran: no miss)."""
     if warm_tree == disk_tree:
         return []
     changes = await trio.to_thread.run_sync(_changes, info, warm_tree, disk_tree, limiter=thread_limiter)
-    misses = [WatchMiss.of_change(change) for change in changes]
+    misses = [WatchMiss.of_change(change) for change in changes if not _seen(change.path, seen)]
+    if not misses:
+        return []
     for miss in misses:
         log.warning("watch_miss in %s (%s): %s %s", info.path, by, miss.path, miss.cause)
     counters["watch_miss"] += max(1, len(misses))
