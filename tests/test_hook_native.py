@@ -108,7 +108,9 @@ def test_what_the_native_entry_says_is_what_the_python_entry_says(
         env = child_env(sock, SNAPSHOTD_HOME=str(home))
         command = native_command("claude-code") if kind == "native" else hook_command("claude-code")
         got = subprocess.run(shlex.split(command), input=data, capture_output=True, env=env, cwd=tmp_path, timeout=HOOK_TIMEOUT_S, check=False)
-        outputs.append((got.returncode, got.stdout, got.stderr, sorted(p.name for p in (home / "hooks").iterdir())))
+        hooks = home / "hooks"  # a checkpoint's outcome is kept just after the hook returns: once it is there
+        wait_until(lambda hooks=hooks: (hooks / "last-claude-code.json").exists() and not any(p.name.startswith(".") for p in hooks.iterdir()), 30, "the hook's outcome kept")
+        outputs.append((got.returncode, got.stdout, got.stderr, sorted(p.name for p in hooks.iterdir())))
     assert outputs[0] == outputs[1]
     assert bool(outputs[0][1] and outputs[0][2]) == fails, outputs
 
