@@ -26,6 +26,7 @@ import time
 from snapshotd.agents.hookorder import Spawn
 from snapshotd.agents.hookstate import (
     Turn,
+    agent_key,
     last_result,
     may_tell,
     note_agent_session,
@@ -263,6 +264,7 @@ def record(
     if session is None:
         call("checkpoint", event.params())
         return None
+    key = None if agent is None else agent_key(agent)  # now: the shell between may be gone once the hook returned
     entry = sessionstate.read(session)
     if entry is not None and not event.starts and os.path.isdir(entry["cwd"]):
         event.cwd = entry["cwd"]
@@ -278,8 +280,8 @@ def record(
 
     def keep() -> None:
         sessionstate.write(session, event.cwd, turn_open(event.label))
-        if agent is not None:
-            note_agent_session(agent, session, event.cwd)
+        if key is not None:
+            note_agent_session(key, session, event.cwd)
 
     return keep
 

@@ -274,11 +274,8 @@ def _agents_folder() -> str:
     return folder
 
 
-def note_agent_session(pid: int, session: str, cwd: str) -> None:
-    """Keep that the agent at or above ``pid`` (a hook's parent) runs ``session`` in ``cwd``, for its MCP server."""
-    key = agent_key(pid)
-    if key is None:
-        return
+def note_agent_session(key: str, session: str, cwd: str) -> None:
+    """Keep that the agent ``key`` (:func:`agent_key` of a hook's parent) runs ``session`` in ``cwd``, for its MCP server."""
     path = os.path.join(_agents_folder(), key + ".json")
     write_record(path, dumps({"session": session, "cwd": cwd}))
     for name in os.listdir(os.path.dirname(path)):  # agents that ended: their records go
