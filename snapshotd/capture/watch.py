@@ -123,6 +123,11 @@ class Watcher:
         self.dirty |= dirty
         self.full_scan_reasons |= reasons
 
+    async def seen_since_taken(self) -> set[str]:
+        """The paths seen changed since the last :meth:`take`, left for the next capture (an agent writing
+        while the idle reconciliation scans is no miss); none when the watcher cannot sync."""
+        return set(self.dirty) if await self.sync() else set()
+
     # --- the set of watches --------------------------------------------------------
 
     descend = staticmethod(descend)

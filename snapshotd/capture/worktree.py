@@ -373,23 +373,13 @@ class WorktreeCapture:
                 if warm.stats.scan != "watch":
                     self.needs_reconcile = False
                     continue
-                seen = await self._seen_since_taken(watcher)
+                seen = await watcher.seen_since_taken()
                 cold = await self._cold("idle reconciliation")
-                seen |= await self._seen_since_taken(watcher)
+                seen |= await watcher.seen_since_taken()
                 self.needs_reconcile = False
                 self.counters["reconciliations"] += 1
                 await watch_misses(self.info, warm.tree, cold.tree, "idle reconciliation", self.counters, seen)
             self.last_activity = time.monotonic()
-
-    @staticmethod
-    async def _seen_since_taken(watcher: Watcher) -> set[str]:
-        """The paths the watcher saw change since the last capture took its dirty set, left for the next one
-        (an agent writing while the idle reconciliation scans is no miss); none when it cannot sync."""
-        if not await watcher.sync():
-            return set()
-        dirty, reasons = watcher.take()
-        watcher.put_back(dirty, reasons)
-        return dirty
 
     def watch_counters(self) -> Counter[str]:
         """The watcher's own counts for ``status`` (none without a watcher)."""
