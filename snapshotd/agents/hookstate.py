@@ -21,7 +21,7 @@ import stat
 import time
 import zlib
 
-from snapshotd.agents.hookorder import SHELLS, Spawn, proc_stat
+from snapshotd.agents.hookorder import POLL_MAX_S, POLL_S, SHELLS, Spawn, proc_stat
 from snapshotd.errors import SnapshotdError, Untrusted
 from snapshotd.jsonlite import dumps, loads
 from snapshotd.settings import data_home_path
@@ -29,11 +29,6 @@ from snapshotd.settings import data_home_path
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
 if TYPE_CHECKING:
     from typing import Any
-
-POLL_S = 0.005
-POLL_MAX_S = 0.02
-"""A waiting checkpoint looks again at the markers before it after POLL_S, then twice as long each time up to
-POLL_MAX_S."""
 
 TELL_EVERY_S = 600
 """The user is shown at most one failure line per tool in this many seconds."""
@@ -74,9 +69,7 @@ def key_name(key: str) -> str:
 def _placed_folder() -> str:
     """Where each hook that took its place says so, by :meth:`~snapshotd.agents.hookorder.Spawn.place`
     (an empty file, removed when its checkpoint is recorded; one a killed hook leaves names no later process)."""
-    folder = os.path.join(hooks_folder(), "placed")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    return folder
+    return os.path.join(hooks_folder(), "placed")
 
 
 def _held(path: str) -> bool | None:
@@ -92,10 +85,6 @@ def _held(path: str) -> bool | None:
     finally:
         os.close(fd)
     return False
-
-
-def _is_placed(name: str) -> bool:
-    return os.path.exists(os.path.join(hooks_folder(), "placed", name))
 
 
 class Turn:
@@ -117,8 +106,10 @@ class Turn:
                 if attempt == 2:
                     raise
         fcntl.flock(self.fd, fcntl.LOCK_EX)  # held by whoever keeps this descriptor: the checkpoint's process
-        self.placed = None if spawn is None else os.path.join(_placed_folder(), spawn.place())
-        if self.placed is not None:  # the agent's later hooks need not wait for this process any longer
+        self.placed = None
+        if spawn is not None:  # the agent's later hooks need not wait for this process any longer
+            os.makedirs(_placed_folder(), mode=0o700, exist_ok=True)
+            self.placed = os.path.join(_placed_folder(), spawn.place())
             os.close(os.open(self.placed, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
     def _earlier_pending(self) -> str | None:
@@ -141,7 +132,10 @@ class Turn:
         """Wait until no earlier checkpoint of the session is pending (nor an earlier hook of the agent still
         starting); False when ``deadline`` (monotonic) passed first. Between looks at the whole folder it
         looks at the one marker it waits for."""
-        if self.spawn is not None and not self.spawn.wait_for_earlier(deadline, _is_placed):
+        placed = _placed_folder()
+        if self.spawn is not None and not self.spawn.wait_for_earlier(
+            deadline, lambda name: os.path.exists(os.path.join(placed, name))
+        ):
             return False
         pause = POLL_S
         pending = self._earlier_pending()
