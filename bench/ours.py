@@ -59,6 +59,10 @@ class Daemon:
         times = self.ps.cpu_times()
         return times.user + times.system
 
+    def system_cpu_seconds(self) -> float:
+        """The kernel's share of :meth:`cpu_seconds` (file creation, fsync, inotify)."""
+        return float(self.ps.cpu_times().system)
+
     def rss(self) -> int:
         return self.ps.memory_info().rss
 

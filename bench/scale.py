@@ -25,6 +25,7 @@ import contextlib
 import random
 import shutil
 import subprocess
+import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -60,6 +61,7 @@ class Window:
     started_in_window: int = 0
     connect_failures: list[str] = field(default_factory=list)
     pool: list[AsyncClient] = field(default_factory=list)
+    phases: dict[str, list[float]] = field(default_factory=dict)  # the daemon's split of each capture's time
 
     def inside(self, t: float) -> bool:
         return self.start <= t < self.end
@@ -109,6 +111,8 @@ async def _session(
             if counted:
                 window.latencies.append((trio.current_time() - t0) * 1000)
                 window.scans[result["stats"]["scan"]] += 1
+                for phase, ms in result["stats"].get("phases", {}).items():  # absent from an older daemon
+                    window.phases.setdefault(phase, []).append(ms)
                 window.processes += int(result["stats"]["processes"])
 
         await trio.sleep(rng.uniform(0, 2.0))  # sessions do not all start at once
@@ -166,7 +170,7 @@ async def run_level(
         now = trio.current_time()
         window.start = now + warmup_s
         window.end = window.start + window_s
-        cpu_start = proc_start = None
+        cpu_start = system_start = proc_start = own_start = None
         async with contextlib.AsyncExitStack() as shared:
             for _ in range(pool):  # closed only once every session has ended
                 window.pool.append(await shared.enter_async_context(AsyncClient.connect(daemon.socket_path)))
@@ -179,10 +183,12 @@ async def run_level(
                 await trio.sleep_until(window.start)
                 if profile:
                     spy = _py_spy(daemon.pid, window_s, profile, profile_gil)
-                cpu_start = daemon.cpu_seconds()
+                cpu_start, system_start = daemon.cpu_seconds(), daemon.system_cpu_seconds()
+                own_start = time.process_time()
                 proc_start = await daemon.processes_started()
                 await trio.sleep_until(window.end)
-                cpu_end = daemon.cpu_seconds()
+                cpu_end, system_end = daemon.cpu_seconds(), daemon.system_cpu_seconds()
+                own_end = time.process_time()
                 proc_end = await daemon.processes_started()
                 window.stop = True
         if spy is not None:
@@ -211,11 +217,14 @@ async def run_level(
         "connect_failures": len(window.connect_failures),
         "connect_failure_examples": window.connect_failures[:5],
         "latency_ms": summarize(window.latencies),
+        "phases_ms": {phase: summarize(values) for phase, values in window.phases.items()},
         "scans": dict(window.scans),
         "processes_in_window": proc_end - proc_start,
         "processes_per_capture": round((proc_end - proc_start) / max(completed, 1), 4),
         "stats_processes_in_window": window.processes,
         "daemon_cpu_cores": round((cpu_end - cpu_start) / window_s, 3),
+        "daemon_system_cpu_cores": round((system_end - system_start) / window_s, 3),
+        "bench_cpu_cores": round((own_end - own_start) / window_s, 3),  # the sessions' own share of the 2 cores
         "daemon_rss_peak_in_window": max(window.rss) if window.rss else None,
         "daemon_rss_hwm": peak,
         "ping_ms": summarize(window.pings),
@@ -297,8 +306,13 @@ async def run(
                 f"    {result['captures_completed']} captures, p50 {result['latency_ms'].get('median')} ms, "
                 f"p99 {result['latency_ms'].get('p99')} ms, failures {result['failures']}, "
                 f"connect failures {result['connect_failures']}, ping p99 {result['ping_ms'].get('p99')} ms, "
-                f"CPU {result['daemon_cpu_cores']} cores"
+                f"CPU {result['daemon_cpu_cores']} cores (system {result['daemon_system_cpu_cores']}; the sessions' own {result['bench_cpu_cores']})"
             )
+            if result["phases_ms"]:
+                log("      the daemon's split, p50 / p99 ms: " + ", ".join(
+                    f"{phase} {figures.get('median')} / {figures.get('p99')}"
+                    for phase, figures in result["phases_ms"].items()
+                ))
             out.append(result)
             clear_sessions(trees)
     return out

@@ -34,11 +34,17 @@ from .common import WORK, git
 from .trees import synthetic
 
 
-def cpu_seconds() -> float:
-    """This process's CPU time (user and system, every thread) from ``/proc``."""
+def cpu_split() -> tuple[float, float]:
+    """This process's CPU time (every thread) from ``/proc``: user and system seconds."""
     with open("/proc/self/stat") as stat:
         fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time (user and system, every thread) from ``/proc``."""
+    return sum(cpu_split())
 
 
 async def _inline(fn: Callable[..., Any], *args: Any, **_: Any) -> Any:
@@ -67,7 +73,7 @@ async def run(args: argparse.Namespace) -> None:
             await engine.call("checkpoint", {"path": str(clone), "session": "profile"})
         await trio.sleep(0.5)
         scans = set()
-        cpu, wall = cpu_seconds(), time.perf_counter()
+        split, wall = cpu_split(), time.perf_counter()
         if not args.no_profile:
             profile.enable()
         for index in range(args.captures):
@@ -77,14 +83,16 @@ async def run(args: argparse.Namespace) -> None:
             result = await engine.call("checkpoint", {"path": str(clone), "session": "profile"})
             scans.add(result["stats"]["scan"])
         profile.disable()
-        cpu, wall = cpu_seconds() - cpu, time.perf_counter() - wall
+        (user, system), wall = (now - then for now, then in zip(cpu_split(), split, strict=True)), (
+            time.perf_counter() - wall)
+        cpu = user + system
         await engine.aclose()
         nursery.cancel_scope.cancel()
     shutil.rmtree(base, ignore_errors=True)
     what = "clean" if args.clean else "1 file changed"
     print(
         f"{args.files} files, {what}, {args.captures} checkpoints ({', '.join(sorted(scans))}): "
-        f"CPU {1000 * cpu / args.captures:.2f} ms, wall {1000 * wall / args.captures:.2f} ms each"
+        f"CPU {1000 * cpu / args.captures:.2f} ms (system {1000 * system / args.captures:.2f}), wall {1000 * wall / args.captures:.2f} ms each"
         f"{'' if args.no_profile else ' (profiled)'}, load {os.getloadavg()[0]:.1f}"
     )
     if args.no_profile:

@@ -41,11 +41,16 @@ async def test_queued_checkpoints_share_one_capture_and_each_is_recorded(watched
             nursery.start_soon(one, f"s{index}")
         while len(state.queue) < 20:
             await trio.sleep(0.01)
+        await trio.sleep(0.05)  # queued this long at least
         state.lock.release()
     captures = sum(v for k, v in watched_engine.counters.items() if k.startswith("captures.")) - before
     assert captures == 1
     assert {r["checkpoint"]["tree"] for r in results.values()} == {expected}
     assert all(r["stats"]["shared"] for r in results.values())
+    for result in results.values():  # where each one's time went: waiting for the lock, then the one capture
+        phases = result["stats"]["phases"]
+        assert phases["queued"] >= 50 and phases["capture"] > 0 and phases["record"] > 0
+        assert abs(sum(phases.values()) - result["stats"]["ms"]) < 0.01
     assert len({r["checkpoint"]["id"] for r in results.values()}) == 20
     for session, result in results.items():
         assert result["checkpoint"]["session"] == session and result["checkpoint"]["label"] == f"by {session}"

@@ -135,6 +135,7 @@ class CaptureStats:
     skipped: dict[str, Skip] = field(default_factory=dict)  # path (a folder's ends in "/") -> why
     fallback: str | None = None
     shared: bool = False  # the capture served other checkpoint requests queued with this one
+    phases: dict[str, float] = field(default_factory=dict)  # where ``ms`` went: queued, capture, record
 
     def skip(self, path: str, reason: str, *, size: int | None = None, cap: int | None = None) -> None:
         self.skipped[path] = Skip(reason, size, cap)
@@ -146,6 +147,7 @@ class CaptureStats:
             "scan": self.scan,
             "hashed": self.hashed,
             "shared": self.shared,
+            "phases": {name: round(ms, 3) for name, ms in self.phases.items()},
             "skipped": sorted(self.skipped),
             "skipped_files": [self.skipped[path].to_wire(path) for path in sorted(self.skipped)],
         }

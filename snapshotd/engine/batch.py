@@ -92,8 +92,10 @@ async def _serve(
 ) -> None:
     """Capture once for every queued ticket (the caller holds the lock and its own ticket is queued)."""
     taken, queue[:] = list(queue), []
+    began = time.perf_counter()
     try:
         result = await capture(exact)
+        captured = time.perf_counter()
         try:
             outcomes: list[Checkpoint | Exception] = await run_sync(record_many, taken, result.tree)
         except Exception as exc:  # the store refused them all (its git dir deleted meanwhile, say)
@@ -101,10 +103,16 @@ async def _serve(
     except BaseException:
         queue[:0] = taken  # the next holder of the lock serves them; the caller's own ticket raises
         raise
+    recorded = time.perf_counter()
     shared = len(taken) > 1
     for ticket, outcome in zip(taken, outcomes, strict=True):
         if isinstance(outcome, Exception):
             ticket.error = outcome
         else:
-            ms = (time.perf_counter() - ticket.started) * 1000
-            ticket.result = CheckpointResult(outcome, replace(result.stats, ms=ms, shared=shared))
+            phases = {
+                "queued": (began - ticket.started) * 1000,
+                "capture": (captured - began) * 1000,
+                "record": (recorded - captured) * 1000,
+            }
+            ms = (recorded - ticket.started) * 1000
+            ticket.result = CheckpointResult(outcome, replace(result.stats, ms=ms, shared=shared, phases=phases))
