@@ -27,6 +27,7 @@ from snapshotd.contract.refs import CheckpointRef, ref_param, worktree_param
 from snapshotd.engine import collect, reads, transfer
 from snapshotd.engine.batch import take_checkpoint
 from snapshotd.engine.disk import disk_refusals
+from snapshotd.engine.packing import BackgroundPacking
 from snapshotd.engine.recording import record_many, record_one
 from snapshotd.engine.registry import Registry, WorktreeState
 from snapshotd.engine.repair import repair
@@ -67,6 +68,7 @@ class Engine:
         self.worktrees = self.registry.worktrees
         self.started = time.monotonic()
         self.transfers = transfer.Transfers(self.registry, self.subscriptions, nursery)
+        self.packing = BackgroundPacking(self.registry, self.subscriptions, nursery)
         self._on_shutdown: Callable[[], None] | None = None
         self._handlers: dict[str, Callable[[dict[str, Any], Any], Awaitable[dict[str, Any]]]] = {
             "ping": self._ping,
@@ -222,15 +224,11 @@ class Engine:
 
     def _safety_hooks(self, state: WorktreeState) -> restore_mod.SafetyHooks:
         """What the restore stage needs from the engine for ``state``'s worktree."""
-
-        def recaptured() -> None:
-            self.counters["safety_recaptures"] += 1
-
         return restore_mod.SafetyHooks(
             capture=lambda exact: self.capture(state, exact=exact),
             record=lambda repo, tree, label: record_one(state.info, SAFETY_SESSION, label, tree, repo),
             forget=lambda path: state.cache.forget(path),
-            recaptured=recaptured,
+            recaptured=lambda: self.counters.update(["safety_recaptures"]),
         )
 
     async def _restore(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
@@ -391,6 +389,7 @@ class Engine:
             "size_cap": self.size_cap,
             "home": str(self.home),
             "background_push": self.transfers.background.status(),
+            "packing": self.packing.stats.to_wire(),
             **facilities.report(),
         }
 

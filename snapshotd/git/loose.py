@@ -67,6 +67,7 @@ class _Written:
         self.folders: set[str] = set()
         self.elsewhere: set[str] = set()  # git dirs written by libgit2 or git since the last flush
         self.busy: dict[str, int] = {}  # git dir: writes elsewhere under way
+        self.counts: dict[str, int] = {}  # git dir: loose objects written here since :func:`take_written_count`
 
     def take(self) -> tuple[list[str], set[str], set[str]]:
         with self.lock:
@@ -128,6 +129,7 @@ def write_object(git_dir: str, kind: str, body: bytes, odb: pygit2.Odb | None = 
     folder = os.path.join(git_dir, "objects", hex_id[:2])
     path = os.path.join(folder, hex_id[2:])
     if os.path.exists(path):
+        _freshen(path)
         return oid
     if odb is not None and oid in odb:
         return oid  # packed
@@ -156,7 +158,28 @@ def write_object(git_dir: str, kind: str, body: bytes, odb: pygit2.Odb | None = 
         _written.folders.add(folder)
         if made:
             _written.folders.add(os.path.dirname(folder))
+        key = os.path.normpath(git_dir)
+        _written.counts[key] = _written.counts.get(key, 0) + 1
     return oid
+
+
+def _freshen(path: str) -> None:
+    """Mark a loose object found present as new, as git does: ``git gc`` prunes an unreachable one only when old,
+    so one a checkpoint is about to name is not pruned before its ref is written."""
+    with contextlib.suppress(OSError):  # read-only store, or pruned meanwhile: then it is written again next time
+        os.utime(path)
+
+
+def written_count(git_dir: str) -> int:
+    """Loose objects written into ``git_dir`` by this process since :func:`take_written_count` last reset it."""
+    with _written.lock:
+        return _written.counts.get(os.path.normpath(git_dir), 0)
+
+
+def take_written_count(git_dir: str) -> int:
+    """:func:`written_count`, and start counting again from zero."""
+    with _written.lock:
+        return _written.counts.pop(os.path.normpath(git_dir), 0)
 
 
 def tree_body(entries: Iterable[tuple[bytes, int, pygit2.Oid]]) -> bytes:
