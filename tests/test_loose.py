@@ -184,3 +184,16 @@ def test_a_store_deleted_after_it_was_written_does_not_stop_the_flushes_of_other
     blob = loose.write_object(kept.path, "blob", b"kept's\n")
     loose.make_durable(kept.path)  # neither the store nor its files are there: nothing of theirs to flush
     assert kept.odb.exists(blob) and loose._written.files == [] and loose._written.elsewhere == set()
+
+
+def test_an_object_found_present_is_freshened_so_a_gc_does_not_prune_it_as_old(tmp_path):
+    root = make_repo(tmp_path / "r")
+    git_dir = str(root / ".git")
+    oid = loose.write_object(git_dir, "blob", b"kept for a checkpoint\n")
+    path = root / ".git" / "objects" / str(oid)[:2] / str(oid)[2:]
+    month_ago = time.time() - 30 * 86400
+    os.utime(path, (month_ago, month_ago))
+    assert str(oid) in git(root, "prune", "--expire=2.weeks.ago", "--dry-run")  # unreachable and old: git would
+    assert loose.write_object(git_dir, "blob", b"kept for a checkpoint\n") == oid
+    assert time.time() - path.stat().st_mtime < 60
+    assert str(oid) not in git(root, "prune", "--expire=2.weeks.ago", "--dry-run")
