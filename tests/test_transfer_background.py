@@ -151,3 +151,27 @@ def test_push_and_fetch_name_sessions_as_people_gave_them_and_count_them_in_word
     call(daemon.socket, "checkpoint", {"path": str(repo)})
     assert cli("push", cwd=repo, env=env).stdout == "pushed 1 session to origin: the default session\n"
     assert cli("fetch", cwd=repo, env=env).stdout == "fetched 3 sessions from origin\n"
+
+
+async def test_a_worktree_without_the_setting_starts_no_pusher_after_its_first_checkpoint(watched_engine, tmp_path):
+    repo, _ = _clone(tmp_path)
+    here = {"path": str(repo)}
+    state = watched_engine.registry.worktrees[(await watched_engine.call("open", here))["worktree"]["id"]]
+    pushers = watched_engine.transfers.background
+
+    async def settled_after_a_checkpoint() -> Any:
+        await watched_engine.call("checkpoint", here)
+        with trio.fail_after(10):
+            while pushers.states[state.info.id].running:
+                await trio.sleep(0.01)
+        return pushers.states[state.info.id]
+
+    Path(state.info.state_dir).mkdir(parents=True, exist_ok=True)
+    (Path(state.info.state_dir) / "push.json").write_text("{not json")
+    push = await settled_after_a_checkpoint()
+    assert not push.enabled and not push.known  # unreadable: read again at the next checkpoint
+    (Path(state.info.state_dir) / "push.json").write_text('{"background": false}')
+    push = await settled_after_a_checkpoint()
+    assert not push.enabled and push.known
+    await watched_engine.call("checkpoint", here)
+    assert not push.running and not push.pending  # known to be off: no pusher started, nothing pending

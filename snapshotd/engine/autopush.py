@@ -1,8 +1,9 @@
 """Background push: after a checkpoint, a worktree whose setting asks for it is pushed, batched.
 
 The setting is per worktree, in its state folder (``push.json``, 0600), set by
-``push`` with ``background``. At most one push per worktree is in flight: a
-checkpoint recorded meanwhile only marks the worktree pending, and the next
+``push`` with ``background``, and read once per worktree (then kept as ``push``
+sets it): a checkpoint of a worktree without it starts nothing. At most one
+push per worktree is in flight: a checkpoint recorded meanwhile only marks the worktree pending, and the next
 push carries everything since, so the backlog is one flag, never copies; a
 push starts a second after the checkpoint that asked for it, so a burst of
 checkpoints is one push; one background push runs at a time in the
@@ -51,16 +52,20 @@ REST_RATIO = 3.0  # after each background push, the next waits this many times a
 TIMEOUT_S = 120.0  # a background push still running then is stopped: a hung remote never holds the others up
 
 
-def background_enabled(info: WorktreeInfo) -> bool:
-    """Whether the worktree's setting asks for a push after each checkpoint (no setting: no)."""
+def background_setting(info: WorktreeInfo) -> bool | None:
+    """The worktree's setting: True or False as set (False when there is none), None when it could not be read."""
     try:
         fd = open_private_folder(info.state_dir, 1, create=False)
-    except (OSError, Untrusted):
+    except FileNotFoundError:
         return False
+    except (OSError, Untrusted):
+        return None
     try:
         setting = json.loads(read_private_file(fd, SETTING, MAX_SETTING_BYTES))
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return False
+    except (OSError, ValueError):
+        return None
     finally:
         os.close(fd)
     return isinstance(setting, dict) and setting.get("background") is True
@@ -80,6 +85,7 @@ class PushState:
     running: bool = False  # a task serves the worktree now
     in_flight: bool = False
     enabled: bool = False
+    known: bool = False  # ``enabled`` was read from the setting (or just set): off, a checkpoint starts no pusher
     pushes: int = 0
     failures: int = 0  # in a row
     last_push_at: str | None = None
@@ -110,6 +116,8 @@ class BackgroundPush:
         if self.nursery is None:
             return
         state = self.states.setdefault(info.id, PushState())
+        if state.known and not state.enabled:
+            return
         state.pending = True
         if not state.running:
             state.running = True
@@ -117,7 +125,8 @@ class BackgroundPush:
 
     def configured(self, info: WorktreeInfo, on: bool) -> None:
         """The worktree's setting was just written: ``status`` shows it (or no longer) from now on."""
-        self.states.setdefault(info.id, PushState()).enabled = on
+        state = self.states.setdefault(info.id, PushState())
+        state.enabled, state.known = on, True
 
     def status(self) -> dict[str, Any]:
         """Per worktree id with background push on: pending, in flight, pushes, the last push and error."""
@@ -126,7 +135,8 @@ class BackgroundPush:
     async def _serve(self, info: WorktreeInfo, state: PushState) -> None:
         try:
             while state.pending:
-                state.enabled = await trio.to_thread.run_sync(background_enabled, info, limiter=thread_limiter)
+                setting = await trio.to_thread.run_sync(background_setting, info, limiter=thread_limiter)
+                state.enabled, state.known = setting is True, setting is not None
                 if not state.enabled:
                     state.pending = False
                     break
