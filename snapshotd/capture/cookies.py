@@ -6,6 +6,12 @@ cookie's event comes back: every write that finished before the request has
 then been read off the kernel's queue. The folder is opened once, never
 through a symlink, and cookies are made and removed relative to that
 descriptor only, so the clean-up can never delete anything outside it.
+
+A cookie is a file renamed to a new name at each wait (its ``IN_MOVED_TO``
+is the event awaited), not made and deleted: a capture then frees no inode,
+and on an ext4 without a journal each inode freed makes the next ones made
+nearby slower to allocate for minutes (``recently_deleted``). A file is made
+only when every earlier one is in use by a wait.
 """
 
 from __future__ import annotations
@@ -33,14 +39,22 @@ class Cookies:
         self._arrived: list[trio.Event] = []  # seen, their waiters woken by :meth:`wake`
         self._counter = itertools.count()
         self._fd: int | None = None
+        self._idle: list[str] = []  # cookie files no wait uses now: the next waits rename them
+        self.requested = trio.Event()  # a cookie was placed since the watcher last read: it reads without gathering
 
     def open(self) -> None:
         """Open the folder (see :func:`open_private_folder`) and empty it of stale cookies."""
         self._fd = open_private_folder(os.path.join(self.state_dir, "cookies"))
+        self._idle = []
         for stale in os.listdir(self._fd):
             if stale.startswith(COOKIE_PREFIX):
                 with contextlib.suppress(OSError):
                     os.unlink(stale, dir_fd=self._fd)
+
+    def gather(self) -> trio.Event:
+        """What the watcher waits on while a burst of events gathers: set as a cookie is placed, then replaced."""
+        requested, self.requested = self.requested, trio.Event()
+        return requested
 
     def close(self) -> None:
         """Release every waiter (they then report no sync) and close the folder."""
@@ -79,17 +93,29 @@ class Cookies:
         event = trio.Event()
         self._events[name] = event
         self.waits += 1
+        placed = False
         try:
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             try:
-                os.close(os.open(name, flags, 0o600, dir_fd=folder))
+                self._place(folder, name)
             except OSError:  # the folder went (the worktree was deleted): no sync, the capture goes cold
                 return False
+            placed = True
+            self.requested.set()
             with trio.move_on_after(timeout):
                 await event.wait()
             return event.is_set() and name not in self._events
         finally:
             self._events.pop(name, None)
-            if self._fd == folder:  # else the watch ended and closed it; the next start clears it
-                with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=folder)
+            if placed and self._fd == folder:  # else the watch ended and closed it; the next start clears it
+                self._idle.append(name)
+
+    def _place(self, folder: int, name: str) -> None:
+        """Put a cookie file at ``name``: an idle one renamed, else a new one."""
+        while self._idle:
+            try:
+                os.rename(self._idle.pop(), name, src_dir_fd=folder, dst_dir_fd=folder)
+                return
+            except FileNotFoundError:  # removed meanwhile (the folder cleared): try the next, or make one
+                continue
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(name, flags, 0o600, dir_fd=folder))

@@ -251,7 +251,9 @@ class Watcher:
             with trio.CancelScope() as self._loop:
                 while self.vanished is None:
                     await trio.lowlevel.wait_readable(self._inotify.fd)
-                    await trio.sleep(WATCH_STEP_S)  # let a burst gather into one batch
+                    with trio.move_on_after(WATCH_STEP_S):  # let a burst gather into one batch, unless a sync waits
+                        await self.cookies.requested.wait()
+                    self.cookies.gather()  # a cookie placed from here on is read at the next turn, at once
                     while self._arming is not None:  # the walk owns the watch tables until it ends
                         await self._arming.wait()
                     self._absorb(self._inotify.read(once=True))  # a burst of 20,000 events: a piece at a time
