@@ -46,6 +46,24 @@ def test_stat_cache_trusts_an_entry_only_while_its_stat_data_match_and_predate_t
     assert cache.lookup("f", os.lstat(path)) is None  # written after the fence: racy, never trusted
 
 
+def test_the_fence_is_one_file_written_again_and_never_writes_into_a_file_it_did_not_make(tmp_path):
+    folder = tmp_path / "tmp"
+    folder.mkdir()
+    first = make_fence(str(folder))
+    inode = (folder / "fence").stat().st_ino
+    time.sleep(0.02)
+    later = make_fence(str(folder))
+    assert later > first  # the time of this write, not of the file's making
+    assert [p.name for p in folder.iterdir()] == ["fence"] and (folder / "fence").stat().st_ino == inode
+    written = write(folder / "probe", "x")
+    assert abs(make_fence(str(folder)) - written.stat().st_mtime_ns) < 50_000_000  # as a file written now
+    (folder / "fence").unlink()
+    (folder / "fence").write_text("the user's own notes\n")  # not a fence: kept as it is
+    assert make_fence(str(folder)) > 0
+    assert (folder / "fence").read_text() == "the user's own notes\n"
+    assert sorted(p.name for p in folder.iterdir()) == ["fence", "probe"]
+
+
 def test_stat_cache_forgets_everything_when_the_conversion_rules_change(tmp_path):
     repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
     info = info_of(repo, tmp_path / "home")

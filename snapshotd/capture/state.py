@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import secrets
+import stat
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -232,9 +234,36 @@ def conversion_rules(info: WorktreeInfo, listing: bytes, tracked_attributes: boo
         tuple((path, _stat_key(os.path.join(info.path, path))) for path in listed),
     )
 
+FENCE_NAME = "fence"
+_fence_lock = threading.Lock()
+
+
 def make_fence(folder: str) -> int:
-    """The mtime the file system gives a file written now: the racy-timestamp fence."""
-    path = os.path.join(folder, f"fence-{os.getpid()}-{secrets.token_hex(4)}")
+    """The mtime the file system gives a file written now: the racy-timestamp fence.
+
+    One file per folder, written again each time rather than made and removed (an inode freed per capture
+    slows the next allocations on an ext4 without a journal); the lock keeps another thread's write from
+    coming between this write and its ``fstat``. Only a one-byte file of this user's, with one link, is
+    written again: anything else at that name gets a file of its own, made and removed as before.
+    """
+    path = os.path.join(folder, FENCE_NAME)
+    with _fence_lock:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.geteuid() or st.st_nlink != 1 or st.st_size > 1:
+                return _fence_of_its_own(folder)
+            os.pwrite(fd, b"f", 0)
+            return os.fstat(fd).st_mtime_ns
+        finally:
+            os.close(fd)
+
+
+def _fence_of_its_own(folder: str) -> int:
+    path = os.path.join(folder, f"{FENCE_NAME}-{os.getpid()}-{secrets.token_hex(4)}")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         os.write(fd, b"f")
