@@ -229,6 +229,7 @@ async def run_level(
         "daemon_rss_hwm": peak,
         "ping_ms": summarize(window.pings),
         "watch_miss": counters.get("watch_miss", 0),
+        "packing": status.get("packing"),  # the daemon's background packing of loose objects, to the end
         "cold_reasons": {k: v for k, v in counters.items() if k.startswith("cold_reasons.")},
     }
 
