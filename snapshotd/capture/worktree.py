@@ -143,34 +143,31 @@ class WorktreeCapture:
             return await self._cold("cookie wait timed out")
         dirty, reasons = watcher.take()
         warm = self.warm
-
-        def look() -> tuple[tuple[object, ...], set[str]]:  # on a worker thread: stat calls and small reads
-            return signature_of(warm.sources), moved_gitlinks(self.info.path, warm.index, warm.gitlinks)
-
-        signature, moved = await trio.to_thread.run_sync(look, limiter=thread_limiter)
-        if reasons or signature != warm.signature:
-            reason = sorted(reasons)[0] if reasons else "ignore rules or user index changed"
-            return await self._cold(reason, hints=dirty)
-        return await self._warm(warm, dirty | moved)
-
-    async def _warm(self, warm: WarmState, dirty: set[str]) -> CaptureResult:
-        """Apply the watcher's dirty paths to the warm state (a full scan when it cannot)."""
         started = time.perf_counter()
         stats = CaptureStats(scan="watch")
-        if dirty:
+        applied: set[str] = set()
 
-            def apply_dirty() -> str | None:  # on a worker thread: the fence is a file written to disk
-                fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))
-                repo = self.resident.store(self.info)
-                return capture_warm(self.info, warm, dirty, self.cache, stats, self.size_cap, fence_ns, repo)
+        def look_and_apply() -> str | None:  # on a worker thread: stat calls, small reads, the dirty paths applied
+            if reasons or signature_of(warm.sources) != warm.signature:
+                return None
+            applied.update(dirty | moved_gitlinks(self.info.path, warm.index, warm.gitlinks))
+            if not applied:
+                return warm.tree
+            fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))  # a file written to disk
+            repo = self.resident.store(self.info)
+            return capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns, repo)
 
-            try:
-                tree = await trio.to_thread.run_sync(apply_dirty, limiter=thread_limiter)
-            except BaseException:
-                self._forget_failed_capture(dirty)
-                raise
-            if tree is None:
-                return await self._cold("too many new paths or a pruned store", hints=dirty)
+        try:
+            tree = await trio.to_thread.run_sync(look_and_apply, limiter=thread_limiter)
+        except BaseException:
+            self._forget_failed_capture(applied)
+            raise
+        if tree is None:
+            reason = sorted(reasons)[0] if reasons else "ignore rules or user index changed"
+            if applied:
+                reason = "too many new paths or a pruned store"
+            return await self._cold(reason, hints=dirty | applied)
+        if applied:
             self.needs_reconcile = True
         stats.skipped = dict(warm.skipped)
         stats.ms = (time.perf_counter() - started) * 1000
