@@ -71,8 +71,8 @@ async def test_a_request_made_while_a_shared_capture_runs_gets_a_capture_of_its_
 
     async with trio.open_nursery() as nursery:
 
-        async def capture_then_write(st, *, exact=False):
-            result = await capture(st, exact=exact)
+        async def capture_then_write(st, *, exact=False, then=None):
+            result = await capture(st, exact=exact, then=then)
             if not late:  # the first capture has read the disk: a write and a request come only now
                 late["started"] = True
                 (repo / "after.txt").write_text("written after the first capture\n")
@@ -98,11 +98,11 @@ async def test_a_failed_capture_fails_its_own_request_and_the_next_captures_for_
     capture = watched_engine.capture
     calls = []
 
-    async def fail_once(st, *, exact=False):
+    async def fail_once(st, *, exact=False, then=None):
         calls.append(exact)
         if len(calls) == 1:
             raise OSError("injected: the disk went away for a moment")
-        return await capture(st, exact=exact)
+        return await capture(st, exact=exact, then=then)
 
     watched_engine.capture = fail_once
     outcomes: dict[str, object] = {}

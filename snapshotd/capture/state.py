@@ -11,6 +11,7 @@ import os
 import secrets
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -155,6 +156,10 @@ class CaptureStats:
         }
 
 
+Then = Callable[[str], Any]
+"""Work to do with a capture's tree on the capture's own worker thread (the checkpoints' record)."""
+
+
 @dataclass
 class CaptureResult:
     tree: str
@@ -164,6 +169,7 @@ class CaptureResult:
     user: UserIndex | None = None  # the user's index as it was read (what the capture changed of it)
     settings: Settings | None = None
     gitlinks: set[str] | None = None  # the gitlink paths of the index the tree was written from
+    recorded: Any = None  # what the capture's ``then`` gave, run on its worker thread (None: it did not run)
 
 
 @dataclass(frozen=True)

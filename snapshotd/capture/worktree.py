@@ -30,7 +30,7 @@ from snapshotd.capture.core import capture_cold
 from snapshotd.capture.gitlinks import moved as moved_gitlinks
 from snapshotd.capture.misses import VerifyResult, watch_misses
 from snapshotd.capture.resident import Resident
-from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, make_fence
+from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, Then, make_fence
 from snapshotd.capture.warm import WarmBasis, WarmState, capture_warm, signature_of
 from snapshotd.capture.watch import Watcher
 from snapshotd.errors import NotFound, missing_object_error
@@ -99,16 +99,18 @@ class WorktreeCapture:
 
     # --- taking a tree -----------------------------------------------------------
 
-    async def take(self, *, exact: bool = False) -> CaptureResult:
+    async def take(self, *, exact: bool = False, then: Then | None = None) -> CaptureResult:
         """The worktree's tree now; callers hold ``lock``.
 
         Warm when a live watcher's dirty set can be trusted, cold otherwise.
+        ``then``, given the tree, runs on the warm capture's worker thread
+        (saving a hand-off to another); its answer is ``recorded`` (None: it did not run).
         A capture that fails because the worktree vanished meanwhile says so
         (``not_found``, naming the worktree and ``repair``).
         """
         opened = self.info  # a worktree moved meanwhile is at a new place by the time it fails
         try:
-            return await self._take(exact)
+            return await self._take(exact, then)
         except Exception as exc:
             await self.raise_clear_error(exc, opened)
             raise
@@ -130,7 +132,7 @@ class WorktreeCapture:
         if missing is not None:
             raise missing from exc
 
-    async def _take(self, exact: bool) -> CaptureResult:
+    async def _take(self, exact: bool, then: Then | None = None) -> CaptureResult:
         self.last_activity = time.monotonic()
         watcher = self.watcher
         if watcher is None or not watcher.live or self.warm is None or exact:
@@ -146,16 +148,21 @@ class WorktreeCapture:
         started = time.perf_counter()
         stats = CaptureStats(scan="watch")
         applied: set[str] = set()
+        recorded: list[object] = []
 
         def look_and_apply() -> str | None:  # on a worker thread: stat calls, small reads, the dirty paths applied
             if reasons or signature_of(warm.sources) != warm.signature:
                 return None
             applied.update(dirty | moved_gitlinks(self.info.path, warm.index, warm.gitlinks))
-            if not applied:
-                return warm.tree
-            fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))  # a file written to disk
-            repo = self.resident.store(self.info)
-            return capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns, repo)
+            tree: str | None = warm.tree
+            if applied:
+                fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))  # a file written to disk
+                repo = self.resident.store(self.info)
+                tree = capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns, repo)
+            if tree is not None and then is not None:
+                stats.ms = (time.perf_counter() - started) * 1000
+                recorded.append(then(tree))
+            return tree
 
         try:
             tree = await trio.to_thread.run_sync(look_and_apply, limiter=thread_limiter)
@@ -170,10 +177,10 @@ class WorktreeCapture:
         if applied:
             self.needs_reconcile = True
         stats.skipped = dict(warm.skipped)
-        stats.ms = (time.perf_counter() - started) * 1000
+        stats.ms = stats.ms if recorded else (time.perf_counter() - started) * 1000
         self.counters["processes"] += stats.processes
         self.counters["captures.watch"] += 1
-        return CaptureResult(tree=warm.tree, stats=stats, index=None, flagged=set())
+        return CaptureResult(tree=warm.tree, stats=stats, index=None, flagged=set(), recorded=recorded[0] if recorded else None)
 
     async def _cold(self, reason: str, hints: set[str] | None = None) -> CaptureResult:
         """A full scan; paths the watcher saw change are re-hashed even if their stat data look clean."""

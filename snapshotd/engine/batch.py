@@ -27,10 +27,10 @@ from typing import Any
 import trio
 
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult
-from snapshotd.capture.state import CaptureResult
+from snapshotd.capture.state import CaptureResult, CaptureStats, Then
 from snapshotd.store.checkpoints import Checkpoint
 
-Capture = Callable[[bool], Awaitable[CaptureResult]]  # its argument: exact
+Capture = Callable[[bool, Then], Awaitable[CaptureResult]]  # its arguments: exact, and the record to run with its tree
 RecordMany = Callable[["list[Ticket]", str], "list[Checkpoint | Exception]"]
 RunSync = Callable[..., Awaitable[Any]]
 OnRefused = Callable[[Exception], Awaitable[None]]
@@ -61,9 +61,11 @@ async def take_checkpoint(
 ) -> CheckpointResult:
     """A checkpoint of the worktree whose ``lock`` and ``queue`` these are; shared with the queue unless exact.
 
-    ``capture`` takes the tree (the caller holds the lock); ``record_many``
-    records one checkpoint per ticket on a worker thread (through ``run_sync``)
-    and returns, per ticket, its checkpoint or the exception that refused it;
+    ``capture`` takes the tree (the caller holds the lock) and runs the record
+    it is handed on its own worker thread when it can (a warm capture), saving
+    a hand-off; ``record_many`` records one checkpoint per ticket, blocking
+    (else on a worker thread through ``run_sync``), and returns, per ticket,
+    its checkpoint or the exception that refused it;
     ``on_refused`` hears such an exception before it is raised (it may raise
     another, e.g. the worktree was deleted meanwhile).
     """
@@ -93,16 +95,35 @@ async def _serve(
     """Capture once for every queued ticket (the caller holds the lock and its own ticket is queued)."""
     taken, queue[:] = list(queue), []
     began = time.perf_counter()
-    try:
-        result = await capture(exact)
-        captured = time.perf_counter()
+    record_began: list[float] = []
+    recorded: list[list[Checkpoint | Exception]] = []
+
+    def record(tree: str) -> None:  # on the warm capture's worker thread, else on a thread of its own
+        record_began.append(time.perf_counter())
         try:
-            outcomes: list[Checkpoint | Exception] = await run_sync(record_many, taken, result.tree)
+            recorded.append(record_many(taken, tree))
         except Exception as exc:  # the store refused them all (its git dir deleted meanwhile, say)
-            outcomes = [exc] * len(taken)
+            recorded.append([exc] * len(taken))
+
+    stats = CaptureStats()
+    try:
+        result = await capture(exact, record)
+        stats = result.stats
+        if not recorded:
+            await run_sync(record, result.tree)
     except BaseException:
-        queue[:0] = taken  # the next holder of the lock serves them; the caller's own ticket raises
+        if not recorded:  # the next holder of the lock serves them; the caller's own ticket raises
+            queue[:0] = taken
+            raise
+        _answer(taken, recorded[0], stats, began, record_began[0])  # recorded once: answered, never recorded again
         raise
+    _answer(taken, recorded[0], stats, began, record_began[0])
+
+
+def _answer(
+    taken: list[Ticket], outcomes: list[Checkpoint | Exception], stats: CaptureStats, began: float, captured: float
+) -> None:
+    """Give each ticket its checkpoint or its error, with the time it waited, captured and recorded."""
     recorded = time.perf_counter()
     shared = len(taken) > 1
     for ticket, outcome in zip(taken, outcomes, strict=True):
@@ -115,4 +136,4 @@ async def _serve(
                 "record": (recorded - captured) * 1000,
             }
             ms = (recorded - ticket.started) * 1000
-            ticket.result = CheckpointResult(outcome, replace(result.stats, ms=ms, shared=shared, phases=phases))
+            ticket.result = CheckpointResult(outcome, replace(stats, ms=ms, shared=shared, phases=phases))

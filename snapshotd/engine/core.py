@@ -21,7 +21,7 @@ import trio
 from snapshotd import facilities
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult, refuse_broad_folder
 from snapshotd.capture.presence import naming_the_path_asked
-from snapshotd.capture.state import CaptureResult
+from snapshotd.capture.state import CaptureResult, Then
 from snapshotd.contract.params import optional_bool, optional_path, optional_path_list, optional_str
 from snapshotd.contract.refs import CheckpointRef, ref_param, worktree_param
 from snapshotd.engine import collect, reads, transfer
@@ -121,10 +121,10 @@ class Engine:
 
     # --- worktrees and their captures ---------------------------------------------
 
-    async def capture(self, state: WorktreeState, *, exact: bool = False) -> CaptureResult:
+    async def capture(self, state: WorktreeState, *, exact: bool = False, then: Then | None = None) -> CaptureResult:
         """The worktree's tree now, warm or cold; callers hold ``state.lock``. A disk's refusal is one sentence."""
         with disk_refusals(state.info.store_dir, "capture the worktree into"):
-            return await state.capture.take(exact=exact)
+            return await state.capture.take(exact=exact, then=then)
 
     # --- watching ----------------------------------------------------------------
 
@@ -162,7 +162,7 @@ class Engine:
         (``batch.py``); a full disk or a denied write gets one sentence. The record is made where the worktree
         is then: a request that found it before it moved may capture and record for one that found it after."""
         result = await take_checkpoint(
-            state.lock, state.queue, options, lambda exact: self.capture(state, exact=exact),
+            state.lock, state.queue, options, lambda exact, then: self.capture(state, exact=exact, then=then),
             lambda tickets, tree: record_many(state.info, tickets, tree, resident=state.capture.resident),
             functools.partial(trio.to_thread.run_sync, limiter=thread_limiter),
             state.capture.raise_clear_error,  # deleted between the capture and the record
