@@ -27,7 +27,7 @@ from snapshotd.capture.state import (
     StatCache,
 )
 from snapshotd.capture.userindex import index_blob
-from snapshotd.capture.walker import Walker
+from snapshotd.capture.walker import CHANGED, Walker
 from snapshotd.errors import GitError
 from snapshotd.git import loose
 from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_GITLINK, MODE_LINK
@@ -227,8 +227,10 @@ class TreeBuilder:
             try:
                 oid = self._write_blob(path, st)
                 after = self.walker.lstat(path)
-            except OSError:
-                return None
+            except OSError as exc:
+                if exc.errno in CHANGED:  # gone or replaced meanwhile
+                    return None
+                raise  # a full disk or an unreadable file: the capture fails, it never leaves the file out
             if after is None or not stat.S_ISREG(after.st_mode):
                 return None
             if oid is not None and FileState.of(after) == FileState.of(st):
