@@ -197,6 +197,7 @@ async def run_level(
         await trio.sleep(RECONCILE_WAIT_S)
         status = await daemon.call("status")
         peak = daemon.peak_rss()
+    objects = count_objects(trees[0].path)
     counters = status["counters"]
     completed = len(window.latencies)
     return {
@@ -229,7 +230,8 @@ async def run_level(
         "daemon_rss_hwm": peak,
         "ping_ms": summarize(window.pings),
         "watch_miss": counters.get("watch_miss", 0),
-        "packing": status.get("packing"),  # the daemon's background packing of loose objects, to the end
+        "packing": status.get("packing"),
+        "store_objects": objects,  # git count-objects -v of the worktrees' one store at the end: loose, packs  # the daemon's background packing of loose objects, to the end
         "cold_reasons": {k: v for k, v in counters.items() if k.startswith("cold_reasons.")},
     }
 
@@ -256,6 +258,13 @@ def _py_spy(pid: int, seconds: float, out: str, gil: bool = False) -> subprocess
          "--threads", "--nonblocking", *(["--gil"] if gil else []), "--format", PROFILE_FORMATS[_Path(out).suffix], "--output", out],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
+
+
+def count_objects(path: str) -> dict[str, int]:
+    """``git count-objects -v`` of the repository at ``path``: its loose objects (count, KiB) and packs."""
+    out = git(path, "count-objects", "-v").decode()
+    fields = dict(line.split(": ", 1) for line in out.splitlines() if ": " in line)
+    return {name: int(fields[name]) for name in ("count", "size", "in-pack", "packs", "size-pack") if name in fields}
 
 
 def clear_sessions(trees: list[Tree]) -> None:
@@ -307,6 +316,7 @@ async def run(
                 f"    {result['captures_completed']} captures, p50 {result['latency_ms'].get('median')} ms, "
                 f"p99 {result['latency_ms'].get('p99')} ms, failures {result['failures']}, "
                 f"connect failures {result['connect_failures']}, ping p99 {result['ping_ms'].get('p99')} ms, "
+                f"loose objects at the end {result['store_objects'].get('count')}, "
                 f"CPU {result['daemon_cpu_cores']} cores (system {result['daemon_system_cpu_cores']}; the sessions' own {result['bench_cpu_cores']})"
             )
             if result["phases_ms"]:
