@@ -141,6 +141,38 @@ async def test_a_gitattributes_only_in_the_index_rules_the_files(tmp_path: Path,
             nursery.cancel_scope.cancel()
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("object_format", FORMATS)
+async def test_a_skip_worktree_gitattributes_deleted_on_disk_hands_its_rules_back_to_the_index(
+    tmp_path: Path, object_format: str, kind: str
+) -> None:
+    # Found by tests/test_conversion_fuzz.py: while the file on disk said "filter=up", a capture
+    # hashed d/g.c through the filter; once it was deleted, the index's "text=auto" ruled again,
+    # but the scan lists no skip-worktree file, so the stat cache kept the filtered blob.
+    repo = new_repo(tmp_path / "r", object_format)
+    (repo / "d").mkdir()
+    (repo / "d" / "g.c").write_bytes(b"lf\nlf\n")
+    (repo / ".gitattributes").write_text("* text=auto\n")
+    (repo / "d" / ".gitattributes").write_text("* text=auto\n")
+    sh(repo, "add", ".")
+    sh(repo, "commit", "-qm", "attrs")
+    sh(repo, "config", "filter.up.clean", "tr a-z A-Z")
+    sh(repo, "update-index", "--skip-worktree", ".gitattributes")
+    (repo / "d" / ".gitattributes").unlink()
+    (repo / ".gitattributes").write_text("*.c filter=up\n")
+    earlier = time.time() - 10  # stat-dirty against the index, so hashed (through the filter); not racy, so cached
+    os.utime(repo / "d" / "g.c", (earlier, earlier))
+    async with trio.open_nursery() as nursery:
+        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
+        try:
+            await check(engine, repo, kind)
+            (repo / ".gitattributes").unlink()
+            await check(engine, repo, kind)
+        finally:
+            await engine.aclose()
+            nursery.cancel_scope.cancel()
+
+
 @pytest.mark.parametrize("object_format", FORMATS)
 async def test_core_safecrlf_does_not_stop_a_capture(tmp_path: Path, object_format: str) -> None:
     # git add refuses a conversion that checkout would not undo (core.safecrlf=true); a

@@ -84,7 +84,7 @@ def _build(
     modified |= {path for path in hints if path in index}
     modified |= dirty_under_removed_attributes(index, info.path, removed, flagged, index_path) - removed
     settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
-    cache.follow_rules(conversion_rules(info, listing, loaded.tracked_attributes))
+    cache.follow_rules(conversion_rules(info, listing, loaded.tracked_attributes, flagged))
     user = UserIndex(index)  # the user's index as read: what the capture changes of it is kept there
     conflicts = index.conflicts
     conflict_ours: dict[str, pygit2.Oid] = {}

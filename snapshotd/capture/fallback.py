@@ -216,7 +216,7 @@ def build_git_only(
     stats.fallback = f"object format {object_format(info.store_dir)}"
     # The listing (-c) names every .gitattributes; the user's index counts too: git's conversion
     # reads its blob at each path (the safer autocrlf), and this cache keeps no blob per entry.
-    cache.follow_rules(conversion_rules(info, listing, tracked_attributes=True))
+    cache.follow_rules(conversion_rules(info, listing, tracked_attributes=True, flagged=flagged))
     return build_with_git(
         info, index_path, modified | removed | _under_removed_attributes(listing, removed, flagged), untracked,
         flagged, stats, size_cap, flag_listing=listing, cache=cache, fence_ns=fence_ns,

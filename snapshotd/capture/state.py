@@ -11,14 +11,18 @@ import os
 import secrets
 import stat
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pygit2
 
 from snapshotd.capture.scan import attributes_in
-from snapshotd.git.attributes import attributes_files as git_attributes_files, may_convert
+from snapshotd.git.attributes import (
+    ATTRIBUTES_FILE,
+    attributes_files as git_attributes_files,
+    may_convert,
+)
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
 
@@ -156,7 +160,7 @@ class CaptureStats:
         }
 
 
-Then = Callable[[str], Any]
+Then = Callable[[str], None]
 """Work to do with a capture's tree on the capture's own worker thread (the checkpoints' record)."""
 
 
@@ -169,7 +173,6 @@ class CaptureResult:
     user: UserIndex | None = None  # the user's index as it was read (what the capture changed of it)
     settings: Settings | None = None
     gitlinks: set[str] | None = None  # the gitlink paths of the index the tree was written from
-    recorded: Any = None  # what the capture's ``then`` gave, run on its worker thread (None: it did not run)
 
 
 @dataclass(frozen=True)
@@ -223,22 +226,27 @@ def attributes_files(info: WorktreeInfo) -> list[str]:
     return git_attributes_files(info.common_dir or info.store_dir)
 
 
-def conversion_rules(info: WorktreeInfo, listing: bytes, tracked_attributes: bool) -> tuple[object, ...]:
+def conversion_rules(
+    info: WorktreeInfo, listing: bytes, tracked_attributes: bool, flagged: Iterable[str] = ()
+) -> tuple[object, ...]:
     """The stat data of everything that decides how a file's bytes become a blob.
 
     That is the config files (``core.autocrlf``, ``core.eol``), the attributes
     files outside the worktree, every ``.gitattributes`` the scan listed
-    (changed or untracked) and, when the index tracks one, the user's index,
-    which holds the content of the others.
+    (changed or untracked) or the index flags (skip-worktree, assume-unchanged:
+    the file on disk counts while it is there, the index's blob once it is
+    gone) and, when the index tracks one, the user's index, which holds the
+    content of the others.
     """
     files = config_files(info) + attributes_files(info)
     if tracked_attributes and info.git_dir is not None:
         files.append(os.path.join(info.git_dir, "index"))
-    listed = attributes_in(listing)
+    listed = sorted(set(attributes_in(listing)) | {path for path in flagged if path.rpartition("/")[2] == ATTRIBUTES_FILE})
     return (
         tuple(_stat_key(path) for path in files),
         tuple((path, _stat_key(os.path.join(info.path, path))) for path in listed),
     )
+
 
 FENCE_NAME = "fence"
 _fence_lock = threading.Lock()

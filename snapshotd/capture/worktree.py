@@ -103,8 +103,8 @@ class WorktreeCapture:
         """The worktree's tree now; callers hold ``lock``.
 
         Warm when a live watcher's dirty set can be trusted, cold otherwise.
-        ``then``, given the tree, runs on the warm capture's worker thread
-        (saving a hand-off to another); its answer is ``recorded`` (None: it did not run).
+        ``then``, given the tree, runs on a warm capture's worker thread
+        (saving a hand-off to another); a cold capture leaves it to the caller.
         A capture that fails because the worktree vanished meanwhile says so
         (``not_found``, naming the worktree and ``repair``).
         """
@@ -148,7 +148,7 @@ class WorktreeCapture:
         started = time.perf_counter()
         stats = CaptureStats(scan="watch")
         applied: set[str] = set()
-        recorded: list[object] = []
+        done: list[float] = []  # when the capture ended, if ``then`` ran after it
 
         def look_and_apply() -> str | None:  # on a worker thread: stat calls, small reads, the dirty paths applied
             if reasons or signature_of(warm.sources) != warm.signature:
@@ -160,8 +160,8 @@ class WorktreeCapture:
                 repo = self.resident.store(self.info)
                 tree = capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns, repo)
             if tree is not None and then is not None:
-                stats.ms = (time.perf_counter() - started) * 1000
-                recorded.append(then(tree))
+                done.append(time.perf_counter())
+                then(tree)
             return tree
 
         try:
@@ -177,10 +177,10 @@ class WorktreeCapture:
         if applied:
             self.needs_reconcile = True
         stats.skipped = dict(warm.skipped)
-        stats.ms = stats.ms if recorded else (time.perf_counter() - started) * 1000
+        stats.ms = ((done[0] if done else time.perf_counter()) - started) * 1000
         self.counters["processes"] += stats.processes
         self.counters["captures.watch"] += 1
-        return CaptureResult(tree=warm.tree, stats=stats, index=None, flagged=set(), recorded=recorded[0] if recorded else None)
+        return CaptureResult(tree=warm.tree, stats=stats, index=None, flagged=set())
 
     async def _cold(self, reason: str, hints: set[str] | None = None) -> CaptureResult:
         """A full scan; paths the watcher saw change are re-hashed even if their stat data look clean."""
