@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import click
 import pytest
 from daemon_helpers import Daemon, child_env, cli
 from repo_helpers import init_repo, write
@@ -81,3 +82,24 @@ def test_status_under_embedded_says_what_is_true(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
     lines = cli("--embedded", "status", cwd=repo).stdout.splitlines()
     assert lines[1:] == ["ok: embedded (no daemon: each command opens its worktree and scans it)"]
+
+
+def test_status_says_when_background_packing_failed() -> None:
+    from click.testing import CliRunner
+
+    from snapshotd.cli.health import print_status
+
+    base = {"version": "x", "pid": 1, "worktrees": [], "counters": {}}
+    failed = {"runs": 2, "failures": 1, "last_error": "git repack failed: no space left on device", "last_seconds": 0.4}
+
+    def shown(result: dict) -> str:
+        runner = CliRunner()
+
+        @click.command()
+        def show() -> None:
+            print_status(result, verbose=False)
+
+        return runner.invoke(show).output
+
+    assert "background packing failed: git repack failed: no space left on device" in shown({**base, "packing": failed})
+    assert "packing" not in shown({**base, "packing": {**failed, "last_error": None}})

@@ -98,6 +98,9 @@ def print_status(result: dict[str, Any], verbose: bool, embedded: bool = False) 
         click.echo(click.style("warning: ", fg="yellow") + text)
     for worktree, push in (result.get("background_push") or {}).items():
         click.echo(background_push_line(worktree, push))
+    packing = result.get("packing") or {}
+    if packing.get("last_error"):  # loose objects pile up until a packing succeeds: say so
+        click.echo(click.style(f"background packing failed: {packing['last_error']}", fg="red"))
     counters = result["counters"]
     if verbose and counters:
         width = max(len(key) for key in counters)
