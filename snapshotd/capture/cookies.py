@@ -51,10 +51,9 @@ class Cookies:
                 with contextlib.suppress(OSError):
                     os.unlink(stale, dir_fd=self._fd)
 
-    def gather(self) -> trio.Event:
-        """What the watcher waits on while a burst of events gathers: set as a cookie is placed, then replaced."""
-        requested, self.requested = self.requested, trio.Event()
-        return requested
+    def gather(self) -> None:
+        """The watcher is about to read: a cookie placed from now on sets :attr:`requested` anew."""
+        self.requested = trio.Event()
 
     def close(self) -> None:
         """Release every waiter (they then report no sync) and close the folder."""
