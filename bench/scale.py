@@ -171,6 +171,7 @@ async def run_level(
         window.start = now + warmup_s
         window.end = window.start + window_s
         cpu_start = system_start = proc_start = own_start = None
+        measured_for = window_s  # the CPU figures' own span: a starved loop wakes late from the window's end
         async with contextlib.AsyncExitStack() as shared:
             for _ in range(pool):  # closed only once every session has ended
                 window.pool.append(await shared.enter_async_context(AsyncClient.connect(daemon.socket_path)))
@@ -184,11 +185,11 @@ async def run_level(
                 if profile:
                     spy = _py_spy(daemon.pid, window_s, profile, profile_gil)
                 cpu_start, system_start = daemon.cpu_seconds(), daemon.system_cpu_seconds()
-                own_start = time.process_time()
+                own_start, measured_from = time.process_time(), time.monotonic()
                 proc_start = await daemon.processes_started()
                 await trio.sleep_until(window.end)
                 cpu_end, system_end = daemon.cpu_seconds(), daemon.system_cpu_seconds()
-                own_end = time.process_time()
+                own_end, measured_for = time.process_time(), time.monotonic() - measured_from
                 proc_end = await daemon.processes_started()
                 window.stop = True
         if spy is not None:
@@ -223,9 +224,9 @@ async def run_level(
         "processes_in_window": proc_end - proc_start,
         "processes_per_capture": round((proc_end - proc_start) / max(completed, 1), 4),
         "stats_processes_in_window": window.processes,
-        "daemon_cpu_cores": round((cpu_end - cpu_start) / window_s, 3),
-        "daemon_system_cpu_cores": round((system_end - system_start) / window_s, 3),
-        "bench_cpu_cores": round((own_end - own_start) / window_s, 3),  # the sessions' own share of the 2 cores
+        "daemon_cpu_cores": round((cpu_end - cpu_start) / measured_for, 3),
+        "daemon_system_cpu_cores": round((system_end - system_start) / measured_for, 3),
+        "bench_cpu_cores": round((own_end - own_start) / measured_for, 3),  # the sessions' own share of the 2 cores
         "daemon_rss_peak_in_window": max(window.rss) if window.rss else None,
         "daemon_rss_hwm": peak,
         "ping_ms": summarize(window.pings),
