@@ -17,12 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from snapshotd.capture.checkin import is_attributes
 from snapshotd.capture.scan import attributes_in
-from snapshotd.git.attributes import (
-    ATTRIBUTES_FILE,
-    attributes_files as git_attributes_files,
-    may_convert,
-)
+from snapshotd.git.attributes import attributes_files as git_attributes_files, may_convert
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
 
@@ -241,7 +238,7 @@ def conversion_rules(
     files = config_files(info) + attributes_files(info)
     if tracked_attributes and info.git_dir is not None:
         files.append(os.path.join(info.git_dir, "index"))
-    listed = sorted(set(attributes_in(listing)) | {path for path in flagged if path.rpartition("/")[2] == ATTRIBUTES_FILE})
+    listed = sorted(set(attributes_in(listing)) | {path for path in flagged if is_attributes(path)})
     return (
         tuple(_stat_key(path) for path in files),
         tuple((path, _stat_key(os.path.join(info.path, path))) for path in listed),
