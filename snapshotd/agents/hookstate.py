@@ -108,8 +108,9 @@ class Turn:
         fcntl.flock(self.fd, fcntl.LOCK_EX)  # held by whoever keeps this descriptor: the checkpoint's process
         self.placed = None
         if spawn is not None:  # the agent's later hooks need not wait for this process any longer
-            os.makedirs(_placed_folder(), mode=0o700, exist_ok=True)
-            self.placed = os.path.join(_placed_folder(), spawn.place())
+            placed = _placed_folder()
+            os.makedirs(placed, mode=0o700, exist_ok=True)
+            self.placed = os.path.join(placed, spawn.place())
             os.close(os.open(self.placed, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
 
     def _earlier_pending(self) -> str | None:
