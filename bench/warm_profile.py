@@ -1,7 +1,7 @@
 """Daemon CPU per warm checkpoint, and where it goes: cProfile of the engine in-process.
 
-Usage: ``python -m bench.warm_profile FILES [--captures 200] [--clean] [--threads] [--no-profile]
-[--sort tottime|cumulative] [--top 30] [--dump FILE]``
+Usage: ``python -m bench.warm_profile FILES [--captures 200] [--clean] [--capture-only] [--threads]
+[--no-profile] [--sort tottime|cumulative] [--top 30] [--dump FILE]``
 
 On a clone of the synthetic tree of FILES files, the engine with a watcher
 takes three checkpoints (one cold, then warm), then ``--captures`` more, each
@@ -9,7 +9,9 @@ after one tracked file is appended to (or none with ``--clean``). CPU per
 checkpoint is this process's from ``/proc/self/stat`` (every thread, user and
 system). cProfile sees one thread, so the worker-thread calls run on the
 loop's thread meanwhile unless ``--threads`` (then only the loop's part is
-profiled); ``--no-profile`` measures CPU without cProfile's cost. Run two
+profiled); ``--no-profile`` measures CPU without cProfile's cost. ``--capture-only`` takes the
+worktree's tree alone (what ``checkpoint`` does under the worktree's lock before its record: the
+watcher's sync, the look at the rule files, the changed paths applied), not the checkpoint. Run two
 checkouts one after the other, alternating, for a before/after ratio.
 """
 
@@ -76,10 +78,15 @@ async def run(args: argparse.Namespace) -> None:
         split, wall = cpu_split(), time.perf_counter()
         if not args.no_profile:
             profile.enable()
+        (state,) = engine.registry.worktrees.values()
         for index in range(args.captures):
             if not args.clean:
                 with open(target, "a") as handle:
                     handle.write(f"{index}\n")
+            if args.capture_only:
+                async with state.lock:
+                    scans.add((await state.capture.take()).stats.scan)
+                continue
             result = await engine.call("checkpoint", {"path": str(clone), "session": "profile"})
             scans.add(result["stats"]["scan"])
         profile.disable()
@@ -89,9 +96,9 @@ async def run(args: argparse.Namespace) -> None:
         await engine.aclose()
         nursery.cancel_scope.cancel()
     shutil.rmtree(base, ignore_errors=True)
-    what = "clean" if args.clean else "1 file changed"
+    what = ("clean" if args.clean else "1 file changed") + (", the capture alone" if args.capture_only else "")
     print(
-        f"{args.files} files, {what}, {args.captures} checkpoints ({', '.join(sorted(scans))}): "
+        f"{args.files} files, {what}, {args.captures} {'captures' if args.capture_only else 'checkpoints'} ({', '.join(sorted(scans))}): "
         f"CPU {1000 * cpu / args.captures:.2f} ms (system {1000 * system / args.captures:.2f}), wall {1000 * wall / args.captures:.2f} ms each"
         f"{'' if args.no_profile else ' (profiled)'}, load {os.getloadavg()[0]:.1f}"
     )
@@ -109,6 +116,7 @@ def main() -> None:
     parser.add_argument("files", type=int)
     parser.add_argument("--captures", type=int, default=200)
     parser.add_argument("--clean", action="store_true", help="change nothing between checkpoints")
+    parser.add_argument("--capture-only", action="store_true", help="take the tree alone, without the record")
     parser.add_argument("--threads", action="store_true", help="keep worker threads (cProfile sees the loop only)")
     parser.add_argument("--no-profile", action="store_true", help="CPU per checkpoint only")
     parser.add_argument("--sort", default="tottime")
