@@ -1,7 +1,7 @@
 """Daemon CPU per warm checkpoint, and where it goes: cProfile of the engine in-process.
 
 Usage: ``python -m bench.warm_profile FILES [--captures 200] [--clean] [--capture-only] [--threads]
-[--no-profile] [--sort tottime|cumulative] [--top 30] [--dump FILE]``
+[--no-profile] [--git-status] [--sort tottime|cumulative] [--top 30] [--dump FILE]``
 
 On a clone of the synthetic tree of FILES files, the engine with a watcher
 takes three checkpoints (one cold, then warm), then ``--captures`` more, each
@@ -23,8 +23,10 @@ import io
 import os
 import pstats
 import shutil
+import statistics
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -47,6 +49,20 @@ def cpu_split() -> tuple[float, float]:
 def cpu_seconds() -> float:
     """This process's CPU time (user and system, every thread) from ``/proc``."""
     return sum(cpu_split())
+
+
+STATUS_RUNS = 5
+
+
+def git_status_ms(clone: Path) -> float:
+    """The median wall time of ``git status --porcelain`` on ``clone`` (its index refreshed by a first run)."""
+    git(clone, "status", "--porcelain")
+    times = []
+    for _ in range(STATUS_RUNS):
+        began = time.perf_counter()
+        git(clone, "status", "--porcelain")
+        times.append(1000 * (time.perf_counter() - began))
+    return statistics.median(times)
 
 
 async def _inline(fn: Callable[..., Any], *args: Any, **_: Any) -> Any:
@@ -95,6 +111,7 @@ async def run(args: argparse.Namespace) -> None:
         cpu = user + system
         await engine.aclose()
         nursery.cancel_scope.cancel()
+    status_ms = git_status_ms(clone) if args.git_status else None
     shutil.rmtree(base, ignore_errors=True)
     what = ("clean" if args.clean else "1 file changed") + (", the capture alone" if args.capture_only else "")
     print(
@@ -102,6 +119,9 @@ async def run(args: argparse.Namespace) -> None:
         f"CPU {1000 * cpu / args.captures:.2f} ms (system {1000 * system / args.captures:.2f}), wall {1000 * wall / args.captures:.2f} ms each"
         f"{'' if args.no_profile else ' (profiled)'}, load {os.getloadavg()[0]:.1f}"
     )
+    if status_ms is not None:
+        print(f"git status on the same tree: {status_ms:.1f} ms (median of {STATUS_RUNS}), "
+              f"{status_ms / (1000 * wall / args.captures):.0f}x the wall time of one")
     if args.no_profile:
         return
     if args.dump:
@@ -117,6 +137,7 @@ def main() -> None:
     parser.add_argument("--captures", type=int, default=200)
     parser.add_argument("--clean", action="store_true", help="change nothing between checkpoints")
     parser.add_argument("--capture-only", action="store_true", help="take the tree alone, without the record")
+    parser.add_argument("--git-status", action="store_true", help="time git status on the same tree, for the ratio")
     parser.add_argument("--threads", action="store_true", help="keep worker threads (cProfile sees the loop only)")
     parser.add_argument("--no-profile", action="store_true", help="CPU per checkpoint only")
     parser.add_argument("--sort", default="tottime")
