@@ -180,3 +180,20 @@ def machine_info() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+SETTLE_S = 6.0  # past ext4's 5 s "recently deleted" window once the deletions are written back
+
+
+def settle_deletions() -> None:
+    """Let the file system forget the files just deleted before the next run creates its own.
+
+    ext4 without a journal skips, at each new file, every inode freed in the
+    last 5 s, or in the last 305 s while the freed inode's table block is not
+    yet written back: after the scale run's prune of its sessions, each file the
+    next daemon made scanned past tens of thousands of them, and whichever daemon
+    ran second showed a p99 2 to 4 times the first's. Writing back and waiting out the
+    5 s makes the runs start alike (and costs nothing elsewhere).
+    """
+    os.sync()
+    time.sleep(SETTLE_S)

@@ -22,7 +22,6 @@ ones left out) into a flame graph beside the results.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import shutil
 import subprocess
@@ -39,14 +38,13 @@ import trio
 from snapshotd.client.rpc import AsyncClient
 
 from .cases import edit, pick
-from .common import git, summarize
+from .common import git, settle_deletions, summarize
 from .ours import Daemon, running_daemon
 from .trees import Tree
 
 CALL_TIMEOUT_S = 60.0
 PING_EVERY_S = 0.05
 RECONCILE_WAIT_S = 7.0
-SETTLE_S = 6.0  # past ext4's 5 s "recently deleted" window once the deletions are written back
 
 
 @dataclass
@@ -282,19 +280,6 @@ def clear_sessions(trees: list[Tree]) -> None:
         git(tree.path, "clean", "-fdq")
     settle_deletions()
 
-
-def settle_deletions() -> None:
-    """Let the file system forget the files just deleted before the next run creates its own.
-
-    ext4 without a journal skips, at each new file, every inode freed in the
-    last 5 s, or in the last 305 s while the freed inode's table block is not
-    yet written back: after the prune above, each file the next daemon made
-    scanned past tens of thousands of them, and whichever daemon ran second
-    showed a p99 2 to 4 times the first's. Writing back and waiting out the
-    5 s makes the runs start alike (and costs nothing elsewhere).
-    """
-    os.sync()
-    time.sleep(SETTLE_S)
 
 
 async def run(

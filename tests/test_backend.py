@@ -190,8 +190,13 @@ def test_head_is_read_alike_by_libgit2_and_by_git(tmp_path: Path, object_format:
     (path / "a.txt").write_text("a\n")
     head = commit_all(path, "first")
     assert heads() == {(head, "trunk")}
+    git(path, "pack-refs", "--all")  # the branch now only in packed-refs
+    assert not (path / ".git" / "refs" / "heads" / "trunk").exists()
+    assert heads() == {(head, "trunk")}
     git(path, "checkout", "-q", "--detach")
     assert heads() == {(head, None)}
+    git(path, "symbolic-ref", "HEAD", "refs/heads/none-yet")
+    assert heads() == {(None, "none-yet")}
 
 
 def test_head_of_a_linked_worktree_is_its_own(tmp_path: Path) -> None:

@@ -135,16 +135,22 @@ def _head_by_libgit2(git_dir: str) -> Head:
 
 
 def head_of(repo: pygit2.Repository) -> Head:
-    """:func:`read_head` of a repository libgit2 has open (at the worktree's own git dir)."""
+    """:func:`read_head` of a repository libgit2 has open (at the worktree's own git dir).
+
+    HEAD is read once and the branch it names once (each record asks: the
+    checkpoint's base), not once per question about it.
+    """
     try:
-        if repo.head_is_unborn:
-            target = repo.references.get("HEAD")
-            name = target.target if target is not None else None
-            branch = name.removeprefix("refs/heads/") if isinstance(name, str) else None
-            return None, branch if isinstance(branch, str) else None
-        head = repo.head
-        branch = None if repo.head_is_detached else head.shorthand
-        return str(head.target), branch
+        head = repo.lookup_reference("HEAD")
+        if head.type == pygit2.enums.ReferenceType.DIRECT:
+            return str(head.target), None
+        name = head.target
+        try:
+            branch = head.resolve()
+        except KeyError:  # unborn: the branch HEAD names has no commit yet
+            unborn = name.removeprefix("refs/heads/") if isinstance(name, str) else None
+            return None, unborn
+        return str(branch.target), branch.shorthand
     except (pygit2.GitError, KeyError, ValueError):
         return None, None
 
