@@ -117,6 +117,7 @@ class TreeBuilder:
         self.fence_ns = fence_ns
         self.walker = Walker(info.path)
         self.odb = repo.odb
+        self.batch = loose.Batch(repo.path)  # the blobs hashed here: one pack when there are many
         self.flagged = flagged or set()  # the user's assume-unchanged and skip-worktree entries
         self.conflict_ours = conflict_ours or {}  # "ours" of each conflicted path, read before the conflicts go
         self._git_hash: list[tuple[Pending, os.stat_result, int]] = []
@@ -179,7 +180,7 @@ class TreeBuilder:
             target = self.walker.readlink(path)
             if target is None:
                 return None  # no longer a link: the watcher names the path again
-            oid = loose.write_object(self.repo.path, "blob", target, self.odb)
+            oid = loose.write_object(self.repo.path, "blob", target, self.odb, self.batch)
         elif self.settings.filters:
             self._git_hash.append((Pending(path, basis), st, mode))
             return None
@@ -215,7 +216,7 @@ class TreeBuilder:
                 data = handle.read()
         finally:
             os.close(fd)
-        return loose.write_object(self.repo.path, "blob", data, self.odb)
+        return loose.write_object(self.repo.path, "blob", data, self.odb, self.batch)
 
     def _stable_blob(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
         """Hash a file, again if it changed while being read, so the blob is never torn.
@@ -279,7 +280,8 @@ class TreeBuilder:
         self.walker.close()
 
     def finish(self) -> str:
-        """Hash what needs git's filters, then write the tree."""
+        """Write the blobs hashed here, hash what needs git's filters, then write the tree."""
+        self.batch.write()
         if self._git_hash:
             ids = self._hash_with_git()
             for (item, st, mode), oid in zip(self._git_hash, ids, strict=True):

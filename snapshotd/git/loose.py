@@ -44,8 +44,11 @@ import pygit2
 from snapshotd import facilities
 from snapshotd.git.flush import sync_filesystem
 from snapshotd.git.modes import MODE_TREE
+from snapshotd.git.packwrite import PackedObject, prepare_pack
 
 COMPRESSION = 1  # zlib level: libgit2's for loose objects
+PACK_AT_LEAST = 32  # new objects of one capture from which they are written as one pack, not loose files
+PENDING_BYTES = 64 * 1024 * 1024  # bodies a batch holds before it writes them out as a pack
 
 
 class _Flushes:
@@ -118,14 +121,21 @@ def written_elsewhere(git_dir: str) -> Iterator[None]:
             _written.elsewhere.add(key)
 
 
-def write_object(git_dir: str, kind: str, body: bytes, odb: pygit2.Odb | None = None) -> pygit2.Oid:
+def write_object(
+    git_dir: str, kind: str, body: bytes, odb: pygit2.Odb | None = None, batch: Batch | None = None
+) -> pygit2.Oid:
     """Store one object of ``kind`` (a SHA-1 repository's) as a loose file unless it is there; its id.
 
-    ``odb``, when given, is asked too, so an object already packed is not written again.
+    ``odb``, when given, is asked too, so an object already packed is not
+    written again. ``batch``, when given, holds the new object to be written
+    with the others of its capture (:class:`Batch`).
     """
     data = f"{kind} {len(body)}\0".encode("ascii") + body
-    hex_id = hashlib.sha1(data).hexdigest()
-    oid = pygit2.Oid(hex=hex_id)
+    digest = hashlib.sha1(data).digest()
+    oid = pygit2.Oid(raw=digest)
+    if batch is not None and digest in batch:
+        return oid
+    hex_id = digest.hex()
     folder = os.path.join(git_dir, "objects", hex_id[:2])
     path = os.path.join(folder, hex_id[2:])
     if os.path.exists(path):
@@ -133,6 +143,15 @@ def write_object(git_dir: str, kind: str, body: bytes, odb: pygit2.Odb | None = 
         return oid
     if odb is not None and oid in odb:
         return oid  # packed
+    if batch is not None:
+        batch.add(PackedObject(digest, kind, body))
+        return oid
+    _write_loose(git_dir, folder, path, data)
+    return oid
+
+
+def _write_loose(git_dir: str, folder: str, path: str, data: bytes) -> None:
+    """The loose file at ``path`` in ``folder`` holding ``data`` (header and body), recorded for the next flush."""
     compressed = zlib.compress(data, COMPRESSION)
     made = False
     with contextlib.suppress(FileExistsError):
@@ -160,7 +179,54 @@ def write_object(git_dir: str, kind: str, body: bytes, odb: pygit2.Odb | None = 
             _written.folders.add(os.path.dirname(folder))
         key = os.path.normpath(git_dir)
         _written.counts[key] = _written.counts.get(key, 0) + 1
-    return oid
+
+
+class Batch:
+    """The new objects of one capture, written together: one pack from :data:`PACK_AT_LEAST` of them, else loose.
+
+    A capture that hashes thousands of new files wrote a loose file for each,
+    and the flush before its ref synced each file and up to 256 folders; a
+    pack is two files and one folder (:mod:`snapshotd.git.packwrite`). The
+    objects wait here, unreadable, until :meth:`write`, which the capture
+    calls before it writes the trees that name them; past
+    :data:`PENDING_BYTES` they are written as a pack at once. A capture that
+    fails before :meth:`write` leaves them unwritten: the stat cache may name
+    one, and it hashes again a cached id its store does not hold.
+    """
+
+    def __init__(self, git_dir: str) -> None:
+        self.git_dir = git_dir
+        self.objects: dict[bytes, PackedObject] = {}
+        self.size = 0
+
+    def __contains__(self, raw_id: bytes) -> bool:
+        return raw_id in self.objects
+
+    def add(self, item: PackedObject) -> None:
+        """Hold ``item`` (not yet in the store) for the next :meth:`write`; written now as a pack if enough is held."""
+        self.objects[item.raw_id] = item
+        self.size += len(item.body)
+        if self.size >= PENDING_BYTES:
+            self._write_pack()
+
+    def write(self) -> None:
+        """Write what is held: as one pack from :data:`PACK_AT_LEAST` objects, else as loose files."""
+        if len(self.objects) >= PACK_AT_LEAST:
+            self._write_pack()
+            return
+        held, self.objects, self.size = list(self.objects.values()), {}, 0
+        for item in held:
+            write_object(self.git_dir, item.kind, item.body)
+
+    def _write_pack(self) -> None:
+        held, self.objects, self.size = list(self.objects.values()), {}, 0
+        folder = os.path.join(self.git_dir, "objects", "pack")
+        os.makedirs(folder, exist_ok=True)
+        prepared = prepare_pack(folder, held)
+        with _written.lock:  # as a loose file's rename: a flush that begins once the pack is seen takes it along
+            prepared.publish()
+            _written.files.extend(prepared.paths)
+            _written.folders.add(folder)
 
 
 def _freshen(path: str) -> None:
