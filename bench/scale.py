@@ -62,6 +62,11 @@ class Window:
     connect_failures: list[str] = field(default_factory=list)
     pool: list[AsyncClient] = field(default_factory=list)
     phases: dict[str, list[float]] = field(default_factory=dict)  # the daemon's split of each capture's time
+    halves: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))  # latencies by when they began
+
+    def half(self, t: float) -> list[float]:
+        """The latencies of captures begun in the window's first or second half (is the start's work still felt?)."""
+        return self.halves[0] if t < self.start + (self.end - self.start) / 2 else self.halves[1]
 
     def inside(self, t: float) -> bool:
         return self.start <= t < self.end
@@ -110,6 +115,7 @@ async def _session(
                 return
             if counted:
                 window.latencies.append((trio.current_time() - t0) * 1000)
+                window.half(t0).append(window.latencies[-1])
                 window.scans[result["stats"]["scan"]] += 1
                 for phase, ms in result["stats"].get("phases", {}).items():  # absent from an older daemon
                     window.phases.setdefault(phase, []).append(ms)
@@ -219,6 +225,7 @@ async def run_level(
         "connect_failures": len(window.connect_failures),
         "connect_failure_examples": window.connect_failures[:5],
         "latency_ms": summarize(window.latencies),
+        "latency_ms_by_half": [summarize(half) for half in window.halves],
         "phases_ms": {phase: summarize(values) for phase, values in window.phases.items()},
         "scans": dict(window.scans),
         "processes_in_window": proc_end - proc_start,
@@ -322,6 +329,9 @@ async def run(
                 f"loose objects at the end {result['store_objects'].get('count')}, "
                 f"CPU {result['daemon_cpu_cores']} cores (system {result['daemon_system_cpu_cores']}; the sessions' own {result['bench_cpu_cores']})"
             )
+            first, second = result["latency_ms_by_half"]
+            log(f"      p99 of the captures begun in the window's first half {first.get('p99')} ms, "
+                f"second half {second.get('p99')} ms")
             if result["phases_ms"]:
                 log("      the daemon's split, p50 / p99 ms: " + ", ".join(
                     f"{phase} {figures.get('median')} / {figures.get('p99')}"
