@@ -276,11 +276,18 @@ def count_objects(path: str) -> dict[str, int]:
 
 
 def clear_sessions(trees: list[Tree]) -> None:
-    """Remove the scale sessions' refs and files, so the next run starts alike."""
+    """Remove the scale sessions' refs, objects and files, so the next run starts alike.
+
+    The objects go from the packs too (``repack -a -d`` keeps only what a ref
+    names): the daemon packs every loose object in the background, so each run
+    left its 50,000 in the store's packs, and the later runs of a day met a store
+    of 700,000 objects whose geometric roll-up could merge a big pack mid-window.
+    """
     base = trees[0]
     refs = [r for r in git(base.path, "for-each-ref", "--format=%(refname)", "refs/snapshotd/").decode().split()]
     if refs:
         git(base.path, "update-ref", "--stdin", input="".join(f"delete {r}\n" for r in refs).encode())
+    git(base.path, "repack", "-a", "-d", "-q")
     git(base.path, "prune", "--expire=now")
     for tree in trees:
         git(tree.path, "reset", "-q", "--hard", "HEAD")
