@@ -21,12 +21,12 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from snapshotd.git.packwrite import entry_header
 from snapshotd.store.checkpoints import Checkpoint
 from snapshotd.store.message import checkpoint_message
 from snapshotd.store.pins import IDENTITY
 from snapshotd.store.refnames import ref_name
 
-TYPES = {"commit": 1, "tree": 2, "blob": 3}
 EMPTY_TREE = hashlib.sha1(b"tree 0\x00").hexdigest()
 
 
@@ -39,16 +39,7 @@ class PackWriter:
 
     def add(self, kind: str, body: bytes) -> str:
         oid = hashlib.sha1(f"{kind} {len(body)}\x00".encode() + body).hexdigest()
-        size = len(body)
-        byte = (TYPES[kind] << 4) | (size & 0x0F)
-        size >>= 4
-        header = bytearray()
-        while size:
-            header.append(byte | 0x80)
-            byte = size & 0x7F
-            size >>= 7
-        header.append(byte)
-        self.chunks.append(bytes(header) + zlib.compress(body, 1))
+        self.chunks.append(entry_header(kind, len(body)) + zlib.compress(body, 1))
         self.count += 1
         return oid
 

@@ -226,3 +226,13 @@ def assert_same_state(before: Mapping[str, Any], after: Mapping[str, Any]) -> No
             assert not changed, f"the capture changed the worktree: {changed[:10]}"
         else:
             assert before[key] == after[key], f"the capture changed the user's {key}"
+
+
+def loose_objects(repo: Path) -> set[str]:
+    """The ids of the loose objects in ``repo``'s ``.git`` (git's temporary files left out)."""
+    objects = repo / ".git" / "objects"
+    return {
+        folder.name + entry.name
+        for folder in objects.iterdir() if len(folder.name) == 2
+        for entry in folder.iterdir() if not entry.name.startswith("tmp_")
+    }

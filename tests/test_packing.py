@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import trio
-from repo_helpers import git
+from repo_helpers import git, loose_objects
 
 from snapshotd.engine import packing
 
@@ -20,15 +20,6 @@ def make_repo(root: Path, gc_auto: int) -> Path:
     git(root, "add", "-A")
     git(root, "commit", "-qm", "init")
     return root
-
-
-def loose_objects(repo: Path) -> set[str]:
-    objects = repo / ".git" / "objects"
-    return {
-        folder.name + entry.name
-        for folder in objects.iterdir() if len(folder.name) == 2
-        for entry in folder.iterdir() if not entry.name.startswith("tmp_")
-    }
 
 
 def user_state(repo: Path) -> tuple[bytes, str, bytes]:

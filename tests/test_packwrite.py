@@ -9,7 +9,7 @@ from pathlib import Path
 import pygit2
 import pytest
 from capture_helpers import assert_matches_git, checkpoint
-from repo_helpers import git, git_bytes
+from repo_helpers import git, git_bytes, loose_objects
 
 from snapshotd.git import loose
 from snapshotd.git.packwrite import PackedObject, entry_header, prepare_pack
@@ -26,15 +26,6 @@ def make_repo(root: Path) -> Path:
 
 def packs(repo: Path) -> set[str]:
     return {name for name in os.listdir(repo / ".git" / "objects" / "pack") if name.endswith(".pack")}
-
-
-def loose_ids(repo: Path) -> set[str]:
-    objects = repo / ".git" / "objects"
-    return {
-        folder.name + entry.name
-        for folder in objects.iterdir() if len(folder.name) == 2
-        for entry in folder.iterdir() if not entry.name.startswith("tmp_")
-    }
 
 
 def object_of(kind: str, body: bytes) -> PackedObject:
@@ -92,7 +83,7 @@ async def test_a_capture_of_many_new_files_writes_one_pack_and_equals_git(watche
     of the files from that checkpoint reads them back."""
     repo = make_repo(tmp_path / "r")
     await checkpoint(watched_engine, repo)
-    packs_before, loose_before = packs(repo), loose_ids(repo)
+    packs_before, loose_before = packs(repo), loose_objects(repo)
     (repo / "generated").mkdir()
     for index in range(loose.PACK_AT_LEAST * 3):
         (repo / "generated" / f"g{index}.txt").write_text(f"generated {index}\n")
@@ -100,8 +91,8 @@ async def test_a_capture_of_many_new_files_writes_one_pack_and_equals_git(watche
     assert_matches_git(repo, result)
     assert len(packs(repo) - packs_before) == 1
     blob_ids = {git(repo, "hash-object", str(path)).strip() for path in (repo / "generated").iterdir()}
-    assert not blob_ids & loose_ids(repo)
-    assert len(loose_ids(repo) - loose_before) <= 4  # the trees, the commit and its pin
+    assert not blob_ids & loose_objects(repo)
+    assert len(loose_objects(repo) - loose_before) <= 4  # the trees, the commit and its pin
     git(repo, "fsck", "--strict", "--no-dangling")
     for path in (repo / "generated").iterdir():
         path.write_text("changed\n")
@@ -118,4 +109,4 @@ async def test_a_capture_of_a_few_new_files_writes_them_loose(watched_engine, tm
     result = await checkpoint(watched_engine, repo)
     assert_matches_git(repo, result)
     assert packs(repo) == packs_before
-    assert git(repo, "hash-object", str(repo / "n1.txt")).strip() in loose_ids(repo)
+    assert git(repo, "hash-object", str(repo / "n1.txt")).strip() in loose_objects(repo)
