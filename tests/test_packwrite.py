@@ -110,3 +110,20 @@ async def test_a_capture_of_a_few_new_files_writes_them_loose(watched_engine, tm
     assert_matches_git(repo, result)
     assert packs(repo) == packs_before
     assert git(repo, "hash-object", str(repo / "n1.txt")).strip() in loose_objects(repo)
+
+
+async def test_a_capture_holding_more_than_its_limit_writes_a_pack_each_time_it_is_reached(
+    watched_engine, tmp_path: Path, monkeypatch
+) -> None:
+    """Past ``PENDING_BYTES`` of bodies the batch writes what it holds at once; the capture is whole all the same."""
+    monkeypatch.setattr(loose, "PENDING_BYTES", 4096)
+    repo = make_repo(tmp_path / "r")
+    await checkpoint(watched_engine, repo)
+    packs_before = packs(repo)
+    (repo / "big").mkdir()
+    for index in range(60):
+        (repo / "big" / f"b{index}.txt").write_text(f"{index}\n" * 100)  # about 300 bytes each
+    result = await checkpoint(watched_engine, repo)
+    assert_matches_git(repo, result)
+    assert len(packs(repo) - packs_before) >= 3
+    git(repo, "fsck", "--strict", "--no-dangling")
