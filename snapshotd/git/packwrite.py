@@ -29,7 +29,7 @@ __all__ = ["PackedObject", "PreparedPack", "prepare_pack"]
 COMPRESSION = 1  # zlib level, as for loose objects
 TYPE_CODES = {"commit": 1, "tree": 2, "blob": 3, "tag": 4}
 INDEX_MAGIC = b"\377tOc"
-LARGE_OFFSET = 0x80000000  # offsets at or past this go into the index's table of 8-byte offsets
+LARGE_OFFSET = 0x80000000  # offsets from here on would need the index's table of 8-byte offsets, not written here
 
 
 @dataclass(frozen=True)
@@ -64,22 +64,15 @@ def index_bytes(entries: Sequence[tuple[bytes, int, int]], pack_checksum: bytes)
     for first in range(256):
         total += fanout[first]
         fanout[first] = total
-    large: list[int] = []
-    offsets = []
-    for _, offset, _ in ordered:
-        if offset >= LARGE_OFFSET:
-            offsets.append(LARGE_OFFSET | len(large))
-            large.append(offset)
-        else:
-            offsets.append(offset)
+    if any(offset >= LARGE_OFFSET for _, offset, _ in ordered):
+        raise ValueError("a pack written here stays below 2 GiB (its writer's batches are capped)")
     body = b"".join([
         INDEX_MAGIC,
         struct.pack(">I", 2),
         struct.pack(">256I", *fanout),
         b"".join(raw_id for raw_id, _, _ in ordered),
         struct.pack(f">{len(ordered)}I", *(crc for _, _, crc in ordered)),
-        struct.pack(f">{len(offsets)}I", *offsets),
-        struct.pack(f">{len(large)}Q", *large),
+        struct.pack(f">{len(ordered)}I", *(offset for _, offset, _ in ordered)),
         pack_checksum,
     ])
     return body + hashlib.sha1(body).digest()
