@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -41,6 +43,18 @@ def sh(repo: Path, *args: str, data: bytes | None = None) -> str:
 def raw_blob(repo: Path, data: bytes) -> str:
     """Store ``data`` as a blob with no conversion; its id."""
     return sh(repo, "hash-object", "-w", "--no-filters", "--stdin", data=data)
+
+
+@asynccontextmanager
+async def running_engine(kind: str) -> AsyncIterator[Engine]:
+    """An engine for ``kind`` (watched unless ``cold``), closed at the end with the nursery its watchers ran in."""
+    async with trio.open_nursery() as nursery:
+        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
+        try:
+            yield engine
+        finally:
+            await engine.aclose()
+            nursery.cancel_scope.cancel()
 
 
 async def capture(engine: Engine, repo: Path, kind: str) -> str:
@@ -73,19 +87,14 @@ async def test_crlf_committed_before_text_auto_stays_crlf(tmp_path: Path, object
     (repo / ".gitattributes").write_text("* text=auto eol=lf\n")
     sh(repo, "add", ".gitattributes")
     sh(repo, "commit", "-qm", "attrs")
-    async with trio.open_nursery() as nursery:
-        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
-        try:
-            await check(engine, repo, kind)
-            time.sleep(1.1)
-            (repo / "f.c").touch()
-            await check(engine, repo, kind)
-            (repo / "f.c").write_bytes(b"a\r\nb\r\nc\r\n")  # edited, keeping CRLF
-            await check(engine, repo, kind)
-            assert git_run(repo, "cat-file", "-p", f"{await capture(engine, repo, kind)}:f.c").stdout == b"a\r\nb\r\nc\r\n"
-        finally:
-            await engine.aclose()
-            nursery.cancel_scope.cancel()
+    async with running_engine(kind) as engine:
+        await check(engine, repo, kind)
+        time.sleep(1.1)
+        (repo / "f.c").touch()
+        await check(engine, repo, kind)
+        (repo / "f.c").write_bytes(b"a\r\nb\r\nc\r\n")  # edited, keeping CRLF
+        await check(engine, repo, kind)
+        assert git_run(repo, "cat-file", "-p", f"{await capture(engine, repo, kind)}:f.c").stdout == b"a\r\nb\r\nc\r\n"
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -101,18 +110,13 @@ async def test_a_cached_hash_is_not_reused_once_the_index_blob_gains_a_cr(
     sh(repo, "add", "f.txt")
     sh(repo, "commit", "-qm", "lf")
     (repo / "f.txt").write_bytes(b"a\r\nb\r\nc\r\n")
-    async with trio.open_nursery() as nursery:
-        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
-        try:
-            await check(engine, repo, kind)  # stored as LF: the index blob has no CR
-            crlf, lf = raw_blob(repo, b"x\r\n"), raw_blob(repo, b"x\n")
-            sh(repo, "update-index", "--cacheinfo", f"100644,{crlf},f.txt")
-            await check(engine, repo, kind)  # now kept as CRLF: the index blob has one
-            sh(repo, "update-index", "--cacheinfo", f"100644,{lf},f.txt")
-            await check(engine, repo, kind)  # and LF again once it has lost it
-        finally:
-            await engine.aclose()
-            nursery.cancel_scope.cancel()
+    async with running_engine(kind) as engine:
+        await check(engine, repo, kind)  # stored as LF: the index blob has no CR
+        crlf, lf = raw_blob(repo, b"x\r\n"), raw_blob(repo, b"x\n")
+        sh(repo, "update-index", "--cacheinfo", f"100644,{crlf},f.txt")
+        await check(engine, repo, kind)  # now kept as CRLF: the index blob has one
+        sh(repo, "update-index", "--cacheinfo", f"100644,{lf},f.txt")
+        await check(engine, repo, kind)  # and LF again once it has lost it
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -129,16 +133,11 @@ async def test_a_gitattributes_only_in_the_index_rules_the_files(tmp_path: Path,
     sh(repo, "update-index", "--skip-worktree", "d/.gitattributes")
     (repo / "d" / ".gitattributes").unlink()
     (repo / "d" / "a.txt").write_bytes(b"one\r\ntwo\r\n")
-    async with trio.open_nursery() as nursery:
-        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
-        try:
-            await check(engine, repo, kind)
-            (repo / "d" / "b.txt").write_bytes(b"three\r\n")
-            later(repo / "d" / "a.txt")
-            await check(engine, repo, kind)
-        finally:
-            await engine.aclose()
-            nursery.cancel_scope.cancel()
+    async with running_engine(kind) as engine:
+        await check(engine, repo, kind)
+        (repo / "d" / "b.txt").write_bytes(b"three\r\n")
+        later(repo / "d" / "a.txt")
+        await check(engine, repo, kind)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -162,15 +161,10 @@ async def test_a_skip_worktree_gitattributes_deleted_on_disk_hands_its_rules_bac
     (repo / ".gitattributes").write_text("*.c filter=up\n")
     earlier = time.time() - 10  # stat-dirty against the index, so hashed (through the filter); not racy, so cached
     os.utime(repo / "d" / "g.c", (earlier, earlier))
-    async with trio.open_nursery() as nursery:
-        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
-        try:
-            await check(engine, repo, kind)
-            (repo / ".gitattributes").unlink()
-            await check(engine, repo, kind)
-        finally:
-            await engine.aclose()
-            nursery.cancel_scope.cancel()
+    async with running_engine(kind) as engine:
+        await check(engine, repo, kind)
+        (repo / ".gitattributes").unlink()
+        await check(engine, repo, kind)
 
 
 @pytest.mark.parametrize("object_format", FORMATS)
@@ -182,14 +176,9 @@ async def test_core_safecrlf_does_not_stop_a_capture(tmp_path: Path, object_form
     (repo / ".gitattributes").write_text("*.txt text eol=lf\n")
     (repo / "a.txt").write_bytes(b"one\r\ntwo\r\n")
     assert git_run(repo, "add", "-A", check=False).returncode != 0  # git itself refuses
-    async with trio.open_nursery() as nursery:
-        engine = make_engine("warm", nursery)
-        try:
-            for kind in KINDS[1:]:
-                await check(engine, repo, kind)
-        finally:
-            await engine.aclose()
-            nursery.cancel_scope.cancel()
+    async with running_engine("warm") as engine:
+        for kind in KINDS[1:]:
+            await check(engine, repo, kind)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -206,13 +195,8 @@ async def test_a_conflicted_path_reads_ours(tmp_path: Path, kind: str) -> None:
     sh(repo, "update-index", "--force-remove", "f.c")
     sh(repo, "update-index", "--index-info", data=info.encode())
     (repo / "f.c").write_bytes(b"merged\r\n")
-    async with trio.open_nursery() as nursery:
-        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
-        try:
-            await check(engine, repo, kind)
-        finally:
-            await engine.aclose()
-            nursery.cancel_scope.cancel()
+    async with running_engine(kind) as engine:
+        await check(engine, repo, kind)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -226,16 +210,11 @@ async def test_a_gitattributes_deleted_on_disk_rules_no_file(tmp_path: Path, obj
     (repo / "u.u16").write_bytes(b"\xff\xfea\x00\r\x00\n\x00")
     sh(repo, "add", ".")
     sh(repo, "commit", "-qm", "utf-16")
-    async with trio.open_nursery() as nursery:
-        engine = make_engine("cold" if kind == "cold" else "warm", nursery)
-        try:
-            await check(engine, repo, kind)
-            (repo / ".gitattributes").unlink()
-            later(repo / "u.u16")
-            await check(engine, repo, kind)
-        finally:
-            await engine.aclose()
-            nursery.cancel_scope.cancel()
+    async with running_engine(kind) as engine:
+        await check(engine, repo, kind)
+        (repo / ".gitattributes").unlink()
+        later(repo / "u.u16")
+        await check(engine, repo, kind)
 
 
 @pytest.mark.parametrize("object_format", FORMATS)
