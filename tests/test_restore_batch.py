@@ -1,9 +1,9 @@
-"""A big restore: its files' content written ahead on several threads, each folder opened once.
+"""A big restore: every file's content written ahead and made durable at once, each folder opened once.
 
 The safety rules of a small restore hold as they are (a path changed meanwhile
 is left alone, a failure part-way puts everything back and leaves no temporary
 file or folder it made); these tests take the many-file path
-(``parallel.PARALLEL_FROM`` files or more).
+(``writes.BATCH_FROM`` files or more).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from restore_helpers import temps_left
 from test_restore_safety import checkpoint, files_as_they_are, fsck_clean, make_repo
 
 from snapshotd.errors import FilesystemError, SnapshotdError
-from snapshotd.restore import apply as apply_mod, barrier, fileops, parallel
+from snapshotd.restore import apply as apply_mod, barrier, fileops, writes
 
 FILES = 200
 FOLDERS = 8
@@ -69,20 +69,17 @@ async def test_a_full_disk_part_way_through_a_big_restore_changes_nothing(engine
         (wt / f"new{i}").rmdir()
     before = files_as_they_are(wt)
     real = fileops.write_all
-    lock = threading.Lock()
     calls = {"n": 0}
 
     def full_disk_part_way(fd: int, data: bytes) -> None:
         if data.endswith(b" at A\n"):
-            with lock:
-                calls["n"] += 1
-                fail = calls["n"] == FILES
-            if fail:
+            calls["n"] += 1
+            if calls["n"] == FILES:
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         real(fd, data)
 
     monkeypatch.setattr(fileops, "write_all", full_disk_part_way)
-    assert parallel.PARALLEL_FROM <= 2 * FILES
+    assert writes.BATCH_FROM <= 2 * FILES
     with pytest.raises(FilesystemError) as info:
         await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
     assert "disk is full" in info.value.message and "Nothing was changed" in info.value.message

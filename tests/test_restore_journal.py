@@ -39,9 +39,9 @@ from snapshotd.restore.stage import GitCheckout, Stage
 
 args = json.loads(sys.argv[1])
 step = args["step"]
-if args.get("parallel"):  # the big restore's path: copies written on threads, then one barrier
-    from snapshotd.restore import parallel
-    parallel.PARALLEL_FROM = 1
+if args.get("batch"):  # the big restore's path: every copy written, then one barrier
+    from snapshotd.restore import writes
+    writes.BATCH_FROM = 1
 
 def die():
     if args.get("marker"):
@@ -150,7 +150,7 @@ def test_recover_after_a_crash_around_a_big_restores_barrier(tmp_path: Path, sce
     wt, target, current = scene
     journal = tmp_path / "journal"
     args = {"step": step, "workdir": str(wt), "current": current, "target": target, "journal": str(journal),
-            "parallel": True}
+            "batch": True}
     child = run_child(args)
     assert child.wait(timeout=120) == -signal.SIGKILL
 

@@ -22,7 +22,6 @@ import secrets
 from snapshotd.errors import Untrusted
 from snapshotd.fsutil import open_private_folder
 from snapshotd.restore.fileops import DIR_FLAGS, TEMP_PREFIX, copy_entry
-from snapshotd.restore.parallel import run_each
 
 BACKUP_PREFIX = "backup-"
 _NO_LINK = (errno.EPERM, errno.EXDEV, errno.EMLINK, errno.EOPNOTSUPP)
@@ -87,7 +86,8 @@ class Backups:
         """Remove the backup folder and what is left in it."""
         if self._fd is not None:
             folder = self._fd
-            run_each(lambda child: _unlink(child, folder), os.listdir(folder))
+            for child in os.listdir(folder):
+                _unlink(child, folder)
             os.close(self._fd)
             self._fd = None
             assert self._parent_fd is not None

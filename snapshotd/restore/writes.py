@@ -2,28 +2,34 @@
 
 The content of a regular file is written to its temporary name (created
 ``O_EXCL`` in its folder, opened once by descriptor, never through a link).
-A small restore writes and syncs each just before its turn; a big one writes
-them all on a few threads (:mod:`.parallel`), unsynced, then makes them
-durable with one barrier (:mod:`.barrier`: a ``syncfs``, not an ``fsync``
-per file), and only then starts renaming. The caller takes the paths in the
-plan's order, and for each checks that it still holds what the safety
-checkpoint recorded, keeps what it replaces and renames the temporary file
-over it (:meth:`Applier.write`): every decision and every step a rollback
-undoes stays on one thread, in order, as before.
+A small restore writes and syncs each just before its turn; a big one
+(:data:`BATCH_FROM` files or more) writes them all first, unsynced, then makes
+them durable with one barrier (:mod:`.barrier`: a ``syncfs``, not an
+``fsync`` per file), and only then starts renaming. The caller takes the
+paths in the plan's order, and for each checks that it still holds what the
+safety checkpoint recorded, keeps what it replaces and renames the temporary
+file over it (:meth:`Applier.write`): every decision and every step a
+rollback undoes stays on one thread, in order.
+
+The copies are written on the caller's thread, one after another: with no
+sync to wait for, creating a file is the kernel's work, and threads creating
+files in the same folders only queue on the folder's lock and the
+interpreter's (measured with ``python -m bench.restore_cost``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections import deque
 
 from snapshotd.errors import PathBlocked
 from snapshotd.git.modes import is_file_mode
 from snapshotd.restore import barrier, fileops
 from snapshotd.restore.apply import Applier, _fail
-from snapshotd.restore.parallel import Ahead
 from snapshotd.restore.trees import Entry
+
+BATCH_FROM = 32
+"""From this many files, a restore writes every copy before one barrier instead of syncing each in turn."""
 
 
 def write_planned(
@@ -31,60 +37,48 @@ def write_planned(
 ) -> None:
     """Carry out ``writes`` in order through ``applier``; on a failure no temporary file is left, and it re-raises."""
     ahead = [(path, entry) for path, entry in writes if is_file_mode(entry.mode) and path not in applier.plan.chmod_only]
-    runner = Ahead(len(ahead))
     try:
-        if runner.serial:
-            _in_turn(applier, runner, writes, ahead, temps, links)
+        if len(ahead) < BATCH_FROM:
+            _in_turn(applier, writes, ahead, temps, links)
         else:
-            _write_ahead(applier, runner, ahead, temps)
+            _write_ahead(applier, ahead, temps)
             for path, entry in writes:
                 applier.write(path, entry, temps.get(path), links.get(path))
     except BaseException:
-        runner.drain()
         _remove_temps(applier, writes, temps)
         raise
-    finally:
-        runner.close()
 
 
 def _in_turn(
     applier: Applier,
-    runner: Ahead,
     writes: list[tuple[str, Entry]],
     ahead: list[tuple[str, Entry]],
     temps: dict[str, str],
     links: dict[str, bytes],
 ) -> None:
-    """A small restore: each file written and synced just before its turn, on the caller's thread."""
+    """A small restore: each file written and synced just before its turn."""
     jobs = iter(ahead)
     job = next(jobs, None)
     for path, entry in writes:
         if job is not None and job[0] == path:
-            if _start(applier, runner, *job, temps, sync=True) is not None:
-                _wait(runner, path)
+            if _write_copy(applier, *job, temps, sync=True) is not None:
                 applier.ready.add(path)
             job = next(jobs, None)
         applier.write(path, entry, temps.get(path), links.get(path))
 
 
-def _write_ahead(applier: Applier, runner: Ahead, ahead: list[tuple[str, Entry]], temps: dict[str, str]) -> None:
-    """A big restore: every temporary file written on the runner's threads, then all made durable at once.
+def _write_ahead(applier: Applier, ahead: list[tuple[str, Entry]], temps: dict[str, str]) -> None:
+    """A big restore: every temporary file written, then all made durable at once.
 
     Nothing is renamed before :func:`~.barrier.make_durable` returns, so a
     crash meanwhile leaves every target as it was and only temporary files,
     which the journal names, behind.
     """
-    started: deque[str] = deque()
     written: list[tuple[str, int]] = []  # (path, its folder's descriptor)
     for path, entry in ahead:
-        while not runner.room():
-            _wait(runner, started.popleft())
-        fd = _start(applier, runner, path, entry, temps, sync=False)
+        fd = _write_copy(applier, path, entry, temps, sync=False)
         if fd is not None:
-            started.append(path)
             written.append((path, fd))
-    while started:
-        _wait(runner, started.popleft())
     try:
         barrier.make_durable((fd, temps[path].rsplit("/", 1)[-1]) for path, fd in written)
     except OSError as exc:
@@ -92,16 +86,8 @@ def _write_ahead(applier: Applier, runner: Ahead, ahead: list[tuple[str, Entry]]
     applier.ready.update(path for path, _ in written)
 
 
-def _wait(runner: Ahead, path: str) -> None:
-    """Wait for the oldest job, ``path``'s; its disk error is ``path``'s."""
-    try:
-        runner.wait()
-    except OSError as exc:
-        raise _fail(path, exc) from exc
-
-
-def _start(applier: Applier, runner: Ahead, path: str, entry: Entry, temps: dict[str, str], *, sync: bool) -> int | None:
-    """Start writing ``path``'s temporary file; its folder's descriptor, or None when the folder cannot be
+def _write_copy(applier: Applier, path: str, entry: Entry, temps: dict[str, str], *, sync: bool) -> int | None:
+    """Write ``path``'s temporary file; its folder's descriptor, or None when the folder cannot be
     opened (its turn says why)."""
     parts = path.split("/")
     try:
@@ -109,9 +95,10 @@ def _start(applier: Applier, runner: Ahead, path: str, entry: Entry, temps: dict
     except (OSError, PathBlocked):
         return None
     data = applier.stage.take(path, entry)
-    temp = temps[path].rsplit("/", 1)[-1]
-    mode, umask = entry.mode, applier.umask
-    runner.submit(lambda: fileops.write_temp(fd, temp, parts[-1], data, mode, umask, sync), len(data))
+    try:
+        fileops.write_temp(fd, temps[path].rsplit("/", 1)[-1], parts[-1], data, entry.mode, applier.umask, sync)
+    except OSError as exc:
+        raise _fail(path, exc) from exc
     return fd
 
 
