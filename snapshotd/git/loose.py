@@ -11,9 +11,13 @@ under a temporary name and renamed).
 
 Durability: each object file written here is recorded, unflushed; before a
 reference names what was written, :func:`make_durable` fsyncs those files,
-then each distinct folder they were renamed into once (``objects/xx/``, and
-``objects/`` when a folder was made), one flush shared by every caller waiting
-at that moment (group commit). A clean checkpoint so flushes two small files
+and each distinct folder they were renamed into once (``objects/xx/``, and
+``objects/`` when a folder was made), all at once on a few threads, one flush
+shared by every caller waiting at that moment (group commit). On a journaled
+file system each fsync of a new file waits for a journal commit; made one
+after another, a checkpoint's dozen fsyncs waited for a dozen commits, while
+made at once they share one or two (bench/README.md, "On a journaled file
+system"). A clean checkpoint so flushes two small files
 (its commit and pin) and their folders, not the file system: a ``syncfs``
 there also flushed every other process's dirty data, which on a busy disk
 took hundreds of milliseconds inside the worktree's lock (bench/durability.py).
@@ -32,12 +36,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import secrets
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pygit2
 
@@ -49,6 +55,7 @@ from snapshotd.git.packwrite import PackedObject, prepare_pack
 COMPRESSION = 1  # zlib level: libgit2's for loose objects
 PACK_AT_LEAST = 32  # new objects of one capture from which they are written as one pack, not loose files
 PENDING_BYTES = 64 * 1024 * 1024  # bodies a batch holds before it writes them out as a pack
+SYNC_THREADS = 8  # a flush's fsyncs run at once on these: on a journaled file system they share a commit
 
 
 class _Flushes:
@@ -327,10 +334,14 @@ def _flush() -> None:
             pass
         except OSError as exc:
             failed.append(exc)
-    for path in files:
-        _fsync_path(path, os.O_RDONLY, failed)
-    for folder in sorted(folders):
-        _fsync_path(folder, os.O_RDONLY | os.O_DIRECTORY, failed)
+    targets = [(path, os.O_RDONLY) for path in files]
+    targets += [(folder, os.O_RDONLY | os.O_DIRECTORY) for folder in sorted(folders)]
+    if len(targets) < 2:
+        for path, flags in targets:
+            _fsync_path(path, flags, failed)
+    else:
+        for _ in _sync_pool().map(lambda target: _fsync_path(target[0], target[1], failed), targets):
+            pass
     if not failed:
         return
     os.sync()
@@ -341,6 +352,12 @@ def _flush() -> None:
             _written.folders |= folders
             _written.elsewhere |= elsewhere
         raise broken
+
+
+@functools.cache
+def _sync_pool() -> ThreadPoolExecutor:
+    """The threads a flush fsyncs its files and folders on, all at once."""
+    return ThreadPoolExecutor(SYNC_THREADS, "snapshotd-fsync")
 
 
 def _fsync_path(path: str, flags: int, failed: list[OSError]) -> None:
