@@ -163,8 +163,8 @@ async def test_syncfs_failing_with_enosys_flushes_each_write_instead(
     tmp_path: Path, fresh_facilities: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     repo = init_repo(tmp_path / "repo", ("a.txt", "alpha\n"))
-    real = flush._libc()
-    monkeypatch.setattr(flush, "_libc", lambda: _LibcWithout(real, "syncfs"))
+    real = flush.libc()
+    monkeypatch.setattr(flush, "libc", lambda: _LibcWithout(real, "syncfs"))
     engine = Engine(tmp_path / "home")
     try:
         first = await engine.call("checkpoint", {"path": str(repo)})  # its syncfs fails: everything is synced

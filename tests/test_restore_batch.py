@@ -3,14 +3,13 @@
 The safety rules of a small restore hold as they are (a path changed meanwhile
 is left alone, a failure part-way puts everything back and leaves no temporary
 file or folder it made); these tests take the many-file path
-(``writes.BATCH_FROM`` files or more).
+(``barrier.SYNCFS_FROM`` files or more: one ``syncfs``).
 """
 
 from __future__ import annotations
 
 import errno
 import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from restore_helpers import temps_left
 from test_restore_safety import checkpoint, files_as_they_are, fsck_clean, make_repo
 
 from snapshotd.errors import FilesystemError, SnapshotdError
-from snapshotd.restore import apply as apply_mod, barrier, fileops, writes
+from snapshotd.restore import apply as apply_mod, barrier, fileops
 
 FILES = 200
 FOLDERS = 8
@@ -79,7 +78,7 @@ async def test_a_full_disk_part_way_through_a_big_restore_changes_nothing(engine
         real(fd, data)
 
     monkeypatch.setattr(fileops, "write_all", full_disk_part_way)
-    assert writes.BATCH_FROM <= 2 * FILES
+    assert barrier.SYNCFS_FROM <= FILES
     with pytest.raises(FilesystemError) as info:
         await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
     assert "disk is full" in info.value.message and "Nothing was changed" in info.value.message
@@ -140,16 +139,14 @@ async def test_without_syncfs_a_big_restore_syncs_each_copy(engine: Any, tmp_pat
     for rel in paths:
         (wt / rel).write_text("edited\n")
     synced: list[str] = []
-    lock = threading.Lock()
-    real = barrier._fsync_at
+    real = barrier._fsync_each
 
-    def counted(dir_fd: int, name: str) -> None:
-        real(dir_fd, name)
-        with lock:
-            synced.append(name)
+    def counted(files: list[tuple[int, str]]) -> None:
+        real(files)
+        synced.extend(name for _, name in files)
 
     monkeypatch.setattr(barrier, "_syncfs", lambda fd: False)
-    monkeypatch.setattr(barrier, "_fsync_at", counted)
+    monkeypatch.setattr(barrier, "_fsync_each", counted)
     result = await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
     assert len(result["written"]) == FILES and len(set(synced)) == FILES
     assert all(name.startswith(fileops.TEMP_PREFIX) for name in synced)

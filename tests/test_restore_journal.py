@@ -39,9 +39,9 @@ from snapshotd.restore.stage import GitCheckout, Stage
 
 args = json.loads(sys.argv[1])
 step = args["step"]
-if args.get("batch"):  # the big restore's path: every copy written, then one barrier
-    from snapshotd.restore import writes
-    writes.BATCH_FROM = 1
+if args.get("batch"):  # the big restore's barrier: one syncfs for every copy
+    from snapshotd.restore import barrier
+    barrier.SYNCFS_FROM = 1
 
 def die():
     if args.get("marker"):
@@ -92,14 +92,15 @@ apply_plan(repo, args["workdir"], plan, args["journal"], GitCheckout(git_dir=rep
 
 # What each crash leaves: the kinds of name in the journal folder (the backup
 # folder is there, never in the worktree), and the folders of the temporary
-# names in the worktree.
+# names in the worktree (every copy is written before the first rename: d/g.txt,
+# then f0-f3.txt; the delete of n.txt kept the first backup).
 STEPS = {
     "journal-unnamed": ({".journal-"}, []),  # .journal-tmp-<token>, never renamed
     "staged": ({"apply-", "stage-"}, []),
     "temp-half-written": ({"apply-", "backup-", "stage-"}, ["d"]),
     "deleted": ({"apply-", "backup-", "stage-"}, []),
-    "backup-kept": ({"apply-", "backup-", "stage-"}, ["d"]),
-    "renamed": ({"apply-", "backup-", "stage-"}, []),
+    "backup-kept": ({"apply-", "backup-", "stage-"}, ["", "", "", "", "d"]),  # d/g.txt's kept, not yet replaced
+    "renamed": ({"apply-", "backup-", "stage-"}, ["", "", ""]),  # d/g.txt and f0.txt in place
 }
 
 

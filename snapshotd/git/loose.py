@@ -12,12 +12,10 @@ under a temporary name and renamed).
 Durability: each object file written here is recorded, unflushed; before a
 reference names what was written, :func:`make_durable` fsyncs those files,
 and each distinct folder they were renamed into once (``objects/xx/``, and
-``objects/`` when a folder was made), all at once on a few threads, one flush
-shared by every caller waiting at that moment (group commit). On a journaled
-file system each fsync of a new file waits for a journal commit; made one
-after another, a checkpoint's dozen fsyncs waited for a dozen commits, while
-made at once they share one or two (bench/README.md, "On a journaled file
-system"). A clean checkpoint so flushes two small files
+``objects/`` when a folder was made), every file's writeback started before the
+first fsync (:func:`~snapshotd.git.flush.start_writeback`: on a journaled file
+system they then share one journal commit), one flush shared by every caller
+waiting at that moment (group commit). A clean checkpoint so flushes two small files
 (its commit and pin) and their folders, not the file system: a ``syncfs``
 there also flushed every other process's dirty data, which on a busy disk
 took hundreds of milliseconds inside the worktree's lock (bench/durability.py).
@@ -36,26 +34,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import functools
 import hashlib
 import os
 import secrets
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 
 import pygit2
 
 from snapshotd import facilities
-from snapshotd.git.flush import sync_filesystem
+from snapshotd.git.flush import start_writeback, sync_filesystem
 from snapshotd.git.modes import MODE_TREE
 from snapshotd.git.packwrite import PackedObject, prepare_pack
 
 COMPRESSION = 1  # zlib level: libgit2's for loose objects
 PACK_AT_LEAST = 32  # new objects of one capture from which they are written as one pack, not loose files
 PENDING_BYTES = 64 * 1024 * 1024  # bodies a batch holds before it writes them out as a pack
-SYNC_THREADS = 8  # a flush's fsyncs run at once on these: on a journaled file system they share a commit
 
 
 class _Flushes:
@@ -336,12 +331,8 @@ def _flush() -> None:
             failed.append(exc)
     targets = [(path, os.O_RDONLY) for path in files]
     targets += [(folder, os.O_RDONLY | os.O_DIRECTORY) for folder in sorted(folders)]
-    if len(targets) < 2:
-        for path, flags in targets:
-            _fsync_path(path, flags, failed)
-    else:
-        for _ in _sync_pool().map(lambda target: _fsync_path(target[0], target[1], failed), targets):
-            pass
+    for start in range(0, len(targets), _SYNC_CHUNK):
+        _fsync_all(targets[start : start + _SYNC_CHUNK], failed)
     if not failed:
         return
     os.sync()
@@ -354,23 +345,29 @@ def _flush() -> None:
         raise broken
 
 
-@functools.cache
-def _sync_pool() -> ThreadPoolExecutor:
-    """The threads a flush fsyncs its files and folders on, all at once."""
-    return ThreadPoolExecutor(SYNC_THREADS, "snapshotd-fsync")
+_SYNC_CHUNK = 256  # descriptors a flush holds open at once
 
 
-def _fsync_path(path: str, flags: int, failed: list[OSError]) -> None:
+def _fsync_all(targets: list[tuple[str, int]], failed: list[OSError]) -> None:
+    """Fsync every path (opened with its flags), every file's writeback started first (:func:`start_writeback`)."""
+    fds: list[int] = []
     try:
-        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW)
-    except (FileNotFoundError, NotADirectoryError):
-        return  # pruned since (a gc), or its store deleted: no ref names it
-    except OSError as exc:
-        failed.append(exc)
-        return
-    try:
-        os.fsync(fd)
-    except OSError as exc:
-        failed.append(exc)
+        for path, flags in targets:
+            try:
+                fd = os.open(path, flags | os.O_CLOEXEC | os.O_NOFOLLOW)
+            except (FileNotFoundError, NotADirectoryError):
+                continue  # pruned since (a gc), or its store deleted: no ref names it
+            except OSError as exc:
+                failed.append(exc)
+                continue
+            fds.append(fd)
+            if not flags & os.O_DIRECTORY:
+                start_writeback(fd)
+        for fd in fds:
+            try:
+                os.fsync(fd)
+            except OSError as exc:
+                failed.append(exc)
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)

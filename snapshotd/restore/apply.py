@@ -35,7 +35,6 @@ from snapshotd.restore.fileops import (
     readlink_at,
     remove_empty_tree,
 )
-from snapshotd.restore.parallel import run_each
 from snapshotd.restore.plan import (
     REASON_CHANGED_ON_DISK,
     REASON_FILE,
@@ -379,5 +378,6 @@ class Applier:
 
     def sync(self) -> None:
         """Sync every folder a step changed, so the renames survive a crash."""
-        run_each(lambda parts: fsync_dir(self.root_fd, parts), self.synced)
+        for parts in self.synced:
+            fsync_dir(self.root_fd, parts)
 

@@ -1,38 +1,35 @@
-"""One durability barrier for a big restore's temporary files: ``syncfs`` of each file system they are on.
+"""One durability barrier for a restore's temporary files, before the first is renamed over its target.
 
-A big restore writes every file's temporary copy first, unsynced, and then
-makes them all durable at once, before the first is renamed over its target:
-one ``syncfs`` per file system holding one of the folders written (a folder
-of the worktree may be another file system's mount point), instead of an
-``fsync`` per file, each a journal commit of its own. Where ``syncfs`` is
-missing or refused, each file is synced on its own, on a few threads. Either
-way no target is replaced before every copy that replaces one is on disk.
+A restore writes every file's temporary copy first, unsynced, and then
+makes them all durable at once. A big one (:data:`SYNCFS_FROM` copies or
+more) does it with one ``syncfs`` per file system holding one of the
+folders written (a folder of the worktree may be another file system's
+mount point); a small one, or one where ``syncfs`` is missing or refused,
+starts every copy's writeback and then fsyncs each
+(:func:`~snapshotd.git.flush.start_writeback`: on a journaled file system
+they share a journal commit). A small restore does not ``syncfs``: that
+would also write out every other process's dirty data on that file system.
+Either way no target is replaced before every copy that replaces one is on
+disk.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
-import functools
 import os
 from collections.abc import Iterable
-from typing import Any
 
 from snapshotd import facilities
-from snapshotd.restore.parallel import run_each
+from snapshotd.git.flush import libc, start_writeback
 
-
-@functools.cache
-def _libc() -> Any:
-    """The C library, loaded on first use."""
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+SYNCFS_FROM = 32
 
 
 def _syncfs(fd: int) -> bool:
     """Flush the file system holding ``fd``; False when ``syncfs`` is not there (its error otherwise raised)."""
     if not facilities.available("syncfs"):
         return False
-    if _libc().syncfs(fd) == 0:
+    if libc().syncfs(fd) == 0:
         return True
     err = ctypes.get_errno()
     if err in facilities.ABSENT_ERRNOS:
@@ -40,21 +37,32 @@ def _syncfs(fd: int) -> bool:
     raise OSError(err, os.strerror(err))
 
 
-def _fsync_at(dir_fd: int, name: str) -> None:
-    """Sync the file ``name`` under ``dir_fd`` (opened without following a link)."""
-    fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+def _fsync_each(files: list[tuple[int, str]]) -> None:
+    """Fsync the files ``(folder descriptor, name)`` (opened without following a link), every writeback started first."""
+    fds: list[int] = []
     try:
-        os.fsync(fd)
+        for dir_fd, name in files:
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+            fds.append(fd)
+            start_writeback(fd)
+        for fd in fds:
+            os.fsync(fd)
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
 
 
 def make_durable(written: Iterable[tuple[int, str]]) -> None:
     """Make the files ``(folder descriptor, name)`` written unsynced durable before any is renamed.
 
-    One ``syncfs`` per file system of the folders; the files of a file system
-    where it fails as missing are synced one by one. A disk error is raised.
+    From :data:`SYNCFS_FROM` files, one ``syncfs`` per file system of the
+    folders, the files of a file system where it fails as missing synced one
+    by one; fewer are synced one by one. A disk error is raised.
     """
+    written = list(written)
+    if len(written) < SYNCFS_FROM:
+        _fsync_each(written)
+        return
     devices: dict[int, int] = {}  # folder descriptor -> its file system
     by_device: dict[int, list[tuple[int, str]]] = {}
     for dir_fd, name in written:
@@ -63,4 +71,8 @@ def make_durable(written: Iterable[tuple[int, str]]) -> None:
         by_device.setdefault(devices[dir_fd], []).append((dir_fd, name))
     for files in by_device.values():
         if not _syncfs(files[0][0]):
-            run_each(lambda item: _fsync_at(*item), files)
+            for start in range(0, len(files), _SYNC_CHUNK):
+                _fsync_each(files[start : start + _SYNC_CHUNK])
+
+
+_SYNC_CHUNK = 256  # descriptors held open at once

@@ -1,11 +1,9 @@
-"""A plan's writes: each file's content written ahead, made durable, then every path put in place in order.
+"""A plan's writes: every file's content written ahead, made durable, then every path put in place in order.
 
 The content of a regular file is written to its temporary name (created
 ``O_EXCL`` in its folder, opened once by descriptor, never through a link).
-A small restore writes and syncs each just before its turn; a big one
-(:data:`BATCH_FROM` files or more) writes them all first, unsynced, then makes
-them durable with one barrier (:mod:`.barrier`: a ``syncfs``, not an
-``fsync`` per file), and only then starts renaming. The caller takes the
+All of them are written first, unsynced, then made durable at once
+(:mod:`.barrier`), and only then does renaming start. The caller takes the
 paths in the plan's order, and for each checks that it still holds what the
 safety checkpoint recorded, keeps what it replaces and renames the temporary
 file over it (:meth:`Applier.write`): every decision and every step a
@@ -13,7 +11,7 @@ rollback undoes stays on one thread, in order.
 
 The copies are written on the caller's thread, one after another: with no
 sync to wait for, creating a file is the kernel's work, and threads creating
-files in the same folders only queue on the folder's lock and the
+files in the same folders only queued on the folder's lock and the
 interpreter's (measured with ``python -m bench.restore_cost``).
 """
 
@@ -28,9 +26,6 @@ from snapshotd.restore import barrier, fileops
 from snapshotd.restore.apply import Applier, _fail
 from snapshotd.restore.trees import Entry
 
-BATCH_FROM = 32
-"""From this many files, a restore writes every copy before one barrier instead of syncing each in turn."""
-
 
 def write_planned(
     applier: Applier, writes: list[tuple[str, Entry]], temps: dict[str, str], links: dict[str, bytes]
@@ -38,37 +33,16 @@ def write_planned(
     """Carry out ``writes`` in order through ``applier``; on a failure no temporary file is left, and it re-raises."""
     ahead = [(path, entry) for path, entry in writes if is_file_mode(entry.mode) and path not in applier.plan.chmod_only]
     try:
-        if len(ahead) < BATCH_FROM:
-            _in_turn(applier, writes, ahead, temps, links)
-        else:
-            _write_ahead(applier, ahead, temps)
-            for path, entry in writes:
-                applier.write(path, entry, temps.get(path), links.get(path))
+        _write_ahead(applier, ahead, temps)
+        for path, entry in writes:
+            applier.write(path, entry, temps.get(path), links.get(path))
     except BaseException:
         _remove_temps(applier, writes, temps)
         raise
 
 
-def _in_turn(
-    applier: Applier,
-    writes: list[tuple[str, Entry]],
-    ahead: list[tuple[str, Entry]],
-    temps: dict[str, str],
-    links: dict[str, bytes],
-) -> None:
-    """A small restore: each file written and synced just before its turn."""
-    jobs = iter(ahead)
-    job = next(jobs, None)
-    for path, entry in writes:
-        if job is not None and job[0] == path:
-            if _write_copy(applier, *job, temps, sync=True) is not None:
-                applier.ready.add(path)
-            job = next(jobs, None)
-        applier.write(path, entry, temps.get(path), links.get(path))
-
-
 def _write_ahead(applier: Applier, ahead: list[tuple[str, Entry]], temps: dict[str, str]) -> None:
-    """A big restore: every temporary file written, then all made durable at once.
+    """Every temporary file written, then all made durable at once.
 
     Nothing is renamed before :func:`~.barrier.make_durable` returns, so a
     crash meanwhile leaves every target as it was and only temporary files,
@@ -76,7 +50,7 @@ def _write_ahead(applier: Applier, ahead: list[tuple[str, Entry]], temps: dict[s
     """
     written: list[tuple[str, int]] = []  # (path, its folder's descriptor)
     for path, entry in ahead:
-        fd = _write_copy(applier, path, entry, temps, sync=False)
+        fd = _write_copy(applier, path, entry, temps)
         if fd is not None:
             written.append((path, fd))
     try:
@@ -86,8 +60,8 @@ def _write_ahead(applier: Applier, ahead: list[tuple[str, Entry]], temps: dict[s
     applier.ready.update(path for path, _ in written)
 
 
-def _write_copy(applier: Applier, path: str, entry: Entry, temps: dict[str, str], *, sync: bool) -> int | None:
-    """Write ``path``'s temporary file; its folder's descriptor, or None when the folder cannot be
+def _write_copy(applier: Applier, path: str, entry: Entry, temps: dict[str, str]) -> int | None:
+    """Write ``path``'s temporary file, unsynced; its folder's descriptor, or None when the folder cannot be
     opened (its turn says why)."""
     parts = path.split("/")
     try:
@@ -96,7 +70,7 @@ def _write_copy(applier: Applier, path: str, entry: Entry, temps: dict[str, str]
         return None
     data = applier.stage.take(path, entry)
     try:
-        fileops.write_temp(fd, temps[path].rsplit("/", 1)[-1], parts[-1], data, entry.mode, applier.umask, sync)
+        fileops.write_temp(fd, temps[path].rsplit("/", 1)[-1], parts[-1], data, entry.mode, applier.umask, sync=False)
     except OSError as exc:
         raise _fail(path, exc) from exc
     return fd
