@@ -117,17 +117,22 @@ def test_a_record_fsyncs_each_object_it_wrote_and_its_folder_before_the_ref_name
     root = make_repo(tmp_path / "r")
     repo = LibgitRepository(str(root / ".git"))
     events: list[tuple[str, str]] = []
-    real_fsync, real_swap = os.fsync, LibgitRepository.swap_ref
+    real_fsync, real_swap, real_writeback = os.fsync, LibgitRepository.swap_ref, loose.start_writeback
 
     def fsync(fd):
         events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
         real_fsync(fd)
+
+    def start_writeback(fd):
+        events.append(("writeback", os.readlink(f"/proc/self/fd/{fd}")))
+        real_writeback(fd)
 
     def swap_ref(self, name, new, expected):
         events.append(("ref", name))
         real_swap(self, name, new, expected)
 
     monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(loose, "start_writeback", start_writeback)
     monkeypatch.setattr(LibgitRepository, "swap_ref", swap_ref)
     monkeypatch.setattr(loose, "sync_filesystem", lambda path: events.append(("syncfs", str(path))))
     before = loose_files(repo.path)
@@ -145,6 +150,8 @@ def test_a_record_fsyncs_each_object_it_wrote_and_its_folder_before_the_ref_name
     flushed = {path for kind, path in events[:swapped] if kind == "fsync"}
     assert written <= flushed  # each file, before the ref names it
     assert {os.path.dirname(path) for path in written} <= flushed  # and each folder it was renamed into
+    first_fsync = next(i for i, (kind, _) in enumerate(events) if kind == "fsync")
+    assert written <= {path for kind, path in events[:first_fsync] if kind == "writeback"}  # one commit for all
     assert all(kind != "syncfs" for kind, _ in events)  # the file system is not flushed whole
     assert all(kind != "fsync" or path not in written for kind, path in events[swapped:])
 

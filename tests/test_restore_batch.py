@@ -1,9 +1,9 @@
-"""A big restore: every file's content written ahead and made durable at once, each folder opened once.
+"""A restore's copies: all written ahead and made durable before the first rename, each folder opened once.
 
-The safety rules of a small restore hold as they are (a path changed meanwhile
-is left alone, a failure part-way puts everything back and leaves no temporary
-file or folder it made); these tests take the many-file path
-(``barrier.SYNCFS_FROM`` files or more: one ``syncfs``).
+The safety rules hold as they are (a path changed meanwhile is left alone, a
+failure part-way puts everything back and leaves no temporary file or folder
+it made). Most tests take the many-file path (``barrier.SYNCFS_FROM`` files or
+more: one ``syncfs``); the last, a small restore's (each copy fsynced).
 """
 
 from __future__ import annotations
@@ -150,4 +150,32 @@ async def test_without_syncfs_a_big_restore_syncs_each_copy(engine: Any, tmp_pat
     result = await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
     assert len(result["written"]) == FILES and len(set(synced)) == FILES
     assert all(name.startswith(fileops.TEMP_PREFIX) for name in synced)
+    assert oracle_tree(wt) == cp["tree"] and temps_left(wt) == []
+
+
+async def test_a_small_restore_syncs_every_copy_before_the_first_rename_without_a_syncfs(engine: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    small = [f"s{i}.txt" for i in range(5)]
+    wt = make_repo(tmp_path / "wt", {rel: f"{rel} at A\n" for rel in small})
+    cp = await checkpoint(engine, wt)
+    for rel in small:
+        (wt / rel).write_text("edited\n")
+    seen: dict[str, Any] = {}
+    real = barrier._fsync_each
+
+    def look(files: list[tuple[int, str]]) -> None:
+        seen["on disk"] = {rel: (wt / rel).read_text() for rel in small}
+        seen["temps"] = len(temps_left(wt))
+        seen["synced"] = sorted(name for _, name in files)
+        real(files)
+
+    def no_syncfs(fd: int) -> bool:
+        raise AssertionError("a small restore flushed the whole file system")
+
+    monkeypatch.setattr(barrier, "_fsync_each", look)
+    monkeypatch.setattr(barrier, "_syncfs", no_syncfs)
+    result = await engine.call("restore", {"checkpoint": cp["id"], "path": str(wt)})
+    assert sorted(result["written"]) == small
+    assert seen["on disk"] == dict.fromkeys(small, "edited\n")  # no target replaced yet
+    assert seen["temps"] == len(seen["synced"]) == len(small)
+    assert all(name.startswith(fileops.TEMP_PREFIX) for name in seen["synced"])
     assert oracle_tree(wt) == cp["tree"] and temps_left(wt) == []
