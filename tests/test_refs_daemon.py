@@ -69,6 +69,21 @@ def test_every_method_that_names_a_checkpoint_takes_a_reference(daemon: Daemon, 
     assert [cp["id"] for cp in listed] == [s4["id"], s2["id"], s1["id"]]
 
 
+def test_seq_without_a_session_still_names_the_listed_checkpoint_after_a_restore(daemon: Daemon, repo: Path) -> None:
+    here = {"path": str(repo)}
+    first = call(daemon.socket, "checkpoint", here)["checkpoint"]
+    write(repo / "a.txt", "turn 1\n")
+    call(daemon.socket, "checkpoint", here)
+    safety = call(daemon.socket, "restore", {"checkpoint": "#1", **here})["safety_checkpoint"]
+    assert safety["seq"] == 1 and (repo / "a.txt").read_text() == "one\n"  # the safety session has its own #1
+    write(repo / "a.txt", "turn 2\n")
+    call(daemon.socket, "restore", {"checkpoint": "#1", **here})  # again: not ambiguous with the safety #1
+    assert (repo / "a.txt").read_text() == "one\n"
+    assert call(daemon.socket, "resolve", {"checkpoint": "#1", **here})["checkpoint"]["id"] == first["id"]
+    safety_ref = {"checkpoint": "#1", "session": safety["session"], **here}
+    assert call(daemon.socket, "resolve", safety_ref)["checkpoint"]["id"] == safety["id"]  # named, it is found
+
+
 def test_reference_errors_over_the_socket(daemon: Daemon, repo: Path) -> None:
     _turns(daemon, repo)
     ambiguous = _error(daemon, "resolve", {"checkpoint": "#1", "path": str(repo)})

@@ -131,11 +131,16 @@ def _newest_session(store: Store, worktree: WorktreeInfo) -> str | None:
 
 
 def _by_seq(store: Store, worktree: WorktreeInfo, ref: SessionSeq) -> Checkpoint:
-    """``#N`` in the named session, or in whichever of the worktree's sessions has that seq (one only)."""
+    """``#N`` in the named session, or in whichever of the worktree's sessions has that seq (one only).
+
+    Without a session named, safety checkpoints are not counted: ``list``
+    shows them only when asked, so after a first restore ``#1`` still means
+    the checkpoint listed as ``#1``.
+    """
     if ref.session.named:
         sessions = [ref.session.name]
     else:
-        sessions = [head.session for head in lookup.session_heads(store, worktree.id)]
+        sessions = [head.session for head in lookup.session_heads(store, worktree.id) if head.session != SAFETY_SESSION]
     found = [cp for cp in (lookup.by_seq(store, worktree.id, session, ref.seq) for session in sessions) if cp]
     if len(found) > 1:
         raise _ambiguous(f"{ref.text!r} is in {len(found)} sessions", found, "name the session (--session S, or S@)")
