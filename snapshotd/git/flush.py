@@ -27,6 +27,9 @@ def libc() -> Any:
     return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 
+_SYNC_FILE_RANGE_WRITE = 2  # start writing the range's dirty pages; wait for nothing
+
+
 def start_writeback(fd: int) -> None:
     """Have the kernel start writing ``fd``'s dirty pages now, without waiting for them (Linux).
 
@@ -44,9 +47,6 @@ def start_writeback(fd: int) -> None:
         import ctypes
 
         call(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), _SYNC_FILE_RANGE_WRITE)
-
-
-_SYNC_FILE_RANGE_WRITE = 2
 
 
 def sync_filesystem(path: str | os.PathLike[str]) -> None:
