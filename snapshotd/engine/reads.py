@@ -133,9 +133,9 @@ def _newest_session(store: Store, worktree: WorktreeInfo) -> str | None:
 def _by_seq(store: Store, worktree: WorktreeInfo, ref: SessionSeq) -> Checkpoint:
     """``#N`` in the named session, or in whichever of the worktree's sessions has that seq (one only).
 
-    Without a session named, safety checkpoints are not counted: ``list``
-    shows them only when asked, so after a first restore ``#1`` still means
-    the checkpoint listed as ``#1``.
+    Without a session named, safety checkpoints are not counted, as ``@``
+    does not count them: after a first restore, whose safety checkpoint is
+    ``#1`` of its own session, ``#1`` still means the first checkpoint taken.
     """
     if ref.session.named:
         sessions = [ref.session.name]
