@@ -11,7 +11,7 @@ import pygit2
 from repo_helpers import git
 
 from snapshotd.capture.treeedit import edit_tree
-from snapshotd.git import loose
+from snapshotd.git import flush, loose
 from snapshotd.git.libgit import LibgitRepository
 from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE
 from snapshotd.store.checkpoints import Store
@@ -117,7 +117,7 @@ def test_a_record_fsyncs_each_object_it_wrote_and_its_folder_before_the_ref_name
     root = make_repo(tmp_path / "r")
     repo = LibgitRepository(str(root / ".git"))
     events: list[tuple[str, str]] = []
-    real_fsync, real_swap, real_writeback = os.fsync, LibgitRepository.swap_ref, loose.start_writeback
+    real_fsync, real_swap, real_writeback = os.fsync, LibgitRepository.swap_ref, flush.start_writeback
 
     def fsync(fd):
         events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
@@ -132,7 +132,7 @@ def test_a_record_fsyncs_each_object_it_wrote_and_its_folder_before_the_ref_name
         real_swap(self, name, new, expected)
 
     monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(loose, "start_writeback", start_writeback)
+    monkeypatch.setattr(flush, "start_writeback", start_writeback)
     monkeypatch.setattr(LibgitRepository, "swap_ref", swap_ref)
     monkeypatch.setattr(loose, "sync_filesystem", lambda path: events.append(("syncfs", str(path))))
     before = loose_files(repo.path)

@@ -49,6 +49,26 @@ def start_writeback(fd: int) -> None:
         call(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), _SYNC_FILE_RANGE_WRITE)
 
 
+FDS_AT_ONCE = 256
+"""Descriptors a caller of :func:`fsync_together` holds open at once."""
+
+
+def fsync_together(fds: list[int]) -> list[OSError]:
+    """Fsync every descriptor, every writeback started first (:func:`start_writeback`); the errors met.
+
+    Each is fsynced whatever another's fsync raised, so the caller knows all that failed.
+    """
+    for fd in fds:
+        start_writeback(fd)
+    errors: list[OSError] = []
+    for fd in fds:
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            errors.append(exc)
+    return errors
+
+
 def sync_filesystem(path: str | os.PathLike[str]) -> None:
     """Flush the file system holding ``path`` (syncfs): objects reach disk before a ref names them.
 

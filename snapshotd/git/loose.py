@@ -44,7 +44,7 @@ from collections.abc import Iterable, Iterator
 import pygit2
 
 from snapshotd import facilities
-from snapshotd.git.flush import start_writeback, sync_filesystem
+from snapshotd.git.flush import FDS_AT_ONCE, fsync_together, sync_filesystem
 from snapshotd.git.modes import MODE_TREE
 from snapshotd.git.packwrite import PackedObject, prepare_pack
 
@@ -331,8 +331,8 @@ def _flush() -> None:
             failed.append(exc)
     targets = [(path, os.O_RDONLY) for path in files]
     targets += [(folder, os.O_RDONLY | os.O_DIRECTORY) for folder in sorted(folders)]
-    for start in range(0, len(targets), _SYNC_CHUNK):
-        _fsync_all(targets[start : start + _SYNC_CHUNK], failed)
+    for start in range(0, len(targets), FDS_AT_ONCE):
+        _fsync_all(targets[start : start + FDS_AT_ONCE], failed)
     if not failed:
         return
     os.sync()
@@ -345,11 +345,8 @@ def _flush() -> None:
         raise broken
 
 
-_SYNC_CHUNK = 256  # descriptors a flush holds open at once
-
-
 def _fsync_all(targets: list[tuple[str, int]], failed: list[OSError]) -> None:
-    """Fsync every path (opened with its flags), every file's writeback started first (:func:`start_writeback`)."""
+    """Fsync every path (opened with its flags) that is still there (:func:`fsync_together`)."""
     fds: list[int] = []
     try:
         for path, flags in targets:
@@ -361,13 +358,7 @@ def _fsync_all(targets: list[tuple[str, int]], failed: list[OSError]) -> None:
                 failed.append(exc)
                 continue
             fds.append(fd)
-            if not flags & os.O_DIRECTORY:
-                start_writeback(fd)
-        for fd in fds:
-            try:
-                os.fsync(fd)
-            except OSError as exc:
-                failed.append(exc)
+        failed += fsync_together(fds)
     finally:
         for fd in fds:
             os.close(fd)

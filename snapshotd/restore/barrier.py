@@ -6,7 +6,7 @@ more) does it with one ``syncfs`` per file system holding one of the
 folders written (a folder of the worktree may be another file system's
 mount point); a small one, or one where ``syncfs`` is missing or refused,
 starts every copy's writeback and then fsyncs each
-(:func:`~snapshotd.git.flush.start_writeback`: on a journaled file system
+(:func:`~snapshotd.git.flush.fsync_together`: on a journaled file system
 they share a journal commit). A small restore does not ``syncfs``: that
 would also write out every other process's dirty data on that file system.
 Either way no target is replaced before every copy that replaces one is on
@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable
 
 from snapshotd import facilities
-from snapshotd.git.flush import libc, start_writeback
+from snapshotd.git.flush import FDS_AT_ONCE, fsync_together, libc
 
 SYNCFS_FROM = 32
 
@@ -38,15 +38,14 @@ def _syncfs(fd: int) -> bool:
 
 
 def _fsync_each(files: list[tuple[int, str]]) -> None:
-    """Fsync the files ``(folder descriptor, name)`` (opened without following a link), every writeback started first."""
+    """Fsync the files ``(folder descriptor, name)``, opened without following a link (:func:`fsync_together`)."""
     fds: list[int] = []
     try:
         for dir_fd, name in files:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
-            fds.append(fd)
-            start_writeback(fd)
-        for fd in fds:
-            os.fsync(fd)
+            fds.append(os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd))
+        errors = fsync_together(fds)
+        if errors:
+            raise errors[0]
     finally:
         for fd in fds:
             os.close(fd)
@@ -71,8 +70,5 @@ def make_durable(written: Iterable[tuple[int, str]]) -> None:
         by_device.setdefault(devices[dir_fd], []).append((dir_fd, name))
     for files in by_device.values():
         if not _syncfs(files[0][0]):
-            for start in range(0, len(files), _SYNC_CHUNK):
-                _fsync_each(files[start : start + _SYNC_CHUNK])
-
-
-_SYNC_CHUNK = 256  # descriptors held open at once
+            for start in range(0, len(files), FDS_AT_ONCE):
+                _fsync_each(files[start : start + FDS_AT_ONCE])
