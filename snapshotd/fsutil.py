@@ -40,6 +40,13 @@ if TYPE_CHECKING:
     from pathlib import Path
 
 
+def write_all(fd: int, data: bytes) -> None:
+    """Write every byte of ``data`` to ``fd`` (os.write may write fewer)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 def atomic_write(path: str | os.PathLike[str], data: bytes, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` so a crash leaves either the old or the new file."""
     import secrets
@@ -77,9 +84,7 @@ def atomic_write_at(folder_fd: int, name: str, data: bytes, mode: int = 0o600, *
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
+            write_all(fd, data)
             os.fchmod(fd, mode)
             os.fsync(fd)
         finally:

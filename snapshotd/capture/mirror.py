@@ -31,7 +31,7 @@ from collections import OrderedDict
 from snapshotd.capture.gitlinks import commit_at
 from snapshotd.capture.walker import Walker
 from snapshotd.errors import Untrusted
-from snapshotd.fsutil import open_private_folder, pid_alive
+from snapshotd.fsutil import open_private_folder, pid_alive, write_all
 from snapshotd.git.attributes import ATTRIBUTES_FILE
 
 PREFIX = "tree-"  # then the pid: a copy left by a process that died is removed at the next open
@@ -64,9 +64,7 @@ def _copy_bytes(source: int, target: int, size: int) -> None:
         if not data:
             return
         left -= len(data)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(target, view):]
+        write_all(target, data)
 
 
 class Mirror:

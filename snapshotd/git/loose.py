@@ -44,6 +44,7 @@ from collections.abc import Iterable, Iterator
 import pygit2
 
 from snapshotd import facilities
+from snapshotd.fsutil import write_all
 from snapshotd.git.flush import FDS_AT_ONCE, fsync_together, sync_filesystem
 from snapshotd.git.modes import MODE_TREE
 from snapshotd.git.packwrite import PackedObject, prepare_pack
@@ -164,9 +165,7 @@ def _write_loose(git_dir: str, folder: str, path: str, data: bytes) -> None:
         temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o444
     )
     try:
-        view = memoryview(compressed)
-        while view:
-            view = view[os.write(fd, view) :]
+        write_all(fd, compressed)
     except BaseException:
         os.close(fd)
         with contextlib.suppress(OSError):

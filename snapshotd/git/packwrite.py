@@ -24,6 +24,8 @@ import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from snapshotd.fsutil import write_all
+
 __all__ = ["PackedObject", "PreparedPack", "prepare_pack"]
 
 COMPRESSION = 1  # zlib level, as for loose objects
@@ -82,14 +84,8 @@ def _write_new(path: str, chunks: Sequence[bytes] | None = None) -> int:
     """A new read-only file at ``path`` (never an existing one or a link), its descriptor open for writing."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o444)
     for chunk in chunks or ():
-        _write_all(fd, chunk)
+        write_all(fd, chunk)
     return fd
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
 
 
 @dataclass
@@ -133,17 +129,17 @@ def prepare_pack(pack_dir: str, objects: Sequence[PackedObject]) -> PreparedPack
         fd = _write_new(prepared.temporary_pack)
         try:
             head = b"PACK" + struct.pack(">II", 2, len(objects))
-            _write_all(fd, head)
+            write_all(fd, head)
             checksum.update(head)
             offset = len(head)
             for item in objects:
                 data = entry_header(item.kind, len(item.body)) + zlib.compress(item.body, COMPRESSION)
-                _write_all(fd, data)
+                write_all(fd, data)
                 checksum.update(data)
                 entries.append((item.raw_id, offset, zlib.crc32(data)))
                 offset += len(data)
             trailer = checksum.digest()
-            _write_all(fd, trailer)
+            write_all(fd, trailer)
         finally:
             os.close(fd)
         os.close(_write_new(prepared.temporary_index, [index_bytes(entries, trailer)]))

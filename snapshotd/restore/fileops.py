@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 from snapshotd import fsutil
 from snapshotd.errors import InvalidParams, PathBlocked
+from snapshotd.fsutil import write_all
 from snapshotd.paths import is_git_dir_name
 from snapshotd.settings import disabled_facilities
 
@@ -118,14 +119,6 @@ def file_permissions(mode: int, existing: os.stat_result | None, umask: int) -> 
     if executable:
         return perm | ((perm & 0o444) >> 2)
     return perm & ~0o111
-
-
-def write_all(fd: int, data: bytes) -> None:
-    """Write every byte of ``data`` to ``fd`` (os.write may write fewer)."""
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def write_temp(dir_fd: int, temp: str, name: str, data: bytes, mode: int, umask: int, sync: bool = True) -> None:

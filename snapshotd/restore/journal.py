@@ -20,8 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from snapshotd.errors import Untrusted
-from snapshotd.fsutil import checked_private_folder, open_private_folder
-from snapshotd.restore import fileops
+from snapshotd.fsutil import checked_private_folder, open_private_folder, write_all
 from snapshotd.restore.backups import remove_left_behind
 from snapshotd.restore.fileops import remove_temp
 
@@ -55,7 +54,7 @@ def write_journal(
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        fileops.write_all(fd, body)
+        write_all(fd, body)
         os.fsync(fd)
         os.replace(temp, final)
         dir_fd = os.open(journal_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
