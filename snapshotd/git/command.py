@@ -259,7 +259,7 @@ class GitRepository:
 
     def object_id(self, kind: str, data: bytes) -> str:
         """The id git gives ``data`` as an object of type ``kind``."""
-        return hashlib.new(self.object_format, f"{kind} {len(data)}\0".encode() + data).hexdigest()
+        return hashlib.new(self.object_format, loose.with_header(kind, data)).hexdigest()
 
     def _defer(self, kind: str, data: bytes) -> str:
         """Queue an object for the next :meth:`flush`; its id, known at once."""

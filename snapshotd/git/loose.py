@@ -124,6 +124,11 @@ def written_elsewhere(git_dir: str) -> Iterator[None]:
             _written.elsewhere.add(key)
 
 
+def with_header(kind: str, body: bytes) -> bytes:
+    """An object as git hashes and stores it loose: ``<kind> <size>\\0`` then the body."""
+    return f"{kind} {len(body)}\0".encode("ascii") + body
+
+
 def write_object(
     git_dir: str, kind: str, body: bytes, odb: pygit2.Odb | None = None, batch: Batch | None = None
 ) -> pygit2.Oid:
@@ -133,14 +138,12 @@ def write_object(
     written again. ``batch``, when given, holds the new object to be written
     with the others of its capture (:class:`Batch`).
     """
-    data = f"{kind} {len(body)}\0".encode("ascii") + body
+    data = with_header(kind, body)
     digest = hashlib.sha1(data).digest()
     oid = pygit2.Oid(raw=digest)
     if batch is not None and digest in batch:
         return oid
-    hex_id = digest.hex()
-    folder = os.path.join(git_dir, "objects", hex_id[:2])
-    path = os.path.join(folder, hex_id[2:])
+    folder, path = _loose_path(git_dir, digest)
     if os.path.exists(path):
         _freshen(path)
         return oid
@@ -151,6 +154,13 @@ def write_object(
         return oid
     _write_loose(git_dir, folder, path, data)
     return oid
+
+
+def _loose_path(git_dir: str, raw_id: bytes) -> tuple[str, str]:
+    """The folder and the path of the loose object ``raw_id`` in ``git_dir``."""
+    hex_id = raw_id.hex()
+    folder = os.path.join(git_dir, "objects", hex_id[:2])
+    return folder, os.path.join(folder, hex_id[2:])
 
 
 def _write_loose(git_dir: str, folder: str, path: str, data: bytes) -> None:
@@ -216,8 +226,8 @@ class Batch:
             self._write_pack()
             return
         held, self.objects, self.size = list(self.objects.values()), {}, 0
-        for item in held:
-            write_object(self.git_dir, item.kind, item.body)
+        for item in held:  # each found absent when it was added; a rename over a copy written since is harmless
+            _write_loose(self.git_dir, *_loose_path(self.git_dir, item.raw_id), with_header(item.kind, item.body))
 
     def _write_pack(self) -> None:
         held, self.objects, self.size = list(self.objects.values()), {}, 0
