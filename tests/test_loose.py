@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
 import threading
 import time
 from pathlib import Path
 
 import pygit2
+import pytest
 from repo_helpers import git
 
 from snapshotd.capture.treeedit import edit_tree
@@ -113,7 +116,11 @@ def reachable(repo: pygit2.Repository, start: pygit2.Oid) -> set[pygit2.Oid]:
     return seen
 
 
-def test_a_record_fsyncs_each_object_it_wrote_and_its_folder_before_the_ref_names_it(tmp_path, monkeypatch):
+@pytest.mark.parametrize("journaled", [False, True], ids=["folders-fsynced", "renames-journaled"])
+def test_a_record_fsyncs_each_object_it_wrote_and_its_folder_before_the_ref_names_it(tmp_path, monkeypatch, journaled):
+    """Where a file's fsync makes its rename durable too (a journaled ext4, xfs), its folder is not fsynced."""
+    monkeypatch.setattr(loose, "fsync_covers_rename", lambda path: journaled)
+    monkeypatch.setattr(loose, "_renames_covered", {})
     root = make_repo(tmp_path / "r")
     repo = LibgitRepository(str(root / ".git"))
     events: list[tuple[str, str]] = []
@@ -149,7 +156,11 @@ def test_a_record_fsyncs_each_object_it_wrote_and_its_folder_before_the_ref_name
     swapped = events.index(("ref", ref))
     flushed = {path for kind, path in events[:swapped] if kind == "fsync"}
     assert written <= flushed  # each file, before the ref names it
-    assert {os.path.dirname(path) for path in written} <= flushed  # and each folder it was renamed into
+    folders = {os.path.dirname(path) for path in written}
+    if journaled:
+        assert not folders & flushed and all(not os.path.isdir(path) for path in flushed)
+    else:
+        assert folders <= flushed  # and each folder it was renamed into
     first_fsync = next(i for i, (kind, _) in enumerate(events) if kind == "fsync")
     assert written <= {path for kind, path in events[:first_fsync] if kind == "writeback"}  # one commit for all
     assert all(kind != "syncfs" for kind, _ in events)  # the file system is not flushed whole
@@ -160,7 +171,7 @@ def test_a_record_fsyncs_each_object_it_wrote_and_its_folder_before_the_ref_name
     Store(repo).record_many(worktree_id="w", requests=[("s", "two", ())], tree=first.tree, base=None)
     new = loose_files(repo.path) - kept
     fsynced = [path for kind, path in events if kind == "fsync"]
-    assert len(new) == 2 and new <= set(fsynced) and len(fsynced) <= 2 + 2 + 1
+    assert len(new) == 2 and new <= set(fsynced) and len(fsynced) <= (2 if journaled else 2 + 2 + 1)
     assert events[-1][0] == "ref"
 
 
@@ -204,3 +215,31 @@ def test_an_object_found_present_is_freshened_so_a_gc_does_not_prune_it_as_old(t
     assert loose.write_object(git_dir, "blob", b"kept for a checkpoint\n") == oid
     assert time.time() - path.stat().st_mtime < 60
     assert str(oid) not in git(root, "prune", "--expire=2.weeks.ago", "--dry-run")
+
+
+@pytest.mark.parametrize(
+    ("kind", "journal", "covered"),
+    [("xfs", False, True), ("ext4", True, True), ("ext4", False, False), ("tmpfs", False, False), (None, False, False)],
+)
+def test_a_folder_is_left_unsynced_only_on_a_file_system_known_to_journal_renames(monkeypatch, tmp_path, kind, journal, covered):
+    """ext2 and ext3/4 without a journal share the driver's name: only a journal in /proc/fs/jbd2 tells them apart."""
+    device = os.stat(tmp_path).st_dev
+    block = f"/sys/dev/block/{os.major(device)}:{os.minor(device)}"
+    monkeypatch.setattr(flush, "_mounted_kind", lambda dev: kind if dev == device else "ext4")
+    monkeypatch.setattr(flush.os, "readlink", lambda path: "../../devices/virtual/block/loop9" if path == block else "?")
+    monkeypatch.setattr(flush.os.path, "isdir", lambda path: journal and path == "/proc/fs/jbd2/loop9-8")
+    flush._covers.cache_clear()
+    try:
+        assert flush.fsync_covers_rename(str(tmp_path)) is covered
+        assert flush.fsync_covers_rename(str(tmp_path / "missing")) is False
+    finally:
+        flush._covers.cache_clear()
+
+
+@pytest.mark.skipif(shutil.which("findmnt") is None, reason="util-linux's findmnt, the independent answer, is missing")
+@pytest.mark.parametrize("where", ["tmp", "/proc", "/dev"])
+def test_the_file_system_type_is_the_one_findmnt_gives(tmp_path, where):
+    path = str(tmp_path) if where == "tmp" else where
+    told = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "--target", path], capture_output=True, text=True, check=True)
+    assert flush._mounted_kind(os.stat(path).st_dev) == told.stdout.strip()
+    assert flush._mounted_kind(os.makedev(4095, 1048575)) is None

@@ -69,6 +69,61 @@ def fsync_together(fds: list[int]) -> list[OSError]:
     return errors
 
 
+JOURNALED_RENAMES = ("xfs", "ext3", "ext4")
+"""File systems on which a file's fsync after its rename also makes the rename durable (ext3/4 with a journal only).
+
+A rename changes the renamed file's own inode (its change time) in the
+journal transaction that changes the folder, and the file's fsync commits
+that transaction (on ext4 with fast commits, it logs the file's new name),
+so the folder's fsync adds nothing but, under other writers, a commit of its own.
+"""
+
+
+def fsync_covers_rename(path: str) -> bool:
+    """Whether an fsync of a file renamed into the folder ``path`` makes the rename durable too (:data:`JOURNALED_RENAMES`).
+
+    Asked once per file system (by its device). False wherever it is not
+    known: ext2, or ext3/ext4 without a journal (the ext4 driver mounts all
+    three as ``ext4``), network, overlay and memory file systems, a system
+    without ``/proc``; there the folder is fsynced as well.
+    """
+    try:
+        device = os.stat(path).st_dev
+    except OSError:
+        return False
+    return _covers(device)
+
+
+@functools.cache
+def _covers(device: int) -> bool:
+    if not facilities.available("proc"):
+        return False
+    kind = _mounted_kind(device)
+    if kind not in JOURNALED_RENAMES:
+        return False
+    if kind == "xfs":
+        return True  # always journaled
+    try:  # ext3/4: its journal is /proc/fs/jbd2/<block device>-8 (the journal's inode) while mounted with one
+        name = os.path.basename(os.readlink(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}"))
+    except OSError:
+        return False
+    return os.path.isdir(f"/proc/fs/jbd2/{name}-8")
+
+
+def _mounted_kind(device: int) -> str | None:
+    """The type ``/proc/self/mountinfo`` gives the file system on ``device`` (``ext4``, ``xfs``...), None if not found."""
+    wanted = f"{os.major(device)}:{os.minor(device)}"
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) > 2 and fields[2] == wanted and " - " in line:
+                    return line.split(" - ", 1)[1].split()[0]
+    except OSError:
+        pass
+    return None
+
+
 def sync_filesystem(path: str | os.PathLike[str]) -> None:
     """Flush the file system holding ``path`` (syncfs): objects reach disk before a ref names them.
 

@@ -12,7 +12,10 @@ under a temporary name and renamed).
 Durability: each object file written here is recorded, unflushed; before a
 reference names what was written, :func:`make_durable` fsyncs those files,
 and each distinct folder they were renamed into once (``objects/xx/``, and
-``objects/`` when a folder was made), every file's writeback started before the
+``objects/`` when a folder was made) unless the file's fsync makes the rename
+durable too (xfs, ext3/ext4 with a journal: :func:`~snapshotd.git.flush.fsync_covers_rename`;
+there, under other writers, each folder's fsync was a journal commit of its own),
+every file's writeback started before the
 first fsync (:func:`~snapshotd.git.flush.start_writeback`: on a journaled file
 system they then share one journal commit), one flush shared by every caller
 waiting at that moment (group commit). A clean checkpoint so flushes two small files
@@ -45,7 +48,7 @@ import pygit2
 
 from snapshotd import facilities
 from snapshotd.fsutil import write_all
-from snapshotd.git.flush import FDS_AT_ONCE, fsync_together, sync_filesystem
+from snapshotd.git.flush import FDS_AT_ONCE, fsync_covers_rename, fsync_together, sync_filesystem
 from snapshotd.git.modes import MODE_TREE
 from snapshotd.git.packwrite import PackedObject, prepare_pack
 
@@ -163,6 +166,18 @@ def _loose_path(git_dir: str, raw_id: bytes) -> tuple[str, str]:
     return folder, os.path.join(folder, hex_id[2:])
 
 
+_renames_covered: dict[str, bool] = {}  # git dir: whether a file's fsync makes its rename into objects/ durable
+
+
+def _folders_need_fsync(git_dir: str) -> bool:
+    """Whether the folders objects are renamed into in ``git_dir`` are fsynced too (:func:`fsync_covers_rename`)."""
+    key = os.path.normpath(git_dir)
+    covered = _renames_covered.get(key)
+    if covered is None:
+        covered = _renames_covered[key] = fsync_covers_rename(os.path.join(key, "objects"))
+    return not covered
+
+
 def _write_loose(git_dir: str, folder: str, path: str, data: bytes) -> None:
     """The loose file at ``path`` in ``folder`` holding ``data`` (header and body), recorded for the next flush."""
     compressed = zlib.compress(data, COMPRESSION)
@@ -182,11 +197,13 @@ def _write_loose(git_dir: str, folder: str, path: str, data: bytes) -> None:
             os.unlink(temporary)
         raise
     os.close(fd)
+    folders = _folders_need_fsync(git_dir)
     with _written.lock:  # a flush that begins once the file is seen takes it along
         os.rename(temporary, path)  # the same bytes if another writer got there first
         _written.files.append(path)
-        _written.folders.add(folder)
-        if made:
+        if folders:
+            _written.folders.add(folder)
+        if folders and made:
             _written.folders.add(os.path.dirname(folder))
         key = os.path.normpath(git_dir)
         _written.counts[key] = _written.counts.get(key, 0) + 1
@@ -234,10 +251,12 @@ class Batch:
         folder = os.path.join(self.git_dir, "objects", "pack")
         os.makedirs(folder, exist_ok=True)
         prepared = prepare_pack(folder, held)
+        folders = _folders_need_fsync(self.git_dir)
         with _written.lock:  # as a loose file's rename: a flush that begins once the pack is seen takes it along
             prepared.publish()
             _written.files.extend(prepared.paths)
-            _written.folders.add(folder)
+            if folders:
+                _written.folders.add(folder)
 
 
 def _freshen(path: str) -> None:
