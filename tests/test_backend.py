@@ -104,6 +104,10 @@ def test_both_back_ends_read_the_same_objects_and_refs(sha1) -> None:
     assert str(entry.id) == git(path, "rev-parse", "HEAD:sub/b.txt")
     assert entry.filemode == MODE_FILE
     assert repo.odb.read_header(repo.oid(str(entry.id)))[1] == 2
+    kind, data = repo.odb.read(str(entry.id))
+    assert kind == pygit2.enums.ObjectType.BLOB and data == git(path, "cat-file", "blob", str(entry.id)).encode() + b"\n"
+    with pytest.raises(KeyError):
+        repo.odb.read("0" * 40)
     assert config_value(repo.config, "core.bare") == "false"
     assert config_value(repo.config, "snapshotd.nothing") is None
 

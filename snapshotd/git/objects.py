@@ -32,6 +32,7 @@ class ObjectSource(Protocol):
 
     hex_length: int
 
+    def __getitem__(self, oid: object) -> GitObject: ...
     def tree(self, oid: str) -> GitTree: ...
     def header(self, oid: str) -> tuple[str, int]: ...
     def resolve_ref(self, name: str) -> str | None: ...
@@ -240,6 +241,11 @@ class GitOdb:
     def read_header(self, oid: object) -> tuple[ObjectType, int]:
         kind, size = self._repo.header(str(oid))
         return TYPES[kind], size
+
+    def read(self, oid: object) -> tuple[ObjectType, bytes]:
+        """The object's type and raw content (pygit2's ``Odb.read``); KeyError when it is missing."""
+        found = self._repo[oid]
+        return found.type, found.data
 
     def __contains__(self, oid: object) -> bool:
         try:

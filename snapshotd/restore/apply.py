@@ -15,9 +15,7 @@ import errno
 import os
 import stat
 from collections.abc import Iterable
-from typing import Any, cast
-
-import pygit2
+from typing import Any
 
 from snapshotd.errors import PathBlocked, SnapshotdError, filesystem_error
 from snapshotd.git.modes import MODE_GITLINK, MODE_LINK
@@ -135,7 +133,7 @@ class Applier:
         if entry.mode == MODE_GITLINK:
             return stat.S_ISDIR(st.st_mode)
         if entry.mode == MODE_LINK:
-            return stat.S_ISLNK(st.st_mode) and readlink_at(dir_fd, name) == cast(pygit2.Blob, self.repo[entry.oid]).data
+            return stat.S_ISLNK(st.st_mode) and readlink_at(dir_fd, name) == self.repo.odb.read(entry.oid)[1]
         data = read_at(dir_fd, name) if stat.S_ISREG(st.st_mode) else None
         if data is None:
             return False

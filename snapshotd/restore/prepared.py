@@ -14,7 +14,6 @@ import os
 import secrets
 import shutil
 from collections.abc import Iterator
-from typing import cast
 
 import pygit2
 
@@ -65,7 +64,7 @@ def _validate(repo: Repository, plan: Plan) -> dict[str, bytes]:
         if kind != pygit2.enums.ObjectType.BLOB:
             raise NotFound(f"The object {entry.oid} for {path!r} is not a blob.", oid=entry.oid)
         if entry.mode == MODE_LINK:
-            target = cast(pygit2.Blob, repo[entry.oid]).data
+            target = repo.odb.read(entry.oid)[1]
             if not target or b"\0" in target:
                 raise InvalidParams(f"The symlink {path!r} has an invalid target.", path=path)
             links[path] = target
