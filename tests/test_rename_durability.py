@@ -39,9 +39,10 @@ def _can_mount_loop() -> str | None:
 
 
 class Device:
-    """An ext4 image mounted on a loop device (with a journal, commit=60: no periodic commit within a test)."""
+    """An ext4 image with ``features`` (mkfs.ext4 -O) mounted on a loop device (with a journal, commit=60: no
+    periodic commit within a test)."""
 
-    def __init__(self, root: Path, journal: bool) -> None:
+    def __init__(self, root: Path, features: str) -> None:
         self.image = root / "fs.img"
         self.mount = root / "mnt"
         self.copy = root / "copy.img"
@@ -50,7 +51,8 @@ class Device:
         self.copy_mount.mkdir()
         with open(self.image, "wb") as image:
             image.truncate(64 * 1024 * 1024)
-        _run("mkfs.ext4", "-q", "-F", *([] if journal else ["-O", "^has_journal"]), str(self.image))
+        journal = "^has_journal" not in features
+        _run("mkfs.ext4", "-q", "-F", *(["-O", features] if features else []), str(self.image))
         _run("mount", "-o", "loop,commit=60" if journal else "loop", str(self.image), str(self.mount))
         self.loop = _run("findmnt", "-n", "-o", "SOURCE", "--target", str(self.mount))
 
@@ -75,7 +77,7 @@ def device(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Device]:
     if why is not None:
         pytest.skip(why)
     try:
-        made = Device(tmp_path, journal=getattr(request, "param", True))
+        made = Device(tmp_path, getattr(request, "param", ""))
     except subprocess.CalledProcessError as exc:
         pytest.skip(f"no loop device could be mounted here: {exc.stderr.strip() or exc}")
     try:
@@ -98,6 +100,7 @@ def _write_object(folder: Path, name: str, fsync_file: bool) -> None:
         os.close(fd)
 
 
+@pytest.mark.parametrize("device", ["", "fast_commit"], indirect=True, ids=["journal", "fast-commits"])
 def test_on_a_journaled_ext4_the_files_fsync_keeps_its_rename_through_a_crash(device: Device) -> None:
     assert flush.fsync_covers_rename(str(device.mount)) is True
     (device.mount / "objects").mkdir()
@@ -117,6 +120,6 @@ def test_on_a_journaled_ext4_the_files_fsync_keeps_its_rename_through_a_crash(de
             device.drop_copy()
 
 
-@pytest.mark.parametrize("device", [False], indirect=True, ids=["no-journal"])
+@pytest.mark.parametrize("device", ["^has_journal"], indirect=True, ids=["no-journal"])
 def test_an_ext4_without_a_journal_keeps_its_folders_fsynced(device: Device) -> None:
     assert flush.fsync_covers_rename(str(device.mount)) is False
