@@ -32,7 +32,7 @@ def _can_mount_loop() -> str | None:
     """Why loop mounts cannot be made here, or None."""
     if os.geteuid() != 0:
         return "mounting a loop device needs root"
-    for tool in ("mkfs.ext4", "losetup", "mount", "umount"):
+    for tool in ("mkfs.ext4", "mount", "umount", "findmnt", "dd"):
         if shutil.which(tool) is None:
             return f"{tool} is missing"
     return None
@@ -54,7 +54,11 @@ class Device:
         journal = "^has_journal" not in features
         _run("mkfs.ext4", "-q", "-F", *(["-O", features] if features else []), str(self.image))
         _run("mount", "-o", "loop,commit=60" if journal else "loop", str(self.image), str(self.mount))
-        self.loop = _run("findmnt", "-n", "-o", "SOURCE", "--target", str(self.mount))
+        try:
+            self.loop = _run("findmnt", "-n", "-o", "SOURCE", "--target", str(self.mount))
+        except BaseException:
+            self.close()
+            raise
 
     def crash_copy(self) -> Path:
         """The device as it stands now, mounted elsewhere: what a crash at this moment leaves."""
@@ -76,10 +80,11 @@ def device(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Device]:
     why = _can_mount_loop()
     if why is not None:
         pytest.skip(why)
+    features = getattr(request, "param", "")
     try:
-        made = Device(tmp_path, getattr(request, "param", ""))
+        made = Device(tmp_path, features)
     except subprocess.CalledProcessError as exc:
-        pytest.skip(f"no loop device could be mounted here: {exc.stderr.strip() or exc}")
+        pytest.skip(f"an ext4 ({features or 'defaults'}) could not be made and mounted on a loop device here: {exc.stderr.strip() or exc}")
     try:
         yield made
     finally:
