@@ -239,3 +239,29 @@ def test_the_file_system_type_is_the_one_findmnt_gives(tmp_path, where):
     told = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "--target", path], capture_output=True, text=True, check=True)
     assert flush._mounted_kind(os.stat(path).st_dev) == told.stdout.strip()
     assert flush._mounted_kind(os.makedev(4095, 1048575)) is None
+
+
+def test_an_object_folder_a_packing_removes_meanwhile_is_made_again(tmp_path, monkeypatch):
+    """``git repack -d`` removes the ``objects/xx`` folders it empties, also one a write has just found present."""
+    root = make_repo(tmp_path / "r")
+    git_dir = str(root / ".git")
+    body = b"written while a packing ran\n"
+    oid = str(loose.write_object(git_dir, "blob", body, batch=loose.Batch(git_dir)))  # its id, nothing written
+    folder = os.path.join(git_dir, "objects", oid[:2])
+    os.makedirs(folder, exist_ok=True)
+    real_mkdir, removed = os.mkdir, []
+
+    def mkdir_then_packed(path, *args, **kwargs):  # the folder found present, then emptied and removed by git
+        try:
+            real_mkdir(path, *args, **kwargs)
+        finally:
+            if path == folder and not removed:
+                removed.append(path)
+                os.rmdir(path)
+
+    monkeypatch.setattr(os, "mkdir", mkdir_then_packed)
+    assert str(loose.write_object(git_dir, "blob", body)) == oid
+    monkeypatch.undo()
+    assert removed == [folder]
+    assert git(root, "cat-file", "blob", oid) == body.decode().rstrip("\n")
+    assert [name for name in os.listdir(folder) if name.startswith("tmp_obj_")] == []

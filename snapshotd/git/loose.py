@@ -178,17 +178,39 @@ def _folders_need_fsync(git_dir: str) -> bool:
     return not covered
 
 
+FOLDER_TRIES = 5  # makings of an objects/xx folder a packing may remove as fast
+
+
+def _create_temporary(folder: str) -> tuple[str, int, bool]:
+    """A new temporary file in the loose folder ``folder`` (made if missing): its path, its descriptor open for
+    writing, and whether the folder was made.
+
+    ``git repack -d`` (the background packing, the user's ``git gc``) removes
+    a folder it emptied: one found present may be gone by the time the file
+    is made in it, so it is made again. The folder holds the file from then
+    on, and is not removed under it.
+    """
+    tries = 0
+    while True:
+        made = False
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(folder)
+            made = True
+        temporary = os.path.join(folder, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o444)
+        except FileNotFoundError:
+            tries += 1
+            if tries == FOLDER_TRIES or not os.path.isdir(os.path.dirname(folder)):
+                raise  # the store itself is gone
+            continue
+        return temporary, fd, made
+
+
 def _write_loose(git_dir: str, folder: str, path: str, data: bytes) -> None:
     """The loose file at ``path`` in ``folder`` holding ``data`` (header and body), recorded for the next flush."""
     compressed = zlib.compress(data, COMPRESSION)
-    made = False
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(folder)
-        made = True
-    temporary = os.path.join(folder, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
-    fd = os.open(
-        temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o444
-    )
+    temporary, fd, made = _create_temporary(folder)
     try:
         write_all(fd, compressed)
     except BaseException:
