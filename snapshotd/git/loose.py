@@ -202,7 +202,7 @@ def _create_temporary(folder: str) -> tuple[str, int, bool]:
         except FileNotFoundError:
             tries += 1
             if tries == FOLDER_TRIES or not os.path.isdir(os.path.dirname(folder)):
-                raise  # the store itself is gone
+                raise  # removed as often as it was made, or the store itself is gone
             continue
         return temporary, fd, made
 
@@ -219,13 +219,13 @@ def _write_loose(git_dir: str, folder: str, path: str, data: bytes) -> None:
             os.unlink(temporary)
         raise
     os.close(fd)
-    folders = _folders_need_fsync(git_dir)
+    sync_folders = _folders_need_fsync(git_dir)
     with _written.lock:  # a flush that begins once the file is seen takes it along
         os.rename(temporary, path)  # the same bytes if another writer got there first
         _written.files.append(path)
-        if folders:
+        if sync_folders:
             _written.folders.add(folder)
-        if folders and made:
+        if sync_folders and made:
             _written.folders.add(os.path.dirname(folder))
         key = os.path.normpath(git_dir)
         _written.counts[key] = _written.counts.get(key, 0) + 1
@@ -273,11 +273,11 @@ class Batch:
         folder = os.path.join(self.git_dir, "objects", "pack")
         os.makedirs(folder, exist_ok=True)
         prepared = prepare_pack(folder, held)
-        folders = _folders_need_fsync(self.git_dir)
+        sync_folders = _folders_need_fsync(self.git_dir)
         with _written.lock:  # as a loose file's rename: a flush that begins once the pack is seen takes it along
             prepared.publish()
             _written.files.extend(prepared.paths)
-            if folders:
+            if sync_folders:
                 _written.folders.add(folder)
 
 
