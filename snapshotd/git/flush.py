@@ -86,10 +86,10 @@ def fsync_covers_rename(path: str) -> bool:
     """Whether an fsync of a file renamed into the folder ``path`` makes the rename durable too (:data:`JOURNALED_RENAMES`).
 
     Read anew at each call (a loop device's number is reused by the next
-    image mounted on it); the loose writer asks once per store. False wherever it is not
-    known: ext2, or ext3/ext4 without a journal (the ext4 driver mounts all
-    three as ``ext4``), network, overlay and memory file systems, a system
-    without ``/proc``; there the folder is fsynced as well.
+    image mounted on it); the loose writer asks once per store. False
+    wherever it is not known: ext2, or ext3/ext4 without a journal (the ext4
+    driver mounts all three as ``ext4``), network, overlay and memory file
+    systems, a system without ``/proc``; there the folder is fsynced as well.
     """
     try:
         device = os.stat(path).st_dev
