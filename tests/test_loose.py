@@ -14,7 +14,7 @@ import pytest
 from repo_helpers import git
 
 from snapshotd.capture.treeedit import edit_tree
-from snapshotd.git import flush, loose
+from snapshotd.git import bodies, flush, loose
 from snapshotd.git.libgit import LibgitRepository
 from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_LINK, MODE_TREE
 from snapshotd.store.checkpoints import Store
@@ -40,7 +40,7 @@ def test_trees_blobs_and_commits_are_the_ones_git_and_libgit2_write(tmp_path):
     head_tree = repo.head.peel(pygit2.Tree)
     entries = [(entry.raw_name, entry.filemode, entry.id) for entry in head_tree]
     assert {mode for _, mode, _ in entries} == {MODE_TREE, MODE_FILE, MODE_EXEC, MODE_LINK}
-    assert loose.write_object(repo.path, "tree", loose.tree_body(reversed(entries))) == head_tree.id
+    assert loose.write_object(repo.path, "tree", bodies.tree_body(reversed(entries))) == head_tree.id
     blob = loose.write_object(repo.path, "blob", b"new content\n")
     assert str(blob) == git(root, "hash-object", "--stdin", input=b"new content\n").strip()
     assert git(root, "cat-file", "-p", str(blob)).strip() == "new content"

@@ -11,7 +11,7 @@ import pytest
 from capture_helpers import assert_matches_git, checkpoint
 from repo_helpers import git, git_bytes, loose_objects
 
-from snapshotd.git import loose
+from snapshotd.git import bodies, loose
 from snapshotd.git.packwrite import PackedObject, entry_header, prepare_pack
 
 
@@ -50,7 +50,7 @@ def test_a_pack_of_every_kind_is_git_s_own(tmp_path: Path) -> None:
     """Blobs, a tree naming them and a commit of it: git verifies the pack, fsck finds nothing, libgit2 reads all."""
     repo = make_repo(tmp_path / "r")
     blobs = [object_of("blob", f"file {index}\n".encode()) for index in range(40)]
-    tree_body = loose.tree_body(
+    tree_body = bodies.tree_body(
         sorted((f"f{index:02}".encode(), 0o100644, pygit2.Oid(raw=blob.raw_id)) for index, blob in enumerate(blobs))
     )
     tree = object_of("tree", tree_body)

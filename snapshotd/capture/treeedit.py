@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 
 import pygit2
 
-from snapshotd.git import loose
+from snapshotd.git import bodies, loose
 from snapshotd.git.modes import MODE_TREE
 
 if TYPE_CHECKING:
@@ -75,7 +75,7 @@ def _edit(
         entries[key] = (mode, oid)
     if not entries:
         return None
-    body = loose.tree_body((name, mode, oid) for name, (mode, oid) in entries.items())
+    body = bodies.tree_body((name, mode, oid) for name, (mode, oid) in entries.items())
     oid = loose.write_object(repo.path, "tree", body, repo.odb)
     written.append(oid)
     return oid

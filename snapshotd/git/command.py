@@ -29,7 +29,7 @@ from typing import Any
 import pygit2
 
 from snapshotd.errors import GitError, RefLocked, RefMoved, SpawnTimeout, Unsupported
-from snapshotd.git import loose, spawn
+from snapshotd.git import bodies, loose, spawn
 from snapshotd.git.flush import sync_filesystem
 from snapshotd.git.format import HEX_LENGTH, object_format
 from snapshotd.git.objects import (
@@ -347,7 +347,7 @@ class GitRepository:
         """
         if update_ref is not None:
             raise NotImplementedError("create_commit here never updates a reference")
-        body = loose.commit_body(
+        body = bodies.commit_body(
             self.check_id(tree), [self.check_id(parent) for parent in parents], author, committer, message, encoding
         )
         return self._defer("commit", body)

@@ -15,7 +15,7 @@ from typing import cast
 import pygit2
 
 from snapshotd.errors import GitError, RefLocked, RefMoved
-from snapshotd.git import loose
+from snapshotd.git import bodies, loose
 
 OBJECT_CACHE_BYTES = 8 * 1024 * 1024  # libgit2's default is 256 MiB
 
@@ -77,7 +77,7 @@ class LibgitRepository(pygit2.Repository):
         for needed in (tree, *parents):
             if needed not in self.odb:
                 raise KeyError(f"object not found - no match for id ({needed})")
-        body = loose.commit_body(str(tree), [str(parent) for parent in parents], author, committer, message, encoding)
+        body = bodies.commit_body(str(tree), [str(parent) for parent in parents], author, committer, message, encoding)
         return loose.write_object(self.path, "commit", body)
 
     def write_empty_tree(self) -> pygit2.Oid:
