@@ -16,7 +16,7 @@ import secrets
 from pathlib import Path
 
 from snapshotd.errors import StateUnreadable, Untrusted
-from snapshotd.fsutil import open_private_folder, read_private_file
+from snapshotd.fsutil import open_private_folder, read_private_file, write_all
 
 ID_NAME = "id"
 MAX_ID_BYTES = 4096  # an id is 20 bytes; anything longer is not one
@@ -82,7 +82,7 @@ def _write_new(folder_fd: int, name: str, data: bytes) -> None:
     fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=folder_fd)
     try:
         os.fchmod(fd, 0o600)
-        os.write(fd, data)
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

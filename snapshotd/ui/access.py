@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from snapshotd.fsutil import check_private_home, open_private_folder
+from snapshotd.fsutil import check_private_home, open_private_folder, write_all
 
 COOKIE = "snapshotd_ui"
 TOKEN_FOLDER = "ui"
@@ -125,7 +125,7 @@ def write_token_file(home: Path, url: str, port: int, token: str) -> Path:
             os.unlink(name, dir_fd=fd)
         out = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=fd)
         try:
-            os.write(out, data)
+            write_all(out, data)
         finally:
             os.close(out)
     finally:
