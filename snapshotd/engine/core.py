@@ -14,6 +14,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import trio
@@ -27,8 +28,9 @@ from snapshotd.contract.refs import CheckpointRef, ref_param, worktree_param
 from snapshotd.engine import collect, reads, transfer
 from snapshotd.engine.batch import take_checkpoint
 from snapshotd.engine.disk import disk_refusals
+from snapshotd.engine.locked import Locked, locked
 from snapshotd.engine.packing import BackgroundPacking
-from snapshotd.engine.recording import record_many, record_one
+from snapshotd.engine.recording import record_many
 from snapshotd.engine.registry import Registry, WorktreeState
 from snapshotd.engine.repair import repair
 from snapshotd.engine.subscriptions import Subscriptions, require_connection
@@ -36,7 +38,7 @@ from snapshotd.errors import InvalidParams, MethodNotFound, Unsupported, Worktre
 from snapshotd.git import loose, spawn
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
-from snapshotd.settings import SAFETY_SESSION, VERSION, data_home, size_cap as resolve_size_cap
+from snapshotd.settings import VERSION, data_home, size_cap as resolve_size_cap
 from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records
 from snapshotd.threads import thread_limiter
@@ -222,14 +224,9 @@ class Engine:
 
     # --- restore and revert ------------------------------------------------------
 
-    def _safety_hooks(self, state: WorktreeState) -> restore_mod.SafetyHooks:
-        """What the restore stage needs from the engine for ``state``'s worktree."""
-        return restore_mod.SafetyHooks(
-            capture=lambda exact: self.capture(state, exact=exact),
-            record=lambda repo, tree, label: record_one(state.info, SAFETY_SESSION, label, tree, repo),
-            forget=lambda path: state.cache.forget(path),
-            recaptured=lambda: self.counters.update(["safety_recaptures"]),
-        )
+    def _locked(self, state: WorktreeState) -> AbstractAsyncContextManager[Locked]:
+        """``state``'s lock held for a block, and its locked view for the restore stage."""
+        return locked(state, lambda exact: self.capture(state, exact=exact), self.counters)
 
     async def _restore(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         paths = optional_path_list(params, "paths")
@@ -255,8 +252,8 @@ class Engine:
             )
         rel_paths = [to_worktree_relative(target.info.path, p) for p in paths] if paths is not None else None
         options = restore_mod.RestoreOptions(checkpoint, rel_paths, dry_run)
-        async with target.lock:
-            outcome = await restore_mod.run_restore(target.info, options, self._safety_hooks(target))
+        async with self._locked(target) as worktree:
+            outcome = await restore_mod.run_restore(worktree, options)
         return self.subscriptions.with_safety_told(target.info.id, outcome.to_wire())
 
     async def _revert(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
@@ -280,8 +277,8 @@ class Engine:
             raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to worktree {source.worktree}, not {state.info.id}.")
         rel_paths = [to_worktree_relative(state.info.path, p) for p in paths] if paths is not None else None
         options = restore_mod.RevertOptions(source, target_cp, rel_paths, dry_run, force)
-        async with state.lock:
-            outcome = await restore_mod.run_revert(state.info, options, self._safety_hooks(state))
+        async with self._locked(state) as worktree:
+            outcome = await restore_mod.run_revert(worktree, options)
         return self.subscriptions.with_safety_told(state.info.id, outcome.to_wire())
 
     # --- delete and gc -----------------------------------------------------------

@@ -43,7 +43,17 @@ def record_many(
         out.append(outcome)
     return out
 
-def record_one(info: WorktreeInfo, session: str | None, label: str | None, tree: str, repo: Repository) -> Checkpoint:
-    """Record ``tree`` as a checkpoint of the worktree on its HEAD, in the store ``repo`` the caller has open."""
+def record_one(
+    info: WorktreeInfo, session: str | None, label: str | None, tree: str, repo: Repository,
+    *, resident: Resident | None = None,
+) -> Checkpoint:
+    """Record ``tree`` as a checkpoint of the worktree on its HEAD, in the store ``repo`` the caller has open.
+
+    When ``repo`` is ``resident``'s store (the caller holds the worktree's
+    lock), HEAD is read through it and the sessions' heads it keeps are used.
+    """
+    if resident is not None and repo is resident.store(info):
+        base, _ = resident.head(info)
+        return Store(repo, resident.heads).record(worktree_id=info.id, session=session, label=label, tree=tree, base=base)
     base, _ = worktree_head(info)
     return Store(repo).record(worktree_id=info.id, session=session, label=label, tree=tree, base=base)

@@ -1,10 +1,11 @@
 """The restore stage's entry: a restore or revert from safety checkpoint to outcome.
 
 The engine resolves the worktree and the checkpoints, takes the worktree's
-lock and calls :func:`run_restore` or :func:`run_revert`. Those capture the
-worktree (the safety checkpoint's tree), plan from trees, prepare the plan,
-record the safety checkpoint and apply, through the small
-:class:`SafetyHooks` the engine hands over: the stage never sees the engine.
+lock and calls :func:`run_restore` or :func:`run_revert` with the worktree
+as a :class:`LockedWorktree`. Those capture the worktree (the safety
+checkpoint's tree), plan from trees, prepare the plan, record the safety
+checkpoint and apply, all through that one object: the stage never sees the
+engine.
 
 Throughout the stage, ``repo`` is a ``pygit2.Repository`` or, for a
 repository libgit2 cannot open (SHA-256), a
@@ -14,8 +15,10 @@ repository libgit2 cannot open (SHA-256), a
 from __future__ import annotations
 
 import os
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import pygit2
 import trio
@@ -23,7 +26,7 @@ import trio
 from snapshotd.capture.scan import git_target
 from snapshotd.capture.state import CaptureResult
 from snapshotd.errors import NotFound, SnapshotdError, filesystem_error
-from snapshotd.git.repository import Repository, repository
+from snapshotd.git.repository import Repository
 from snapshotd.restore import kept as kept_mod
 from snapshotd.restore.journal import recover
 from snapshotd.restore.outcome import RestoreOutcome
@@ -35,7 +38,7 @@ from snapshotd.store.checkpoints import Checkpoint
 from snapshotd.store.identity import WorktreeInfo
 from snapshotd.threads import thread_limiter
 
-__all__ = ["RestoreOptions", "RevertOptions", "SafetyHooks", "recover", "run_restore", "run_revert"]
+__all__ = ["LockedWorktree", "RestoreOptions", "RevertOptions", "recover", "run_restore", "run_revert"]
 
 PlanMaker = Callable[[Repository, str], Plan]
 
@@ -63,20 +66,30 @@ class RevertOptions:
     force: bool = False
 
 
-@dataclass(frozen=True)
-class SafetyHooks:
-    """What the stage needs from the engine, for the worktree being restored.
+class LockedWorktree(Protocol):
+    """The worktree being restored, while the caller holds its lock: all the stage needs of the engine.
 
-    ``capture(exact)`` takes the worktree's tree (warm, or exact when asked);
-    ``record(repo, tree, label)`` records the safety checkpoint;
-    ``forget(path)`` drops a path the apply touched from the capture's cache;
-    ``recaptured()`` counts a warm capture replaced by an exact one.
+    The engine makes one only inside the worktree's lock, so receiving one
+    means the lock is held (:mod:`snapshotd.engine.locked`). ``capture(exact)``
+    takes the worktree's tree (warm, or exact when asked); ``store()`` is the
+    worktree's store for a block (blocking, on a worker thread); ``record(repo,
+    tree, label)`` records the safety checkpoint in it; ``forget(path)`` drops
+    a path the apply touched from the capture's cache; ``recaptured()`` counts
+    a warm capture replaced by an exact one.
     """
 
-    capture: Callable[[bool], Awaitable[CaptureResult]]
-    record: Callable[[Repository, str, str], Checkpoint]
-    forget: Callable[[str], None]
-    recaptured: Callable[[], None]
+    @property
+    def info(self) -> WorktreeInfo: ...
+
+    async def capture(self, exact: bool) -> CaptureResult: ...
+
+    def store(self) -> AbstractContextManager[Repository]: ...
+
+    def record(self, repo: Repository, tree: str, label: str) -> Checkpoint: ...
+
+    def forget(self, path: str) -> None: ...
+
+    def recaptured(self) -> None: ...
 
 
 def no_safety(exc: BaseException, store_dir: str) -> SnapshotdError:
@@ -87,14 +100,14 @@ def no_safety(exc: BaseException, store_dir: str) -> SnapshotdError:
     )
 
 
-async def run_restore(info: WorktreeInfo, options: RestoreOptions, hooks: SafetyHooks) -> RestoreOutcome:
-    """Make ``info``'s worktree under ``options.paths`` equal the checkpoint; the caller holds its lock.
+async def run_restore(worktree: LockedWorktree, options: RestoreOptions) -> RestoreOutcome:
+    """Make the worktree under ``options.paths`` equal the checkpoint.
 
     A path named that matches nothing in the checkpoint, the worktree's tree
     or on disk is NotFound, and nothing is restored. The outcome lists in
     ``kept`` what the restore left in place that the user may not expect.
     """
-    checkpoint, paths = options.checkpoint, options.paths
+    checkpoint, paths, info = options.checkpoint, options.paths, worktree.info
 
     def plan(repo: Repository, current: str) -> Plan:
         missing = unmatched_paths(repo, [current, checkpoint.tree], paths or [], info.path)
@@ -107,11 +120,12 @@ async def run_restore(info: WorktreeInfo, options: RestoreOptions, hooks: Safety
         return plan_restore(repo, current, checkpoint.tree, paths, info.path)
 
     job = _Job(plan, options.dry_run, f"before restore {checkpoint.id[:LABEL_ID_DIGITS]}", report_kept=True, paths=paths)
-    return await _with_safety(info, job, hooks)
+    return await _with_safety(worktree, info, job)
 
 
-async def run_revert(info: WorktreeInfo, options: RevertOptions, hooks: SafetyHooks) -> RestoreOutcome:
-    """Undo the changes from ``options.start`` to ``options.end`` in ``info``'s worktree; the caller holds its lock."""
+async def run_revert(worktree: LockedWorktree, options: RevertOptions) -> RestoreOutcome:
+    """Undo the changes from ``options.start`` to ``options.end`` in the worktree."""
+    info = worktree.info
 
     def plan(repo: Repository, current: str) -> Plan:
         return plan_revert(
@@ -119,7 +133,7 @@ async def run_revert(info: WorktreeInfo, options: RevertOptions, hooks: SafetyHo
         )
 
     job = _Job(plan, options.dry_run, f"before revert {options.start.id[:LABEL_ID_DIGITS]}..{options.end.id[:LABEL_ID_DIGITS]}")
-    return await _with_safety(info, job, hooks)
+    return await _with_safety(worktree, info, job)
 
 
 @dataclass(frozen=True)
@@ -137,7 +151,7 @@ class _Job:
     paths: list[str] | None = None
 
 
-async def _with_safety(info: WorktreeInfo, job: _Job, hooks: SafetyHooks) -> RestoreOutcome:
+async def _with_safety(worktree: LockedWorktree, info: WorktreeInfo, job: _Job) -> RestoreOutcome:
     """Capture, plan, record the safety checkpoint and apply.
 
     The safety checkpoint must hold what is on disk now at every path the
@@ -149,25 +163,25 @@ async def _with_safety(info: WorktreeInfo, job: _Job, hooks: SafetyHooks) -> Res
     exact = False
     while True:
         try:
-            current = await hooks.capture(exact)
+            current = await worktree.capture(exact)
         except (SnapshotdError, OSError, pygit2.GitError) as exc:
             if job.dry_run:  # it needs no safety checkpoint: the capture's own error says it all
                 raise (exc if isinstance(exc, SnapshotdError) else filesystem_error(exc, info.store_dir, "capture the worktree into")) from exc
             raise no_safety(exc, info.store_dir) from exc
         outcome = await trio.to_thread.run_sync(
-            _plan_and_apply, info, current, job, exact, hooks, limiter=thread_limiter
+            _plan_and_apply, worktree, info, current, job, exact, limiter=thread_limiter
         )
         if outcome is not None:
             return outcome
-        hooks.recaptured()
+        worktree.recaptured()
         exact = True
 
 
 def _plan_and_apply(
-    info: WorktreeInfo, current: CaptureResult, job: _Job, exact: bool, hooks: SafetyHooks
+    worktree: LockedWorktree, info: WorktreeInfo, current: CaptureResult, job: _Job, exact: bool
 ) -> RestoreOutcome | None:
     """One attempt on a worker thread; None when the capture was warm and not current."""
-    with repository(info.store_dir) as repo:
+    with worktree.store() as repo:
         plan = job.plan(repo, current.tree)
         outcome = RestoreOutcome.of_plan(plan, dry_run=job.dry_run)
         unveiled: list[dict[str, str]] = []
@@ -187,13 +201,13 @@ def _plan_and_apply(
                 if not exact and prepared.stale():
                     return None
                 try:
-                    safety = hooks.record(repo, current.tree, job.label)
+                    safety = worktree.record(repo, current.tree, job.label)
                 except (OSError, pygit2.GitError) as exc:
                     raise no_safety(exc, info.store_dir) from exc
                 try:
                     outcome = replace(prepared.apply(), safety_checkpoint=safety)
                 finally:
-                    _forget(hooks, touched)
+                    _forget(worktree, touched)
             if ignored is not None:
                 unveiled = ignored.no_longer_ignored()
         if not job.report_kept:
@@ -203,10 +217,10 @@ def _plan_and_apply(
         return replace(outcome, kept=[item for item in found if item["path"] not in conflicted])
 
 
-def _forget(hooks: SafetyHooks, paths: Iterable[str]) -> None:
+def _forget(worktree: LockedWorktree, paths: Iterable[str]) -> None:
     """Drop every touched path from the capture's cache, whatever the apply did to it."""
     for path in paths:
-        hooks.forget(path)
+        worktree.forget(path)
 
 
 def _ignored_files(info: WorktreeInfo, touched: list[str]) -> kept_mod.IgnoredFiles:
