@@ -313,3 +313,34 @@ async def test_status_and_worktrees_answer_while_other_requests_open_worktrees(e
         nursery.start_soon(opener)
         nursery.start_soon(reader)
     assert answers and max(answers) <= len(repos)
+
+
+async def test_restore_works_through_the_locked_worktree_and_its_resident_store(engine, tmp_path):
+    from snapshotd.contract.refs import WorktreeRef
+    from snapshotd.errors import InternalError
+
+    repo = make_repo(tmp_path / "r")
+    first = await cp(engine, repo, session="s")
+    state = await engine.registry.resolve(WorktreeRef(str(repo)))
+    async with engine._locked(state) as worktree:
+        assert state.lock.locked()
+        with worktree.store() as one, worktree.store() as two:
+            assert one is two is state.capture.resident.store(state.info)  # opened once, kept
+        captured = await worktree.capture(False)
+        assert captured.tree == first["tree"]
+    assert not state.lock.locked()
+    with pytest.raises(InternalError):
+        await worktree.capture(False)
+    with pytest.raises(InternalError), worktree.store():
+        pass
+
+    (repo / "f1.txt").write_text("edited\n")
+    done = await engine.call("restore", {"checkpoint": first["id"], "path": str(repo)})
+    assert done["written"] == ["f1.txt"] and (repo / "f1.txt").read_text() == "file 1\n"
+    safety = done["safety_checkpoint"]
+    assert git(repo, "show", f"{safety['id']}:f1.txt") == "edited"
+    # the safety session's next checkpoint follows it (the heads the resident store keeps are current)
+    (repo / "f2.txt").write_text("edited\n")
+    again = await engine.call("restore", {"checkpoint": first["id"], "path": str(repo)})
+    assert again["written"] == ["f2.txt"]
+    assert again["safety_checkpoint"]["seq"] == safety["seq"] + 1
