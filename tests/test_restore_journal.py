@@ -189,3 +189,44 @@ def test_a_live_writers_journal_is_left_alone(tmp_path: Path, scene: tuple[Path,
         child.wait()
     assert recover(str(journal), str(wt)) == held[1]
     assert os.listdir(journal) == [] and temps_left(wt) == []
+
+
+def _open_paths(folder: Path) -> list[str]:
+    """What this process holds open under ``folder``."""
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(folder)):
+            found.append(target)
+    return found
+
+
+@pytest.mark.needs("inotify")
+async def test_a_daemons_restore_leaves_its_backups_and_journal_to_after_the_answer(watched_engine, tmp_path):
+    import trio
+
+    wt = init_repo(tmp_path / "wt", *OLD.items())
+    params = {"path": str(wt), "session": "s"}
+    at_a = (await watched_engine.call("checkpoint", params))["checkpoint"]
+    for path, text in {**NEW, **ADDED}.items():
+        write(wt / path, text)
+    done = await watched_engine.call("restore", {"checkpoint": at_a["id"], "path": str(wt)})
+    assert sorted(done["written"]) == sorted(NEW) and done["deleted"] == list(ADDED)
+    assert all((wt / path).read_text() == text for path, text in OLD.items())
+    journal_dir = wt / ".git" / "snapshotd" / "journal"
+    with trio.fail_after(10):  # removed in the background, under the worktree's lock
+        while any(journal_dir.iterdir()):
+            await trio.sleep(0.01)
+    assert _open_paths(journal_dir) == []  # the journal's lock let go
+    # the next operation on the worktree finds nothing left behind, and the safety checkpoint holds the edits
+    safety = done["safety_checkpoint"]
+    restored = await watched_engine.call("restore", {"checkpoint": safety["id"], "path": str(wt)})
+    assert sorted(restored["written"]) == sorted({**NEW, **ADDED}) and restored["deleted"] == []
+    assert all((wt / path).read_text() == text for path, text in {**NEW, **ADDED}.items())
+    with trio.fail_after(10):
+        while any(journal_dir.iterdir()):
+            await trio.sleep(0.01)
+    assert temps_left(wt) == []

@@ -226,7 +226,7 @@ class Engine:
 
     def _locked(self, state: WorktreeState) -> AbstractAsyncContextManager[Locked]:
         """``state``'s lock held for a block, and its locked view for the restore stage."""
-        return locked(state, lambda exact: self.capture(state, exact=exact), self.counters)
+        return locked(state, lambda exact: self.capture(state, exact=exact), self.counters, self.nursery)
 
     async def _restore(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         paths = optional_path_list(params, "paths")

@@ -8,13 +8,22 @@ made only inside the lock and refuses every call once the lock is let go.
 The store it opens is the worktree's resident one (:mod:`snapshotd.capture.resident`):
 its back-end decided once, its object cache and pack windows kept, and the
 safety checkpoint recorded with the sessions' heads the captures keep.
+
+What a finished restore leaves to remove (its backups, staged content and
+journal) is removed after the answer, in a task of the engine's nursery that
+takes the lock again: the next operation on the worktree waits for it, the
+answer does not. A daemon stopped first leaves them to the next start's
+recovery (:func:`snapshotd.restore.journal.recover`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+
+import trio
 
 from snapshotd.capture.state import CaptureResult
 from snapshotd.engine.recording import record_one
@@ -24,19 +33,28 @@ from snapshotd.git.repository import Repository, repository
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store.checkpoints import Checkpoint
 from snapshotd.store.identity import WorktreeInfo
+from snapshotd.threads import thread_limiter
 
 __all__ = ["Locked", "locked"]
 
+log = logging.getLogger(__name__)
+
 
 class Locked:
-    """``state``'s worktree under its lock (see the module); ``capture(exact)`` is the engine's capture of it."""
+    """``state``'s worktree under its lock (see the module); ``capture(exact)`` is the engine's capture of it,
+    ``nursery`` the engine's (None: what is left to remove is removed at once)."""
 
     def __init__(
-        self, state: WorktreeState, capture: Callable[[bool], Awaitable[CaptureResult]], counters: Counter[str]
+        self,
+        state: WorktreeState,
+        capture: Callable[[bool], Awaitable[CaptureResult]],
+        counters: Counter[str],
+        nursery: trio.Nursery | None,
     ) -> None:
         self._state = state
         self._capture = capture
         self._counters = counters
+        self._nursery = nursery
         self.held = True
 
     def _check(self) -> None:
@@ -77,14 +95,39 @@ class Locked:
         """Count a warm capture replaced by an exact one."""
         self._counters["safety_recaptures"] += 1
 
+    async def later(self, cleanup: Callable[[], None]) -> None:
+        """Run the blocking ``cleanup`` on a worker thread once the lock is let go and taken again (see the module)."""
+        self._check()
+        if self._nursery is None:
+            with trio.CancelScope(shield=True):
+                await _run_cleanup(cleanup)
+            return
+        self._nursery.start_soon(_after, self._state.lock, cleanup)
+
+
+async def _after(lock: trio.Lock, cleanup: Callable[[], None]) -> None:
+    async with lock:
+        with trio.CancelScope(shield=True):  # once begun, finished: it lets go of the journal's lock last
+            await _run_cleanup(cleanup)
+
+
+async def _run_cleanup(cleanup: Callable[[], None]) -> None:
+    try:
+        await trio.to_thread.run_sync(cleanup, limiter=thread_limiter)
+    except Exception:  # what is left is removed by the next start's recovery; the daemon stays up
+        log.exception("A finished restore's backups or journal could not be removed")
+
 
 @contextlib.asynccontextmanager
 async def locked(
-    state: WorktreeState, capture: Callable[[bool], Awaitable[CaptureResult]], counters: Counter[str]
+    state: WorktreeState,
+    capture: Callable[[bool], Awaitable[CaptureResult]],
+    counters: Counter[str],
+    nursery: trio.Nursery | None,
 ) -> AsyncIterator[Locked]:
     """Hold ``state``'s lock for the block, and give its locked view."""
     async with state.lock:
-        worktree = Locked(state, capture, counters)
+        worktree = Locked(state, capture, counters, nursery)
         try:
             yield worktree
         finally:

@@ -84,12 +84,11 @@ class Applier:
         self.skipped.setdefault(path, reason)
 
     def close(self) -> None:
-        """Close the writes' folders and remove the backup folder (the plan is done or rolled back)."""
+        """Close the writes' folders (the plan is done or rolled back; its backups are closed by their owner)."""
         for fd in self.folders.values():
             if isinstance(fd, int):
                 os.close(fd)
         self.folders.clear()
-        self.backups.close()
 
     def folder(self, parts: tuple[str, ...]) -> int:
         """The folder ``parts`` opened for writes (created if missing, each creation logged), kept open.

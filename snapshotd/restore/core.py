@@ -5,7 +5,8 @@ lock and calls :func:`run_restore` or :func:`run_revert` with the worktree
 as a :class:`LockedWorktree`. Those capture the worktree (the safety
 checkpoint's tree), plan from trees, prepare the plan, record the safety
 checkpoint and apply, all through that one object: the stage never sees the
-engine.
+engine. What a finished restore leaves to remove (its backups, its journal)
+is handed to the worktree to remove after the answer.
 
 Throughout the stage, ``repo`` is a ``pygit2.Repository`` or, for a
 repository libgit2 cannot open (SHA-256), a
@@ -75,7 +76,8 @@ class LockedWorktree(Protocol):
     worktree's store for a block (blocking, on a worker thread); ``record(repo,
     tree, label)`` records the safety checkpoint in it; ``forget(path)`` drops
     a path the apply touched from the capture's cache; ``recaptured()`` counts
-    a warm capture replaced by an exact one.
+    a warm capture replaced by an exact one; ``later(cleanup)`` runs a blocking
+    cleanup once the caller has answered, under the worktree's lock.
     """
 
     @property
@@ -90,6 +92,8 @@ class LockedWorktree(Protocol):
     def forget(self, path: str) -> None: ...
 
     def recaptured(self) -> None: ...
+
+    async def later(self, cleanup: Callable[[], None]) -> None: ...
 
 
 def no_safety(exc: BaseException, store_dir: str) -> SnapshotdError:
@@ -168,9 +172,14 @@ async def _with_safety(worktree: LockedWorktree, info: WorktreeInfo, job: _Job) 
             if job.dry_run:  # it needs no safety checkpoint: the capture's own error says it all
                 raise (exc if isinstance(exc, SnapshotdError) else filesystem_error(exc, info.store_dir, "capture the worktree into")) from exc
             raise no_safety(exc, info.store_dir) from exc
-        outcome = await trio.to_thread.run_sync(
-            _plan_and_apply, worktree, info, current, job, exact, limiter=thread_limiter
-        )
+        leftovers: list[Callable[[], None]] = []
+        try:
+            outcome = await trio.to_thread.run_sync(
+                _plan_and_apply, worktree, info, current, job, exact, leftovers.append, limiter=thread_limiter
+            )
+        finally:
+            for cleanup in leftovers:
+                await worktree.later(cleanup)
         if outcome is not None:
             return outcome
         worktree.recaptured()
@@ -178,9 +187,16 @@ async def _with_safety(worktree: LockedWorktree, info: WorktreeInfo, job: _Job) 
 
 
 def _plan_and_apply(
-    worktree: LockedWorktree, info: WorktreeInfo, current: CaptureResult, job: _Job, exact: bool
+    worktree: LockedWorktree,
+    info: WorktreeInfo,
+    current: CaptureResult,
+    job: _Job,
+    exact: bool,
+    defer: Callable[[Callable[[], None]], None],
 ) -> RestoreOutcome | None:
-    """One attempt on a worker thread; None when the capture was warm and not current."""
+    """One attempt on a worker thread; None when the capture was warm and not current.
+
+    ``defer`` is handed the removal of what a finished apply leaves (:func:`prepared_plan`)."""
     with worktree.store() as repo:
         plan = job.plan(repo, current.tree)
         outcome = RestoreOutcome.of_plan(plan, dry_run=job.dry_run)
@@ -197,6 +213,7 @@ def _plan_and_apply(
                 plan,
                 os.path.join(info.state_dir, "journal"),
                 GitCheckout(git_dir=info.git_dir or info.store_dir, tree=current.tree),
+                defer,
             ) as prepared:
                 if not exact and prepared.stale():
                     return None

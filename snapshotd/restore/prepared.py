@@ -10,10 +10,11 @@ changed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pygit2
 
@@ -128,6 +129,7 @@ def prepared_plan(
     plan: Plan,
     journal_dir: str,
     checkout: GitCheckout | None = None,
+    defer: Callable[[Callable[[], None]], None] | None = None,
 ) -> Iterator[PreparedPlan]:
     """Get ready to carry out ``plan`` in ``workdir``.
 
@@ -138,7 +140,11 @@ def prepared_plan(
     failing filter raises GitError). So a caller can check the disk and record
     a safety checkpoint inside the block, knowing the plan is ready, and then
     apply. See :func:`apply_plan` for what applying does. Temporary files,
-    backups, staged content and the journal are gone on exit, whatever happened.
+    backups, staged content and the journal are gone on exit, whatever happened;
+    after a block that ended without an error, ``defer`` (when given) is handed
+    the removal of the backups, the staged content and the journal instead, to
+    run once the caller has answered. The journal stays locked until then, and
+    a crash meanwhile leaves it for :func:`~snapshotd.restore.journal.recover`.
     """
     links = _validate(repo, plan)
     try:
@@ -160,6 +166,7 @@ def prepared_plan(
 
     journal: str | None = None
     journal_fd: int | None = None
+    succeeded = False
     try:
         if plan.writes or plan.deletes:
             try:
@@ -177,18 +184,29 @@ def prepared_plan(
                 error = filesystem_error(exc, journal_dir, "prepare the restore in")
                 raise type(error)(f"{error.message} Nothing was changed.", **error.data) from exc
         yield PreparedPlan(plan, applier, temps, links)
+        succeeded = True
     finally:
         for path, temp in temps.items():
             if path not in applier.placed:  # (a name renamed into place is gone: no walk to look for it)
                 remove_temp(root_fd, temp)
         applier.close()
-        shutil.rmtree(stage.directory, ignore_errors=True)
-        if journal is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(journal)
-        if journal_fd is not None:
-            os.close(journal_fd)
         os.close(root_fd)
+        leftovers = functools.partial(_remove_leftovers, applier.backups, stage.directory, journal, journal_fd)
+        if succeeded and defer is not None:
+            defer(leftovers)
+        else:
+            leftovers()
+
+
+def _remove_leftovers(backups: Backups, stage_dir: str, journal: str | None, journal_fd: int | None) -> None:
+    """Remove a finished restore's backups and staged content, then its journal, and let go of the journal's lock."""
+    backups.close()
+    shutil.rmtree(stage_dir, ignore_errors=True)
+    if journal is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(journal)
+    if journal_fd is not None:
+        os.close(journal_fd)
 
 
 def apply_plan(
