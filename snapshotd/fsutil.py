@@ -348,3 +348,14 @@ def remove_stale_temp_files(folder: Path, prefix: str) -> list[str]:
     finally:
         os.close(fd)
     return removed
+
+
+def older_than(st: os.stat_result, fence_ns: int) -> bool:
+    """Whether the file's times are older than the racy-timestamp fence ``fence_ns``.
+
+    The fence is the time the file system gives a file written at some moment
+    (:func:`snapshotd.capture.state.make_fence`); a write after that moment
+    gives the file other stat data, so the same stat data means the same
+    content (git's racy-timestamp rule).
+    """
+    return max(st.st_mtime_ns, st.st_ctime_ns) < fence_ns

@@ -1005,3 +1005,68 @@ def test_any_two_states_round_trip(
                 or path.startswith(p.rsplit("/", 1)[0] + "/")
                 for p in present_ignored
             ), (conflict, present_ignored)
+
+
+# ---------------------------------------------------------------------------
+# the second look before each rename: by stat behind a fence, else by content
+
+
+def _reads_counted(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names the applier reads from disk to hash, from now on."""
+    from snapshotd.restore import recorded as recorded_mod
+
+    names: list[str] = []
+    real = recorded_mod.read_at
+
+    def counting(dir_fd: int, name: str) -> bytes | None:
+        names.append(name)
+        return real(dir_fd, name)
+
+    monkeypatch.setattr(recorded_mod, "read_at", counting)
+    return names
+
+
+def _prepared_restore(tmp_path: Path) -> tuple[Path, Any, str, Plan]:
+    wt = new_repo(tmp_path)
+    for name in ("a.txt", "b.txt"):
+        (wt / name).write_text(f"{name} at A\n")
+    tree_a = capture(wt)
+    for name in ("a.txt", "b.txt"):
+        (wt / name).write_text(f"{name} edited\n")
+    repo = open_repository(str(wt / ".git"))
+    plan = plan_restore(repo, capture(wt), tree_a, None, str(wt))
+    assert written(plan) == ["a.txt", "b.txt"]
+    return wt, repo, str(tmp_path / "journal"), plan
+
+
+def test_a_file_older_than_the_fence_is_not_read_again_while_its_stat_is_the_same(tmp_path, monkeypatch):
+    from snapshotd.capture.state import make_fence
+    from snapshotd.restore.prepared import prepared_plan
+
+    wt, repo, journal, plan = _prepared_restore(tmp_path)
+    time.sleep(0.05)  # past the file system's clock tick: the edits are older than the fence
+    (tmp_path / "fence").mkdir()
+    reads = _reads_counted(monkeypatch)
+    with prepared_plan(repo, str(wt), plan, journal) as prepared:
+        assert prepared.stale(make_fence(str(tmp_path / "fence"))) == []
+        assert sorted(reads) == ["a.txt", "b.txt"]
+        (wt / "b.txt").write_text("b.txt edited again\n")  # after the look: another stat
+        done = prepared.apply()
+    assert sorted(reads) == ["a.txt", "b.txt", "b.txt"]  # a.txt trusted by its stat, b.txt read and found changed
+    assert done.written == ["a.txt"] and (wt / "a.txt").read_text() == "a.txt at A\n"
+    assert done.conflicts == [{"path": "b.txt", "reason": restore.REASON_CHANGED_ON_DISK}]
+    assert (wt / "b.txt").read_text() == "b.txt edited again\n"
+
+
+def test_a_file_as_new_as_the_fence_is_read_again_before_it_is_replaced(tmp_path, monkeypatch):
+    from snapshotd.restore.prepared import prepared_plan
+
+    wt, repo, journal, plan = _prepared_restore(tmp_path)
+    fence = min(max(os.lstat(wt / name).st_mtime_ns, os.lstat(wt / name).st_ctime_ns) for name in ("a.txt", "b.txt"))
+    reads = _reads_counted(monkeypatch)
+    with prepared_plan(repo, str(wt), plan, journal) as prepared:
+        # a fence no later than the edits (written in its clock tick): a same-tick write could keep their stat
+        assert prepared.stale(fence) == []
+        done = prepared.apply()
+    assert sorted(reads) == ["a.txt", "a.txt", "b.txt", "b.txt"]
+    assert done.written == ["a.txt", "b.txt"]

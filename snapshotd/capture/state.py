@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import pygit2
 
+from snapshotd import fsutil
 from snapshotd.capture.checkin import is_attributes
 from snapshotd.capture.scan import attributes_in
 from snapshotd.git.attributes import attributes_files as git_attributes_files, may_convert
@@ -87,7 +88,7 @@ class StatCache:
         cached = self.entries.get(path)
         if cached is None:
             return None
-        if cached.state != FileState.of(st) or max(st.st_mtime_ns, st.st_ctime_ns) >= cached.fence_ns:
+        if cached.state != FileState.of(st) or not fsutil.older_than(st, cached.fence_ns):
             return None
         return cached
 

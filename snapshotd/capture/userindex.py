@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 import pygit2
 
+from snapshotd.fsutil import older_than
 from snapshotd.paths import folders_above
 
 C = pygit2.C
@@ -110,7 +111,7 @@ def stat_proves_clean(recorded: Stat, st: os.stat_result, index_mtime_ns: int) -
         st.st_ctime_ns % 1_000_000_000,
         st.st_size & 0xFFFFFFFF,
         st.st_ino & 0xFFFFFFFF,
-    ) and max(st.st_mtime_ns, st.st_ctime_ns) < index_mtime_ns
+    ) and older_than(st, index_mtime_ns)
 
 
 class UserIndex:

@@ -23,14 +23,10 @@ from snapshotd.git.repository import Repository
 from snapshotd.restore import fileops
 from snapshotd.restore.backups import Backups
 from snapshotd.restore.fileops import (
-    blob_id,
     file_permissions,
     fsync_dir,
-    lstat_at,
     open_dir,
-    read_at,
     read_umask,
-    readlink_at,
     remove_empty_tree,
 )
 from snapshotd.restore.plan import (
@@ -40,6 +36,7 @@ from snapshotd.restore.plan import (
     REASON_SYMLINK,
     Plan,
 )
+from snapshotd.restore.recorded import Recorded
 from snapshotd.restore.stage import Stage
 from snapshotd.restore.trees import Entry
 
@@ -62,7 +59,8 @@ class Applier:
     private backup folder of :mod:`.backups`, and every step is logged; on a
     failure :meth:`roll_back` undoes the steps newest first. Before touching a
     path it checks that the path still holds what the safety checkpoint
-    recorded; one that was changed meanwhile is left alone as a conflict.
+    recorded (:mod:`.recorded`); one that was changed meanwhile is left alone
+    as a conflict.
     """
 
     def __init__(self, repo: Repository, root_fd: int, plan: Plan, stage: Stage, backups: Backups) -> None:
@@ -78,6 +76,7 @@ class Applier:
         self.folders: dict[tuple[str, ...], int | PathBlocked] = {}  # open for the writes, by parts
         self.ready: set[str] = set()  # paths whose temporary file already holds their content
         self.placed: set[str] = set()  # paths whose temporary file was renamed into place
+        self.recorded = Recorded(repo, plan, stage)
 
     def skip(self, path: str, reason: str) -> None:
         """Leave ``path`` alone, for ``reason`` (the first reason given stands)."""
@@ -112,56 +111,9 @@ class Applier:
             raise found
         return found
 
-    # what is on disk --------------------------------------------------------
-
-    def as_recorded(self, dir_fd: int, name: str, path: str) -> bool:
-        """Whether ``path`` still holds what the safety checkpoint recorded there.
-
-        Compared by kind and content (a file's bytes hashed as a blob, through
-        git's clean filters when the raw bytes differ). A path the plan holds
-        no record for (a hand-made plan) is not checked.
-        """
-        if path not in self.plan.expected:
-            return True
-        entry = self.plan.expected[path]
-        st = lstat_at(dir_fd, name)
-        if st is None:
-            return entry is None
-        if entry is None:
-            return stat.S_ISDIR(st.st_mode)  # a folder the plan may replace only if it is empty
-        if entry.mode == MODE_GITLINK:
-            return stat.S_ISDIR(st.st_mode)
-        if entry.mode == MODE_LINK:
-            return stat.S_ISLNK(st.st_mode) and readlink_at(dir_fd, name) == self.repo.odb.read(entry.oid)[1]
-        data = read_at(dir_fd, name) if stat.S_ISREG(st.st_mode) else None
-        if data is None:
-            return False
-        return blob_id(data, entry.oid) == entry.oid or self.stage.clean_id(path, data) == entry.oid
-
-    def stale(self) -> list[str]:
-        """The planned paths that no longer hold what the safety checkpoint recorded (each folder opened once)."""
-        found = []
-        folders: dict[tuple[str, ...], int | OSError | PathBlocked] = {}
-        try:
-            for path in (*self.plan.deletes, *(p for p, _ in self.plan.writes)):
-                parts = path.split("/")
-                key = tuple(parts[:-1])
-                if key not in folders:
-                    try:
-                        folders[key] = open_dir(self.root_fd, key, create=False)
-                    except (OSError, PathBlocked) as exc:
-                        folders[key] = exc
-                fd = folders[key]
-                if isinstance(fd, FileNotFoundError):
-                    if self.plan.expected.get(path) is not None:
-                        found.append(path)
-                elif isinstance(fd, int) and not self.as_recorded(fd, parts[-1], path):
-                    found.append(path)  # (a folder blocked or refused: applying reports it)
-        finally:
-            for fd in folders.values():
-                if isinstance(fd, int):
-                    os.close(fd)
-        return sorted(set(found))
+    def stale(self, fence_ns: int | None = None) -> list[str]:
+        """The planned paths that no longer hold what the safety checkpoint recorded (:meth:`Recorded.stale`)."""
+        return self.recorded.stale(self.root_fd, fence_ns)
 
     # undoing ------------------------------------------------------------------
 
@@ -218,10 +170,10 @@ class Applier:
             self.skip(path, _blocked_reason(blocked))
             return
         try:
-            st = lstat_at(fd, parts[-1])
+            held, st = self.recorded.looked_at(fd, parts[-1], path)
             if st is None:
                 return
-            if not self.as_recorded(fd, parts[-1], path):
+            if not held:
                 self.skip(path, REASON_CHANGED_ON_DISK)
                 return
             if stat.S_ISDIR(st.st_mode):
@@ -294,10 +246,10 @@ class Applier:
         self, fd: int, path: str, name: str, entry: Entry, temp: str | None, link: bytes | None
     ) -> None:
         """Write ``entry`` as ``name`` in the open folder ``fd``, logging each step to undo."""
-        if not self.as_recorded(fd, name, path):
+        held, existing = self.recorded.looked_at(fd, name, path)
+        if not held:
             self.skip(path, REASON_CHANGED_ON_DISK)
             return
-        existing = lstat_at(fd, name)
         if entry.mode == MODE_GITLINK:
             if existing is None:
                 os.mkdir(name, 0o777, dir_fd=fd)

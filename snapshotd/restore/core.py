@@ -25,7 +25,7 @@ import pygit2
 import trio
 
 from snapshotd.capture.scan import git_target
-from snapshotd.capture.state import CaptureResult
+from snapshotd.capture.state import CaptureResult, make_fence
 from snapshotd.errors import NotFound, SnapshotdError, filesystem_error
 from snapshotd.git.repository import Repository
 from snapshotd.restore import kept as kept_mod
@@ -215,7 +215,7 @@ def _plan_and_apply(
                 GitCheckout(git_dir=info.git_dir or info.store_dir, tree=current.tree),
                 defer,
             ) as prepared:
-                if not exact and prepared.stale():
+                if not exact and prepared.stale(make_fence(os.path.join(info.state_dir, "tmp"))):
                     return None
                 try:
                     safety = worktree.record(repo, current.tree, job.label)

@@ -82,9 +82,10 @@ class PreparedPlan:
         self._temps = temps
         self._links = links
 
-    def stale(self) -> list[str]:
-        """The paths to touch that no longer hold what the safety checkpoint recorded."""
-        return self._applier.stale()
+    def stale(self, fence_ns: int | None = None) -> list[str]:
+        """The paths to touch that no longer hold what the safety checkpoint recorded; ``fence_ns``, the
+        racy-timestamp fence taken just before, spares a second read of those older than it (:meth:`Applier.stale`)."""
+        return self._applier.stale(fence_ns)
 
     def apply(self) -> RestoreOutcome:
         """Carry out the plan and say what was done; on a failure put back everything done so far and re-raise.
