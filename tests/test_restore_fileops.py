@@ -95,7 +95,12 @@ def test_read_at_reads_only_regular_files(root: tuple[Path, int]) -> None:
     assert fileops.read_at(fd, "ln") is None
     assert fileops.read_at(fd, "fifo") is None  # and it did not block
     assert fileops.read_at(fd, "missing") is None
-    assert fileops.read_disk_file(fd, "ln/victim.txt") is None
+    reader = fileops.DiskReader(fd)
+    try:
+        assert reader.read("ln/victim.txt") is None
+        assert reader.read("f.txt") == b"bytes\n"
+    finally:
+        reader.close()
 
 
 def test_blob_id_is_gits(root: tuple[Path, int]) -> None:
@@ -138,3 +143,35 @@ def test_copy_entry_keeps_bytes_mode_and_link_target(root: tuple[Path, int], tmp
     assert (backup / "1").read_bytes() == b"#!/bin/sh\n"
     assert stat.S_IMODE((backup / "1").stat().st_mode) == 0o750
     assert os.readlink(backup / "2") == "run.sh"
+
+
+def test_disk_reader_reads_files_without_a_link_and_opens_each_folder_once(root, tmp_path, monkeypatch):
+    wt, fd = root
+    write(wt / "a/b/.gitattributes", "*.txt text\n")
+    write(wt / "a/.gitattributes", "* -text\n")
+    write(tmp_path / "outside/.gitattributes", "secret\n")
+    (wt / "link").symlink_to(tmp_path / "outside")
+    write(wt / "file", "not a folder\n")
+    os.mkfifo(wt / "a/fifo")
+    opened: list[str] = []
+    real_open = os.open
+
+    def counting(path, flags, *args, **kwargs):
+        opened.append(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(fileops.os, "open", counting)
+    reader = fileops.DiskReader(fd)
+    try:
+        assert reader.read("a/b/.gitattributes") == b"*.txt text\n"
+        assert reader.read("a/.gitattributes") == b"* -text\n"
+        assert reader.read("a/b/missing") is None
+        assert reader.read("link/.gitattributes") is None  # never through a symlink
+        assert reader.read("file/.gitattributes") is None
+        assert reader.read("gone/x/.gitattributes") is None
+        assert reader.read("a/fifo") is None  # and never blocking on a FIFO
+        assert reader.read(".gitattributes") is None
+    finally:
+        reader.close()
+    folders = [name for name in opened if name in ("a", "b", "link", "file", "gone")]
+    assert sorted(folders) == ["a", "b", "file", "gone", "link"]  # each opened once, from its parent

@@ -326,7 +326,12 @@ class Applier:
             os.close(fd)
 
     def sync(self) -> None:
-        """Sync every folder a step changed, so the renames survive a crash."""
+        """Sync every folder a step changed, so the renames survive a crash (through the descriptor the writes
+        used, where one is open: the folder they renamed in, wherever it is now)."""
         for parts in self.synced:
-            fsync_dir(self.root_fd, parts)
+            held = self.folders.get(parts)
+            if isinstance(held, int):
+                os.fsync(held)
+            else:
+                fsync_dir(self.root_fd, parts)
 

@@ -9,6 +9,7 @@ this stage created are ever removed as leftovers.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -262,15 +263,34 @@ def copy_entry(src_dir_fd: int, name: str, dst_dir_fd: int, slot: str) -> None:
         os.close(out)
 
 
-def read_disk_file(root_fd: int, path: str) -> bytes | None:
-    """A regular file's bytes, reached without following any symlink, or None."""
-    parts = path.split("/")
-    try:
-        fd = open_dir(root_fd, parts[:-1], create=False)
-    except (OSError, PathBlocked):
-        return None
-    try:
-        return read_at(fd, parts[-1])
-    finally:
-        os.close(fd)
+class DiskReader:
+    """Regular files under a worktree's root read without following any symlink, each folder opened once, from its
+    parent's descriptor (a folder missing, blocked or unreadable reads as None). :meth:`close` when done."""
 
+    def __init__(self, root_fd: int) -> None:
+        self.root_fd = root_fd
+        self._folders: dict[tuple[str, ...], int | None] = {}
+
+    def _folder(self, parts: tuple[str, ...]) -> int | None:
+        if not parts:
+            return self.root_fd
+        if parts not in self._folders:
+            parent = self._folder(parts[:-1])
+            fd = None
+            if parent is not None:
+                with contextlib.suppress(OSError):
+                    fd = os.open(parts[-1], DIR_FLAGS, dir_fd=parent)
+            self._folders[parts] = fd
+        return self._folders[parts]
+
+    def read(self, path: str) -> bytes | None:
+        """The bytes of the regular file at ``path``, or None."""
+        parts = path.split("/")
+        fd = self._folder(tuple(parts[:-1]))
+        return None if fd is None else read_at(fd, parts[-1])
+
+    def close(self) -> None:
+        for fd in self._folders.values():
+            if fd is not None:
+                os.close(fd)
+        self._folders.clear()

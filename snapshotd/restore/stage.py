@@ -23,7 +23,7 @@ from snapshotd.git.modes import MODE_FILE, is_file_mode
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import Repository
 from snapshotd.paths import folders_above
-from snapshotd.restore.fileops import read_disk_file
+from snapshotd.restore.fileops import DiskReader
 from snapshotd.restore.plan import Plan
 from snapshotd.restore.trees import Entry, TreeIndex
 from snapshotd.store.diff import load_tree
@@ -120,12 +120,13 @@ class Stage:
         self.rules_before = os.path.join(self.directory, "rules-before")
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.mkdir(self.rules_before, mode=0o700)
-        for folder in {folder for path in paths for folder in _folders_of(path)}:
-            data = read_disk_file(root_fd, _attributes_path(folder))
-            if data is not None:
-                os.makedirs(os.path.join(self.rules_before, folder), mode=0o700, exist_ok=True)
-                with open(os.path.join(self.rules_before, _attributes_path(folder)), "wb") as handle:
-                    handle.write(data)
+        with contextlib.closing(DiskReader(root_fd)) as disk:
+            for folder in {folder for path in paths for folder in _folders_of(path)}:
+                data = disk.read(_attributes_path(folder))
+                if data is not None:
+                    os.makedirs(os.path.join(self.rules_before, folder), mode=0o700, exist_ok=True)
+                    with open(os.path.join(self.rules_before, _attributes_path(folder)), "wb") as handle:
+                        handle.write(data)
 
     def prepare(self, root_fd: int, plan: Plan) -> None:
         """Have git check out every file the plan writes, if conversion may apply.
@@ -143,20 +144,21 @@ class Stage:
         planned = dict(plan.writes)
         deleted = set(plan.deletes)
         attributes: dict[str, Entry] = {}
-        for folder in {folder for path, _ in files for folder in _folders_of(path)}:
-            name = _attributes_path(folder)
-            if name in planned:
-                if is_file_mode(planned[name].mode):
-                    attributes[name] = planned[name]
-                continue
-            if name in deleted:
-                continue
-            data = read_disk_file(root_fd, name)
-            if data is not None:
-                oid = self.repo.odb.write(pygit2.enums.ObjectType.BLOB, data)
-                attributes[name] = Entry(str(oid), MODE_FILE)
-            elif (kept := self._kept_in_index(name)) is not None:
-                attributes[name] = kept
+        with contextlib.closing(DiskReader(root_fd)) as disk:
+            for folder in {folder for path, _ in files for folder in _folders_of(path)}:
+                name = _attributes_path(folder)
+                if name in planned:
+                    if is_file_mode(planned[name].mode):
+                        attributes[name] = planned[name]
+                    continue
+                if name in deleted:
+                    continue
+                data = disk.read(name)
+                if data is not None:
+                    oid = self.repo.odb.write(pygit2.enums.ObjectType.BLOB, data)
+                    attributes[name] = Entry(str(oid), MODE_FILE)
+                elif (kept := self._kept_in_index(name)) is not None:
+                    attributes[name] = kept
         if not may_convert(self.repo.config, self.repo.path, worktree_attributes=bool(attributes)):
             return
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
