@@ -244,24 +244,30 @@ def _locks(folder: Path) -> list[Path]:
     return sorted(folder.rglob("*.lock"))
 
 
-async def test_a_repository_moved_while_its_ref_is_updated_leaves_no_lock_and_no_folder_behind(tmp_path, monkeypatch, watched_engine):
+@pytest.mark.parametrize("moved_at", ["set_target", "lock_ref"])
+async def test_a_repository_moved_while_its_ref_is_updated_leaves_no_lock_and_no_folder_behind(
+    tmp_path, monkeypatch, watched_engine, moved_at
+):
     """Fault: ``mv`` of the worktree while the checkpoint's ref is locked. libgit2 renames (or on failure
     removes) the lock by its old path: the lock stayed in the moved ``.git`` and refused that session's
-    checkpoints there for 30 s, and the update was retried at the old path, making ``.git/refs`` anew there."""
+    checkpoints there for 30 s, and the update was retried at the old path, making ``.git/refs`` anew there.
+    A move just after the lock was taken, before the daemon opened it, left it too (the lifecycle soak)."""
     repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
     moved = tmp_path / "r2"
     await watched_engine.call("checkpoint", {"path": str(repo), "session": "s"})
     (repo / "a.txt").write_text("b\n")
     met: list[str] = []
-    real_set_target = pygit2.transaction.ReferenceTransaction.set_target
+    real = getattr(pygit2.transaction.ReferenceTransaction, moved_at)
 
     def moving_first(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if moved_at == "lock_ref":
+            done = real(self, *args, **kwargs)
         if not met:
             met.append("moved")
             repo.rename(moved)
-        return real_set_target(self, *args, **kwargs)
+        return done if moved_at == "lock_ref" else real(self, *args, **kwargs)
 
-    monkeypatch.setattr(pygit2.transaction.ReferenceTransaction, "set_target", moving_first)
+    monkeypatch.setattr(pygit2.transaction.ReferenceTransaction, moved_at, moving_first)
     with pytest.raises(SnapshotdError) as caught:
         await watched_engine.call("checkpoint", {"path": str(repo), "session": "s"})
     assert met

@@ -97,15 +97,21 @@ class LibgitRepository(pygit2.Repository):
         The check runs under libgit2's lock of the reference. Raises RefMoved
         when it holds another value, RefLocked when another writer holds the
         lock, GitError for any other failure. A lock the repository took
-        along when it was moved meanwhile is removed (:func:`_drop_moved_lock`).
+        along when it was moved meanwhile is removed (:func:`_drop_moved_lock`):
+        the lock is opened through the repository's folder as opened before it
+        was taken, so it is found even when the move came just after it.
         """
         lock = os.path.join(self.path, name + ".lock")
         held: int | None = None
+        root: int | None = None
+        with contextlib.suppress(OSError):  # (gone: libgit2's lock says so)
+            root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # follows a move from here on
         try:
             with self.transaction() as txn:
                 txn.lock_ref(name)
-                with contextlib.suppress(OSError):  # moved already: the stale-lock rule is left for it
-                    held = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
+                if root is not None:
+                    with contextlib.suppress(OSError):  # gone with its repository: nothing left to refuse anyone
+                        held = os.open(name + ".lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=root)
                 if self.resolve_ref(name) != expected:
                     raise RefMoved(name)
                 if new is None:
@@ -113,14 +119,15 @@ class LibgitRepository(pygit2.Repository):
                 else:
                     txn.set_target(name, new, message="snapshotd")
         except pygit2.GitError as exc:
-            if held is not None:
-                _drop_moved_lock(held, lock)
             if "lock" in str(exc).lower():
                 raise RefLocked(str(exc)) from exc
             raise GitError(f"Could not update {name}: {exc}") from exc
         finally:
-            if held is not None:
+            if held is not None:  # whatever happened: a value found moved (RefMoved) as much as a failed rename
+                _drop_moved_lock(held, lock)
                 os.close(held)
+            if root is not None:
+                os.close(root)
 
 
 def _drop_moved_lock(held: int, lock: str) -> None:
