@@ -64,7 +64,7 @@ async def settled(path):
     journal = os.path.join(path, ".git", "snapshotd", "journal")
     with trio.fail_after(60):
         while os.path.isdir(journal) and os.listdir(journal):
-            await trio.sleep(0.005)
+            await trio.sleep(0.0005)
 
 async def timed(call):
     wall, cpu = time.perf_counter(), cpu_s()
