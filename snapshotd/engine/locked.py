@@ -89,10 +89,12 @@ class Locked:
 
     def forget(self, path: str) -> None:
         """Drop ``path`` from the capture's stat cache: the apply wrote or removed it."""
+        self._check()
         self._state.cache.forget(path)
 
     def recaptured(self) -> None:
         """Count a warm capture replaced by an exact one."""
+        self._check()
         self._counters["safety_recaptures"] += 1
 
     async def later(self, cleanup: Callable[[], None]) -> None:

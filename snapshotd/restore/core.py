@@ -215,7 +215,7 @@ def _plan_and_apply(
                 GitCheckout(git_dir=info.git_dir or info.store_dir, tree=current.tree),
                 defer,
             ) as prepared:
-                if not exact and prepared.stale(make_fence(os.path.join(info.state_dir, "tmp"))):
+                if not exact and prepared.stale(_fence(info)):
                     return None
                 try:
                     safety = worktree.record(repo, current.tree, job.label)
@@ -232,6 +232,15 @@ def _plan_and_apply(
         conflicted = {c["path"] for c in outcome.conflicts}
         found = kept_mod.left_out(current.stats.skipped, job.paths) + unveiled
         return replace(outcome, kept=[item for item in found if item["path"] not in conflicted])
+
+
+def _fence(info: WorktreeInfo) -> int | None:
+    """The racy-timestamp fence, taken in the worktree's private folder; None where it cannot be written (then the
+    plan's files are all read again before they are replaced)."""
+    try:
+        return make_fence(os.path.join(info.state_dir, "tmp"))
+    except OSError:
+        return None
 
 
 def _forget(worktree: LockedWorktree, paths: Iterable[str]) -> None:
