@@ -106,6 +106,7 @@ class LibgitRepository(pygit2.Repository):
         root: int | None = None
         with contextlib.suppress(OSError):  # (gone: libgit2's lock says so)
             root = os.open(self.path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # follows a move from here on
+        updated = False
         try:
             with self.transaction() as txn:
                 txn.lock_ref(name)
@@ -118,13 +119,15 @@ class LibgitRepository(pygit2.Repository):
                     txn.remove(name)
                 else:
                     txn.set_target(name, new, message="snapshotd")
+            updated = True  # committed: libgit2 renamed its lock into place (or removed it with the ref)
         except pygit2.GitError as exc:
             if "lock" in str(exc).lower():
                 raise RefLocked(str(exc)) from exc
             raise GitError(f"Could not update {name}: {exc}") from exc
         finally:
-            if held is not None:  # whatever happened: a value found moved (RefMoved) as much as a failed rename
-                _drop_moved_lock(held, lock)
+            if held is not None:
+                if not updated:  # whatever stopped it: a value found moved (RefMoved) as much as a failed rename
+                    _drop_moved_lock(held, lock)
                 os.close(held)
             if root is not None:
                 os.close(root)
