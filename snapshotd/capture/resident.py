@@ -17,12 +17,22 @@ still points at that pin.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 
 import pygit2
 
 from snapshotd.git.libgit import LibgitRepository
-from snapshotd.git.repository import Head, head_of, libgit2_opens, open_repository, read_head
+from snapshotd.git.repository import (
+    Head,
+    Repository,
+    head_of,
+    libgit2_opens,
+    open_repository,
+    read_head,
+    repository,
+)
 from snapshotd.store.heads import HeadCache
 from snapshotd.store.identity import WorktreeInfo
 
@@ -57,6 +67,16 @@ class Resident:
             assert isinstance(repo, LibgitRepository)
             self._store = repo
         return self._store
+
+    @contextlib.contextmanager
+    def opened(self, info: WorktreeInfo) -> Iterator[Repository]:
+        """The store for a block: this resident one where libgit2 opens it, else one of git's, ended with the block."""
+        kept = self.store(info)
+        if kept is not None:
+            yield kept
+            return
+        with repository(info.store_dir) as repo:
+            yield repo
 
     def head(self, info: WorktreeInfo) -> Head:
         """HEAD's commit and branch of the worktree (None, None for a plain folder)."""

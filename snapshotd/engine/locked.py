@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import trio
 
@@ -29,7 +29,7 @@ from snapshotd.capture.state import CaptureResult
 from snapshotd.engine.recording import record_one
 from snapshotd.engine.registry import WorktreeState
 from snapshotd.errors import InternalError
-from snapshotd.git.repository import Repository, repository
+from snapshotd.git.repository import Repository
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store.checkpoints import Checkpoint
 from snapshotd.store.identity import WorktreeInfo
@@ -71,16 +71,10 @@ class Locked:
         self._check()
         return await self._capture(exact)
 
-    @contextlib.contextmanager
-    def store(self) -> Iterator[Repository]:
-        """The worktree's store: the resident one where libgit2 opens it, else one of git's for this block."""
+    def store(self) -> contextlib.AbstractContextManager[Repository]:
+        """The worktree's store for a block: the resident one where libgit2 opens it, else one of git's."""
         self._check()
-        kept = self._state.capture.resident.store(self.info)
-        if kept is not None:
-            yield kept
-            return
-        with repository(self.info.store_dir) as repo:
-            yield repo
+        return self._state.capture.resident.opened(self.info)
 
     def record(self, repo: Repository, tree: str, label: str) -> Checkpoint:
         """Record ``tree`` as the safety checkpoint labelled ``label``, in ``repo`` (from :meth:`store`)."""

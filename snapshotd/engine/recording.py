@@ -22,16 +22,12 @@ def record_many(
     exception, in the sentence a single checkpoint would give; the others go on.
     """
     requests = [(t.options.session, t.options.label, t.options.agent) for t in tickets]
-    with disk_refusals(info.store_dir, "save the checkpoint in"):
-        kept = resident.store(info) if resident is not None else None
-        if kept is not None and resident is not None:
-            base, _ = resident.head(info)
-            store = Store(kept, resident.heads)  # the sessions' heads kept from the last record
-            outcomes = store.record_many(worktree_id=info.id, requests=requests, tree=tree, base=base)
-        else:
-            base, _ = worktree_head(info)
-            with repository(info.store_dir) as repo:
-                outcomes = Store(repo).record_many(worktree_id=info.id, requests=requests, tree=tree, base=base)
+    with (
+        disk_refusals(info.store_dir, "save the checkpoint in"),
+        resident.opened(info) if resident is not None else repository(info.store_dir) as repo,
+    ):
+        store, base = _on_head(info, repo, resident)
+        outcomes = store.record_many(worktree_id=info.id, requests=requests, tree=tree, base=base)
     out: list[Checkpoint | Exception] = []
     for outcome in outcomes:
         if isinstance(outcome, Exception):
@@ -47,13 +43,17 @@ def record_one(
     info: WorktreeInfo, session: str | None, label: str | None, tree: str, repo: Repository,
     *, resident: Resident | None = None,
 ) -> Checkpoint:
-    """Record ``tree`` as a checkpoint of the worktree on its HEAD, in the store ``repo`` the caller has open.
+    """Record ``tree`` as a checkpoint of the worktree on its HEAD, in the store ``repo`` the caller has open
+    (``resident``'s, when the caller holds the worktree's lock: :func:`_on_head`)."""
+    store, base = _on_head(info, repo, resident)
+    return store.record(worktree_id=info.id, session=session, label=label, tree=tree, base=base)
 
-    When ``repo`` is ``resident``'s store (the caller holds the worktree's
-    lock), HEAD is read through it and the sessions' heads it keeps are used.
-    """
+
+def _on_head(info: WorktreeInfo, repo: Repository, resident: Resident | None) -> tuple[Store, str | None]:
+    """``repo`` as the checkpoints' store, and HEAD's commit they go on: through ``resident`` when ``repo`` is its
+    store (HEAD read there, the sessions' heads kept from the last record), else read anew."""
     if resident is not None and repo is resident.store(info):
         base, _ = resident.head(info)
-        return Store(repo, resident.heads).record(worktree_id=info.id, session=session, label=label, tree=tree, base=base)
+        return Store(repo, resident.heads), base
     base, _ = worktree_head(info)
-    return Store(repo).record(worktree_id=info.id, session=session, label=label, tree=tree, base=base)
+    return Store(repo), base
