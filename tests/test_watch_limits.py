@@ -10,13 +10,16 @@ thread, iteratively, and that a stopping watch never waits for it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -53,40 +56,24 @@ def _namespaces_work() -> bool:
     return probe.returncode == 0
 
 
-@pytest.mark.skipif(not _namespaces_work(), reason="needs an unprivileged user namespace with its own inotify limits")
-def test_the_kernels_watch_limit_is_named_and_the_worktree_captured_cold(tmp_path: Path) -> None:
-    big = init_repo(tmp_path / "big", ("a.txt", "a\n"))
-    make_folders(big, 120)
-    small = init_repo(tmp_path / "small", ("a.txt", "a\n"))
+@contextlib.contextmanager
+def daemon_with_watch_limit(tmp_path: Path, limit: int) -> Iterator[Path]:
+    """A daemon in a user namespace of its own whose inotify watch limit is ``limit``; its socket.
+
+    On leaving, the daemon must stop at SIGTERM within 5 s and its log hold no traceback.
+    """
     sock = tmp_path / "run" / "s.sock"
     sock.parent.mkdir(mode=0o700)
     log = tmp_path / "daemon.log"
     serve = f"{sys.executable} -m snapshotd serve --socket {sock} --allow-root"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            ["unshare", "-U", "-r", "sh", "-c", f"echo 60 > /proc/sys/user/max_inotify_watches && exec {serve}"],
+            ["unshare", "-U", "-r", "sh", "-c", f"echo {limit} > /proc/sys/user/max_inotify_watches && exec {serve}"],
             stdout=out, stderr=subprocess.STDOUT, env=child_env(), stdin=subprocess.DEVNULL,
         )
     try:
         wait_until(lambda: answers(sock), 15, "the daemon in its namespace")
-        with Client(str(sock), timeout=30) as client:
-            for round_ in range(3):
-                write(big / "a.txt", f"round {round_}\n")
-                done = client.call("checkpoint", {"path": str(big)})
-                assert done["checkpoint"]["tree"] == oracle_tree(big)
-                assert done["stats"]["scan"] == "full"
-            shown = client.call("open", {"path": str(big)})["worktree"]
-            assert not shown["watching"]
-            assert "fs.inotify.max_user_watches = 60" in shown["watch_error"]
-            assert "this daemon holds" in shown["watch_error"] and "sudo sysctl" in shown["watch_error"]
-            status = client.call("status")
-            assert status["counters"]["watch_given_up.watch_limit"] == 1  # backed off: not retried per request
-            # Its watches were given back: a small worktree is watched and warm.
-            client.call("checkpoint", {"path": str(small)})
-            write(small / "a.txt", "b\n")
-            warm = client.call("checkpoint", {"path": str(small)})
-            assert warm["stats"]["scan"] == "watch" and warm["checkpoint"]["tree"] == oracle_tree(small)
-            assert client.call("ping")["pid"] == ping(sock)["pid"]
+        yield sock
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=10) == 0
@@ -96,6 +83,94 @@ def test_the_kernels_watch_limit_is_named_and_the_worktree_captured_cold(tmp_pat
             proc.kill()
             proc.wait()
     assert "Traceback" not in log.read_text()
+
+
+needs_namespaces = pytest.mark.skipif(
+    not _namespaces_work(), reason="needs an unprivileged user namespace with its own inotify limits"
+)
+
+
+@needs_namespaces
+def test_the_kernels_watch_limit_is_named_and_the_worktree_captured_cold(tmp_path: Path) -> None:
+    big = init_repo(tmp_path / "big", ("a.txt", "a\n"))
+    make_folders(big, 120)
+    small = init_repo(tmp_path / "small", ("a.txt", "a\n"))
+    with daemon_with_watch_limit(tmp_path, 60) as sock, Client(str(sock), timeout=30) as client:
+        for round_ in range(3):
+            write(big / "a.txt", f"round {round_}\n")
+            done = client.call("checkpoint", {"path": str(big)})
+            assert done["checkpoint"]["tree"] == oracle_tree(big)
+            assert done["stats"]["scan"] == "full"
+        shown = client.call("open", {"path": str(big)})["worktree"]
+        assert not shown["watching"]
+        assert "fs.inotify.max_user_watches = 60" in shown["watch_error"]
+        assert "this daemon holds" in shown["watch_error"] and "sudo sysctl" in shown["watch_error"]
+        status = client.call("status")
+        assert status["counters"]["watch_given_up.watch_limit"] == 1  # backed off: not retried per request
+        # Its watches were given back: a small worktree is watched and warm.
+        client.call("checkpoint", {"path": str(small)})
+        write(small / "a.txt", "b\n")
+        warm = client.call("checkpoint", {"path": str(small)})
+        assert warm["stats"]["scan"] == "watch" and warm["checkpoint"]["tree"] == oracle_tree(small)
+        assert client.call("ping")["pid"] == ping(sock)["pid"]
+
+
+@needs_namespaces
+def test_at_the_watch_limit_worktrees_fill_it_in_turn_and_the_rest_wait_for_watches_given_back(tmp_path: Path) -> None:
+    """Five worktrees of 334 folders each opened at once under a limit of 1,200 watches.
+
+    The limit fills worktree by worktree: three are watched, the walks of the other two stop
+    short of the last watches (kept for the watched ones' new folders), and those two do not
+    walk again on a timer. When a watched worktree is deleted, its watches are given back
+    and the next capture of a waiting worktree watches it.
+    """
+    repos = [init_repo(tmp_path / f"r{index}", ("a.txt", "a\n")) for index in range(5)]
+    for repo in repos:
+        make_folders(repo, 300)  # 300 + 30 folders and the root; the daemon adds three of its own
+    with daemon_with_watch_limit(tmp_path, 1200) as sock:
+        def first_checkpoint(repo: Path) -> None:
+            with Client(str(sock), timeout=60) as client:
+                client.call("checkpoint", {"path": str(repo)})
+
+        threads = [threading.Thread(target=first_checkpoint, args=(repo,)) for repo in repos]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        with Client(str(sock), timeout=60) as client:
+            def watching() -> list[Path]:
+                return [repo for repo in repos if client.call("open", {"path": str(repo)})["worktree"]["watching"]]
+
+            wait_until(lambda: len(watching()) == 3, 20, "three worktrees watched")
+            watched = watching()
+            waiting = [repo for repo in repos if repo not in watched]
+            for repo in waiting:
+                assert "fs.inotify.max_user_watches = 1200" in client.call("open", {"path": str(repo)})["worktree"]["watch_error"]
+            assert client.call("status")["counters"]["watch_given_up.watch_limit"] == 2
+            # A watched worktree's new folders take from the reserve.
+            make_folders(watched[0] / "new", 20)
+            done = client.call("checkpoint", {"path": str(watched[0])})
+            assert done["stats"]["scan"] == "watch" and done["checkpoint"]["tree"] == oracle_tree(watched[0])
+            # Past the first back-off (5 s), the waiting worktrees still do not walk again: no watch was given back.
+            time.sleep(5.5)
+            for repo in waiting:
+                write(repo / "a.txt", "later\n")
+                done = client.call("checkpoint", {"path": str(repo)})
+                assert done["stats"]["scan"] == "full" and done["checkpoint"]["tree"] == oracle_tree(repo)
+            assert client.call("status")["counters"]["watch_given_up.watch_limit"] == 2
+            assert watching() == watched
+            # A watched worktree deleted gives its watches back: the next capture of a waiting one watches it.
+            shutil.rmtree(watched[1])
+            def still_watched(repo: Path) -> bool:
+                listed = client.call("worktrees")["worktrees"]
+                return any(item.get("path") == str(repo) and item.get("watching") for item in listed)
+
+            wait_until(lambda: not still_watched(watched[1]), 20, "the deleted worktree's watch to end")
+            client.call("checkpoint", {"path": str(waiting[0])})
+            wait_until(lambda: client.call("open", {"path": str(waiting[0])})["worktree"]["watching"], 20, "a waiting worktree watched")
+            write(waiting[0] / "a.txt", "watched now\n")
+            done = client.call("checkpoint", {"path": str(waiting[0])})
+            assert done["stats"]["scan"] == "watch" and done["checkpoint"]["tree"] == oracle_tree(waiting[0])
 
 
 async def test_past_the_ceiling_a_worktree_is_captured_cold_and_says_so(tmp_path, nursery, monkeypatch):

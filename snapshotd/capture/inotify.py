@@ -169,6 +169,18 @@ def watches_held() -> int:
     return held
 
 
+def watch_limit_reached(*, reserve: bool = False) -> WatchGivenUp:
+    """The user's inotify watches are all taken, or (``reserve``) all but those kept for watched worktrees."""
+    reached = "nearly reached" if reserve else "reached"
+    kept = ", and keeps the rest for new folders in the worktrees it watches" if reserve else ""
+    return WatchGivenUp(
+        "watch_limit",
+        f"The kernel's inotify watch limit is {reached} ({WATCHES_SYSCTL} = {limit_value(WATCHES_SYSCTL)}, "
+        f"shared by all of the user's processes; this daemon holds {watches_held()}{kept}), so this worktree is "
+        f"not watched and its captures are full scans; raise it with 'sudo sysctl {WATCHES_SYSCTL}=N'.",
+    )
+
+
 def as_limit(exc: OSError) -> OSError | WatchGivenUp:
     """A kernel limit named as one (the sysctl to raise, its value, the watches held); other errors as they are.
 
@@ -178,12 +190,7 @@ def as_limit(exc: OSError) -> OSError | WatchGivenUp:
     the daemon is out of descriptors.
     """
     if exc.errno == errno.ENOSPC:
-        return WatchGivenUp(
-            "watch_limit",
-            f"The kernel's inotify watch limit is reached ({WATCHES_SYSCTL} = {limit_value(WATCHES_SYSCTL)}, "
-            f"shared by all of the user's processes; this daemon holds {watches_held()}), so this worktree is "
-            f"not watched and its captures are full scans; raise it with 'sudo sysctl {WATCHES_SYSCTL}=N'.",
-        )
+        return watch_limit_reached()
     if exc.errno == errno.EMFILE and (exc.strerror or "").startswith("inotify_init1"):
         return WatchGivenUp(
             "watch_limit",

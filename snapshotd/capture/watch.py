@@ -44,6 +44,7 @@ from snapshotd.capture.inotify import (
 )
 from snapshotd.capture.presence import GONE, MOVED
 from snapshotd.capture.watchpaths import classify, descend
+from snapshotd.capture.watchsupply import supply
 from snapshotd.capture.watchwalk import Budget, watch_tree
 from snapshotd.errors import WatchGivenUp
 from snapshotd.settings import watch_ceiling
@@ -165,11 +166,13 @@ class Watcher:
         finally:
             os.close(fd)
 
-    def arm(self) -> None:
+    def arm(self, room: int | None = None) -> None:
         """(Re)build the whole set of watches from a walk of the worktree, dropping stale ones.
 
         Clears :attr:`suspect` only when the kernel's count then equals the
         folders held; otherwise the watcher stays suspect and captures stay cold.
+        ``room`` is how many folders the walk may watch before the user's
+        watches count as used up (:mod:`.watchsupply`).
         """
         assert self._inotify is not None
         self.suspect = None
@@ -177,7 +180,7 @@ class Watcher:
         self._folder_of.clear()
         self._wd_of.clear()
         try:
-            watch_tree(self, self.root, "", Budget(self.ceiling, halt=self._halt))
+            watch_tree(self, self.root, "", Budget(self.ceiling, halt=self._halt, room=room))
         except BaseException:
             self.suspect = "a walk of the worktree was interrupted"
             raise
@@ -231,7 +234,8 @@ class Watcher:
         reason = self.suspect
         log.warning("The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
         try:
-            await self._owning(self.arm)
+            async with supply.walks:
+                await self._owning(self.arm, supply.room(self))
         except WatchGivenUp as exc:  # past a limit now: the watch ends (its loop is told), this capture goes on cold
             self._limit, self.live = exc, False
             if self._loop is not None:
@@ -242,11 +246,14 @@ class Watcher:
 
     async def run(self) -> None:
         """Watch until cancelled; :meth:`wait_started` returns once the watches are in place."""
+        served = False  # a first walk given up returns only what it took: no watches given back to the others
         try:
             self.cookies.open()
             self._inotify = Inotify()
-            await trio.to_thread.run_sync(self.arm)
-            self.live = True
+            supply.join(self)
+            async with supply.walks:
+                await trio.to_thread.run_sync(self.arm, supply.room(self))
+            self.live = served = True
             self._started.set()
             with trio.CancelScope() as self._loop:
                 while self.vanished is None:
@@ -278,6 +285,7 @@ class Watcher:
                     await self._arming.wait()
             self.cookies.close()
             if self._inotify is not None:
+                supply.leave(self, self.held() if served else 0)
                 self._inotify.close()
                 self._inotify = None
 

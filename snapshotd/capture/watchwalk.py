@@ -11,6 +11,7 @@ inode); a folder moved meanwhile ends the walk with the watch suspect.
 
 Budgets: the worktree's ceiling of watched folders (past it the watch is
 given up and the worktree captured cold, :class:`~snapshotd.errors.WatchGivenUp`),
+the room a whole walk has in the user's watches (:mod:`.watchsupply`),
 an optional deadline (past it the walk stops and the watch is suspect, so
 the next capture scans and re-arms), and cancellation (the host task's, or
 ``halt``), checked at every folder so that a stopping daemon never waits
@@ -29,7 +30,7 @@ from typing import Protocol
 
 import trio
 
-from snapshotd.capture.inotify import OPEN_FOLDER, as_limit, open_in_tree
+from snapshotd.capture.inotify import OPEN_FOLDER, as_limit, open_in_tree, watch_limit_reached
 from snapshotd.errors import WatchGivenUp
 
 
@@ -52,6 +53,7 @@ class Budget:
     ceiling: int
     deadline: float | None = None  # time.monotonic() value; None: no time limit
     halt: threading.Event = field(default_factory=threading.Event)
+    room: int | None = None  # the daemon's share of the user's watches this walk may fill (watchsupply)
 
 
 @dataclass
@@ -77,6 +79,8 @@ def _check(table: WatchTable, budget: Budget, root: str) -> None:
             f"{root} has more than {budget.ceiling} folders, the most snapshotd watches in one worktree "
             "(SNAPSHOTD_WATCH_CEILING), so it is not watched and its captures are full scans.",
         )
+    if budget.room is not None and table.held() > budget.room:
+        raise watch_limit_reached(reserve=True)
     if budget.deadline is not None and time.monotonic() > budget.deadline:
         table.suspect = "new folders took too long to watch"
         raise _Stopped

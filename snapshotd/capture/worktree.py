@@ -33,6 +33,7 @@ from snapshotd.capture.resident import Resident
 from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, Then, make_fence
 from snapshotd.capture.warm import WarmBasis, WarmState, capture_warm, signature_of
 from snapshotd.capture.watch import Watcher
+from snapshotd.capture.watchsupply import WatchRetry
 from snapshotd.errors import NotFound, missing_object_error
 from snapshotd.git.format import object_format
 from snapshotd.store.identity import WorktreeInfo
@@ -44,8 +45,6 @@ WATCH_START_TIMEOUT_S = 5.0
 RECONCILE_IDLE_S = 5.0
 PRESENCE_CHECK_S = RECONCILE_IDLE_S / 2
 VANISH_GRACE_S = 0.3  # a failed capture looks again after this for a worktree being deleted
-RETRY_FIRST_S = 5.0  # a failed watch is tried again after this, doubling up to RETRY_MAX_S
-RETRY_MAX_S = 300.0
 
 OnChange = Callable[[set[str], bool], None]
 
@@ -75,8 +74,7 @@ class WorktreeCapture:
         self.vanished: presence.Vanished | None = None  # the worktree is no longer where it was opened
         self.failure: str | None = None  # why the worktree's own tasks last failed (it is cold since)
         self._root: presence.RootId | None = None  # the root folder's device and inode when the watch started
-        self._retry_at = 0.0
-        self._backoff = 0.0
+        self._retry = WatchRetry()
         self._cancel: trio.CancelScope | None = None
 
     @property
@@ -248,10 +246,10 @@ class WorktreeCapture:
         if self.watcher is not None and self.watched != self.info:
             self.forget_watch()
         if self.watched != self.info:  # opened at a new place (or cold): whatever happened before is past
-            self.vanished, self.failure, self._backoff, self._retry_at, self._root = None, None, 0.0, 0.0, None
+            self.vanished, self.failure, self._retry, self._root = None, None, WatchRetry(), None
         if self._root is None:  # the root as this request finds it: one made anew later is not this one
             self._root = await trio.to_thread.run_sync(presence.root_id, self.info.path, limiter=thread_limiter)
-        if nursery is None or self.watcher is not None or time.monotonic() < self._retry_at:
+        if nursery is None or self.watcher is not None or not self._retry.due():
             return
         if not facilities.available("inotify"):  # lost since the engine started (inotify_init1 said ENOSYS)
             return
@@ -335,8 +333,7 @@ class WorktreeCapture:
             return
         self.counters["worktree_task_failures"] += why is not None
         self.failure = why
-        self._backoff = min(RETRY_MAX_S, self._backoff * 2 or RETRY_FIRST_S) if why is not None else 0.0
-        self._retry_at = time.monotonic() + self._backoff
+        self._retry.failed(why is not None, at_limit=watcher.given_up == "watch_limit")
         self.warm = None
         if self._cancel is not None:
             self._cancel.cancel()

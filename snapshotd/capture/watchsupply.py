@@ -1,0 +1,96 @@
+"""The user's inotify watches: one supply for every worktree the daemon watches.
+
+The kernel gives a user a fixed number of watches (``fs.inotify.max_user_watches``),
+and a worktree is watched whole or not at all. Left to themselves, the first
+walks of 25 big worktrees run at once, reach the limit together and nearly all
+give up, though most would have fitted; each then walks again on a timer, and a
+walk that takes the last watches makes the next new folder of a watched
+worktree fail, which ends that watch too. So here:
+
+- whole walks take turns, so the limit fills one worktree after another;
+- a whole walk stops short of the limit by a reserve, kept for the new folders
+  of the worktrees already watched (a walk of new folders may use it);
+- a worktree given up at the limit walks again only once watches were given
+  back (a watch ended, or the limit was raised), or after the longest back-off.
+
+Watches other processes of the user hold are not counted (reading every
+process's ``fdinfo`` is not cheap); the kernel's refusal still ends a walk there.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol
+
+import trio
+
+from snapshotd.capture.inotify import WATCHES_SYSCTL, limit_value
+
+RETRY_FIRST_S = 5.0  # a failed watch is tried again after this, doubling up to RETRY_MAX_S
+RETRY_MAX_S = 300.0
+RESERVE_SHARE = 32  # a 32nd of the limit stays for the watched worktrees' new folders
+RESERVE_LEAST = 16
+
+
+class Holder(Protocol):
+    def held(self) -> int: ...
+
+
+class WatchSupply:
+    """Who holds the daemon's watches, whose whole walk goes next, and whether any were given back."""
+
+    def __init__(self) -> None:
+        self.walks = trio.Lock()  # whole walks, one at a time
+        self._holders: set[Holder] = set()
+        self._returned = 0  # watches ended that had held some
+
+    def join(self, holder: Holder) -> None:
+        self._holders.add(holder)
+
+    def leave(self, holder: Holder, held: int) -> None:
+        """``holder`` gave back the ``held`` watches it had (its inotify instance is closed)."""
+        self._holders.discard(holder)
+        self._returned += held > 0
+
+    def room(self, holder: Holder) -> int | None:
+        """How many folders a whole walk of ``holder`` may watch; None when the limit is unknown."""
+        text = limit_value(WATCHES_SYSCTL)
+        if not text.isdigit():
+            return None
+        limit = int(text)
+        others = sum(each.held() for each in self._holders if each is not holder)
+        return limit - max(RESERVE_LEAST, limit // RESERVE_SHARE) - others
+
+    def mark(self) -> tuple[int, str]:
+        """What a walk given up at the limit waits to see change: watches given back, or the limit itself."""
+        return self._returned, limit_value(WATCHES_SYSCTL)
+
+    def changed_since(self, mark: tuple[int, str]) -> bool:
+        return self.mark() != mark
+
+
+supply = WatchSupply()
+"""The daemon's one supply (watches are the user's, shared by all the worktrees)."""
+
+
+class WatchRetry:
+    """When a worktree whose watch failed is watched again: after a back-off that doubles, or, given up at the
+    user's watch limit, once watches were given back since (at the latest after the longest back-off)."""
+
+    def __init__(self) -> None:
+        self.at = 0.0
+        self._backoff = 0.0
+        self._mark: tuple[int, str] | None = None
+
+    def failed(self, failure: bool, *, at_limit: bool) -> None:
+        """The watch ended: a ``failure``, or (False) an end that may be tried again at once."""
+        self._backoff = min(RETRY_MAX_S, self._backoff * 2 or RETRY_FIRST_S) if failure else 0.0
+        self.at = time.monotonic() + self._backoff
+        self._mark = None
+        if at_limit:
+            self._mark, self.at = supply.mark(), time.monotonic() + RETRY_MAX_S
+
+    def due(self) -> bool:
+        if time.monotonic() >= self.at:
+            return True
+        return self._mark is not None and supply.changed_since(self._mark)
