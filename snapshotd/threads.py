@@ -136,3 +136,11 @@ def one_malloc_arena() -> bool:
         return bool(libc.mallopt(_M_ARENA_MAX, 1))
     except (OSError, AttributeError):
         return False
+
+full_scans = trio.CapacityLimiter(max(1, thread_limiter.total_tokens - 1))
+"""Full scans running at once: one fewer than the threads, so a warm capture always finds one free.
+
+A full scan of a 100,000-file worktree holds a thread for most of a second;
+at the start of a fleet, or for worktrees the user's inotify watches cannot
+cover, many wait for one, and those worktrees take turns here.
+"""

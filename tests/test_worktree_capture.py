@@ -152,3 +152,48 @@ async def test_a_moved_worktree_gets_a_new_watcher(tmp_path, nursery):
     assert result.stats.scan == "full"  # the warm state of the old place was dropped
     assert result.tree == oracle_tree(moved)
     capture.close()
+
+
+async def test_full_scans_take_turns_and_leave_a_thread_for_warm_captures(tmp_path, nursery, monkeypatch):
+    """Cold captures of four unwatched worktrees at once: never more than ``full_scans`` run together
+    (one fewer than the worker threads), each still equals git's tree, and a warm capture runs meanwhile."""
+    running, most = 0, 0
+    real_capture_cold = worktree_mod.capture_cold
+
+    async def counted(*args, **kwargs):
+        nonlocal running, most
+        running += 1
+        most = max(most, running)
+        try:
+            await trio.sleep(0.05)  # long enough for the others to come in, if the limiter let them
+            return await real_capture_cold(*args, **kwargs)
+        finally:
+            running -= 1
+
+    warm_repo = make_repo(tmp_path / "warm")
+    warm_capture, _, _ = await watched(warm_repo, tmp_path / "home", nursery)
+    monkeypatch.setattr(worktree_mod, "capture_cold", counted)
+    repos = [make_repo(tmp_path / f"r{index}") for index in range(4)]
+    captures = [capture_of(repo, tmp_path / "home", Counter()) for repo in repos]  # no watch: every capture is full
+    trees: dict[int, str] = {}
+    warm_done: list[str] = []
+
+    async def take(index: int) -> None:
+        trees[index] = (await captures[index].take()).tree
+
+    async def take_warm() -> None:
+        await trio.sleep(0.02)
+        write(warm_repo / "README", "edited while the scans queue\n")
+        result = await warm_capture.take()
+        assert result.stats.scan == "watch"
+        warm_done.append(result.tree)
+        assert running > 0  # the warm capture ended while full scans still ran or waited
+
+    async with trio.open_nursery() as scans:
+        for index in range(4):
+            scans.start_soon(take, index)
+        scans.start_soon(take_warm)
+    assert most == min(4, worktree_mod.full_scans.total_tokens)
+    assert all(trees[index] == oracle_tree(repo) for index, repo in enumerate(repos))
+    assert warm_done == [oracle_tree(warm_repo)]
+    warm_capture.close()

@@ -37,7 +37,7 @@ from snapshotd.capture.watchsupply import WatchRetry
 from snapshotd.errors import NotFound, missing_object_error
 from snapshotd.git.format import object_format
 from snapshotd.store.identity import WorktreeInfo
-from snapshotd.threads import current_caller, thread_limiter
+from snapshotd.threads import current_caller, full_scans, thread_limiter
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +189,13 @@ class WorktreeCapture:
             self.counters[f"cold_reasons.{reason}"] += 1
             await self.watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
             hints |= self.watcher.take()[0]  # the full scan covers everything the watcher saw so far
-        basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
-        try:
-            result = await capture_cold(
-                self.info, self.cache, self.size_cap, hints=hints, resident=self.resident
-            )
-        except BaseException:
-            self._forget_failed_capture(hints)
-            raise
+        async with full_scans:  # one at a time on two cores: a warm capture always finds a thread
+            basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
+            try:
+                result = await capture_cold(self.info, self.cache, self.size_cap, hints=hints, resident=self.resident)
+            except BaseException:
+                self._forget_failed_capture(hints)
+                raise
         self.warm = (
             WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature) if keep else None
         )
