@@ -197,3 +197,34 @@ async def test_full_scans_take_turns_and_leave_a_thread_for_warm_captures(tmp_pa
     assert all(trees[index] == oracle_tree(repo) for index, repo in enumerate(repos))
     assert warm_done == [oracle_tree(warm_repo)]
     warm_capture.close()
+
+
+@pytest.mark.needs("inotify")
+async def test_an_idle_reconciliation_waits_for_its_turn_without_holding_the_worktree(tmp_path, nursery, monkeypatch):
+    """Other worktrees' full scans hold every turn; the reconciliation due here waits for one outside the
+    worktree's lock, so a checkpoint here is not held behind them; given a turn, it reconciles."""
+    monkeypatch.setattr(worktree_mod, "RECONCILE_IDLE_S", 0.1)
+    monkeypatch.setattr(worktree_mod, "PRESENCE_CHECK_S", 0.05)
+    repo = make_repo(tmp_path / "r")
+    capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
+    write(repo / "README", "edited\n")
+    assert (await capture.take()).stats.scan == "watch"  # a warm capture: a reconciliation is due once quiet
+    others = [object() for _ in range(worktree_mod.full_scans.total_tokens)]
+    for other in others:
+        await worktree_mod.full_scans.acquire_on_behalf_of(other)
+    try:
+        await trio.sleep(0.5)  # quiet, and past several rounds of the reconciliation's check
+        write(repo / "README", "edited again\n")
+        with trio.fail_after(5):
+            async with capture.lock:
+                result = await capture.take()
+        assert result.stats.scan == "watch" and result.tree == oracle_tree(repo)
+        assert counters["reconciliations"] == 0
+    finally:
+        for other in others:
+            worktree_mod.full_scans.release_on_behalf_of(other)
+    with trio.fail_after(10):
+        while counters["reconciliations"] == 0:
+            await trio.sleep(0.05)
+    assert counters["watch_miss"] == 0
+    capture.close()

@@ -16,6 +16,7 @@ Nothing a worktree does ends the daemon or holds another worktree's request.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -180,8 +181,9 @@ class WorktreeCapture:
         self.counters["captures.watch"] += 1
         return CaptureResult(tree=warm.tree, stats=stats, index=None, flagged=set())
 
-    async def _cold(self, reason: str, hints: set[str] | None = None) -> CaptureResult:
-        """A full scan; paths the watcher saw change are re-hashed even if their stat data look clean."""
+    async def _cold(self, reason: str, hints: set[str] | None = None, *, turn_taken: bool = False) -> CaptureResult:
+        """A full scan in its turn among them (taken by the caller if ``turn_taken``); paths the watcher saw
+        change are re-hashed even if their stat data look clean."""
         keep = self.watching
         hints = set(hints or ())
         if keep:
@@ -189,7 +191,7 @@ class WorktreeCapture:
             self.counters[f"cold_reasons.{reason}"] += 1
             await self.watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
             hints |= self.watcher.take()[0]  # the full scan covers everything the watcher saw so far
-        async with full_scans:  # one at a time on two cores: a warm capture always finds a thread
+        async with contextlib.nullcontext() if turn_taken else full_scans:  # a warm capture always finds a thread
             basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
             try:
                 result = await capture_cold(self.info, self.cache, self.size_cap, hints=hints, resident=self.resident)
@@ -363,23 +365,27 @@ class WorktreeCapture:
             vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, watcher.vanished)
             if vanished is not None:
                 raise FileNotFoundError(vanished.message)  # the supervisor records it
-            quiet = time.monotonic() - self.last_activity >= RECONCILE_IDLE_S
-            if not (self.needs_reconcile and quiet and self.watching):
+            if not self._due_for_reconcile():
                 continue
-            if self.lock.locked():
-                continue
-            async with self.lock:
-                warm = await self._take(False)
-                if warm.stats.scan != "watch":
-                    self.needs_reconcile = False
+            async with full_scans:  # its turn first, not under the lock: a checkpoint here never waits for it
+                if not self._due_for_reconcile():
                     continue
-                seen = await watcher.seen_since_taken()
-                cold = await self._cold("idle reconciliation")
-                seen |= await watcher.seen_since_taken()
-                self.needs_reconcile = False
-                self.counters["reconciliations"] += 1
-                await watch_misses(self.info, warm.tree, cold.tree, "idle reconciliation", self.counters, seen)
+                async with self.lock:
+                    warm = await self._take(False)
+                    if warm.stats.scan != "watch":
+                        self.needs_reconcile = False
+                        continue
+                    seen = await watcher.seen_since_taken()
+                    cold = await self._cold("idle reconciliation", turn_taken=True)
+                    seen |= await watcher.seen_since_taken()
+                    self.needs_reconcile = False
+                    self.counters["reconciliations"] += 1
+                    await watch_misses(self.info, warm.tree, cold.tree, "idle reconciliation", self.counters, seen)
             self.last_activity = time.monotonic()
+
+    def _due_for_reconcile(self) -> bool:
+        quiet = time.monotonic() - self.last_activity >= RECONCILE_IDLE_S
+        return self.needs_reconcile and quiet and self.watching and not self.lock.locked()
 
     def watch_counters(self) -> Counter[str]:
         """The watcher's own counts for ``status`` (none without a watcher)."""
