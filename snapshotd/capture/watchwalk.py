@@ -3,11 +3,12 @@
 The walk never runs on the trio loop: a tree of 200,000 folders (or one
 renamed in and out of a worktree in a loop) takes seconds to watch, and the
 loop must go on answering every other worktree meanwhile. It is iterative
-(a chain of folders thousands deep is as good as a wide tree) and holds one
-folder descriptor at a time: it descends by name under the current folder
-(``O_NOFOLLOW``, so a link is never a folder) and climbs back through
-``..``, checking that it came back to the folder it left (the device and
-inode); a folder moved meanwhile ends the walk with the watch suspect.
+(a chain of folders thousands deep is as good as a wide tree): it descends by
+name under the current folder (``O_NOFOLLOW``, so a link is never a folder)
+and holds the folders above it open, at most :data:`FOLDERS_HELD`; below
+that depth it climbs back through ``..``, checking that it came back to the
+folder it left (the device and inode), and a folder moved meanwhile ends the
+walk with the watch suspect.
 
 Budgets: the worktree's ceiling of watched folders (past it the watch is
 given up and the worktree captured cold, :class:`~snapshotd.errors.WatchGivenUp`),
@@ -60,8 +61,12 @@ class Budget:
 class _Frame:
     path: str
     rel: str
-    ident: tuple[int, int]
     names: Iterator[str]
+    fd: int | None  # the folder, kept open while the walk is below it (None past FOLDERS_HELD: climbed by "..")
+    ident: tuple[int, int] | None  # its device and inode, to check a climb back through ".." against
+
+
+FOLDERS_HELD = 64  # folders a walk holds open, from the top; a deeper chain climbs back through ".."
 
 
 class _Stopped(Exception):
@@ -86,16 +91,22 @@ def _check(table: WatchTable, budget: Budget, root: str) -> None:
         raise _Stopped
 
 
-def _enter(table: WatchTable, fd: int, path: str, rel: str) -> _Frame | None:
-    """Watch the open folder and list the folders in it; None when the kernel refused the watch."""
+def _enter(table: WatchTable, fd: int, path: str, rel: str, keep: bool) -> _Frame | None:
+    """Watch the open folder and list the folders in it; None when the kernel refused the watch.
+
+    ``keep``: the frame holds ``fd`` (else the walk climbs back to this folder through ".." and checks it).
+    """
     if not table.watch_folder(fd, path):
         return None
-    st = os.fstat(fd)
+    ident = None
+    if not keep:
+        st = os.fstat(fd)
+        ident = (st.st_dev, st.st_ino)
     try:
         names = [entry.name for entry in os.scandir(fd) if entry.is_dir(follow_symlinks=False)]
     except OSError:
         names = []
-    return _Frame(path, rel, (st.st_dev, st.st_ino), iter(names))
+    return _Frame(path, rel, iter(names), fd if keep else None, ident)
 
 
 def walk(table: WatchTable, folder_fd: int, path: str, rel: str, budget: Budget, root: str) -> int:
@@ -103,14 +114,18 @@ def walk(table: WatchTable, folder_fd: int, path: str, rel: str, budget: Budget,
 
     ``folder_fd`` stays the caller's. Raises :class:`WatchGivenUp` past the
     ceiling or at a kernel limit, and trio's ``Cancelled`` when the host task is.
+    The folders above the current one are held open up to :data:`FOLDERS_HELD`
+    deep, so most climbs cost no system call; deeper, the walk climbs through
+    ".." and checks that it came back to the folder it left.
     """
-    current = os.dup(folder_fd)
+    current = os.dup(folder_fd)  # the top frame's folder; owned by that frame when it keeps it
+    stack: list[_Frame] = []
     count = 0
     try:
-        first = _enter(table, current, path, rel)
+        first = _enter(table, current, path, rel, keep=True)
         if first is None:
             return 0
-        stack = [first]
+        stack.append(first)
         count = 1
         while stack:
             _check(table, budget, root)
@@ -120,11 +135,16 @@ def walk(table: WatchTable, folder_fd: int, path: str, rel: str, budget: Budget,
                 stack.pop()
                 if not stack:
                     break
+                below = stack[-1]
+                if below.fd is not None:
+                    os.close(current)
+                    current = below.fd
+                    continue
                 parent = os.open("..", OPEN_FOLDER, dir_fd=current)
                 os.close(current)
                 current = parent
                 st = os.fstat(current)
-                if (st.st_dev, st.st_ino) != stack[-1].ident:
+                if (st.st_dev, st.st_ino) != below.ident:
                     table.suspect = f"a folder moved while it was being watched: {top.path}"
                     raise _Stopped
                 continue
@@ -138,14 +158,18 @@ def walk(table: WatchTable, folder_fd: int, path: str, rel: str, budget: Budget,
                     raise limit from exc
                 continue
             try:
-                frame = _enter(table, child, f"{top.path}/{name}", f"{top.rel}/{name}" if top.rel else name)
+                frame = _enter(
+                    table, child, f"{top.path}/{name}", f"{top.rel}/{name}" if top.rel else name,
+                    keep=len(stack) < FOLDERS_HELD,
+                )
             except BaseException:
                 os.close(child)
                 raise
             if frame is None:
                 os.close(child)
                 continue
-            os.close(current)
+            if top.fd is None:
+                os.close(current)
             current = child
             stack.append(frame)
             count += 1
@@ -154,7 +178,9 @@ def walk(table: WatchTable, folder_fd: int, path: str, rel: str, budget: Budget,
     except OSError as exc:  # climbing back failed: the tree changed under the walk
         table.suspect = f"a folder changed while it was being watched ({exc.strerror})"
     finally:
-        os.close(current)
+        held = {frame.fd for frame in stack if frame.fd is not None}
+        for fd in held | {current}:
+            os.close(fd)
     return count
 
 
