@@ -166,12 +166,12 @@ class Watcher:
         finally:
             os.close(fd)
 
-    def arm(self, room: int | None = None) -> None:
+    def arm(self, room: Callable[[], int] | None = None) -> None:
         """(Re)build the whole set of watches from a walk of the worktree, dropping stale ones.
 
         Clears :attr:`suspect` only when the kernel's count then equals the
         folders held; otherwise the watcher stays suspect and captures stay cold.
-        ``room`` is how many folders the walk may watch before the user's
+        ``room`` says how many folders the walk may watch before the user's
         watches count as used up (:mod:`.watchsupply`).
         """
         assert self._inotify is not None

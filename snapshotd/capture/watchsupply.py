@@ -7,9 +7,11 @@ give up, though most would have fitted; each then walks again on a timer, and a
 walk that takes the last watches makes the next new folder of a watched
 worktree fail, which ends that watch too. So here:
 
-- whole walks take turns, so the limit fills one worktree after another;
+- whole walks take turns, two at a time (the kernel's half of a walk runs on
+  the other core), so the limit fills a worktree or two after another;
 - a whole walk stops short of the limit by a reserve, kept for the new folders
-  of the worktrees already watched (a walk of new folders may use it);
+  of the worktrees already watched (a walk of new folders may use it); the
+  room left is looked at again every few folders, as other walks take some;
 - a worktree given up at the limit walks again only once watches were given
   back (a watch ended, or the limit was raised), or after the longest back-off.
 
@@ -20,6 +22,7 @@ process's ``fdinfo`` is not cheap); the kernel's refusal still ends a walk there
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -30,6 +33,7 @@ RETRY_FIRST_S = 5.0  # a failed watch is tried again after this, doubling up to 
 RETRY_MAX_S = 300.0
 RESERVE_SHARE = 32  # a 32nd of the limit stays for the watched worktrees' new folders
 RESERVE_LEAST = 16
+WALKS_AT_ONCE = 2
 
 
 class Holder(Protocol):
@@ -40,26 +44,31 @@ class WatchSupply:
     """Who holds the daemon's watches, whose whole walk goes next, and whether any were given back."""
 
     def __init__(self) -> None:
-        self.walks = trio.Lock()  # whole walks, one at a time
-        self._holders: set[Holder] = set()
+        self.walks = trio.CapacityLimiter(WALKS_AT_ONCE)  # whole walks
+        self._holders: tuple[Holder, ...] = ()  # replaced, never changed: walks read it on their threads
         self._returned = 0  # watches ended that had held some
 
     def join(self, holder: Holder) -> None:
-        self._holders.add(holder)
+        self._holders = (*self._holders, holder)
 
     def leave(self, holder: Holder, held: int) -> None:
         """``holder`` gave back the ``held`` watches it had (its inotify instance is closed)."""
-        self._holders.discard(holder)
+        self._holders = tuple(each for each in self._holders if each is not holder)
         self._returned += held > 0
 
-    def room(self, holder: Holder) -> int | None:
-        """How many folders a whole walk of ``holder`` may watch; None when the limit is unknown."""
+    def room(self, holder: Holder) -> Callable[[], int] | None:
+        """How many folders a whole walk of ``holder`` may watch now, asked as it goes (from any thread);
+        None when the limit is unknown."""
         text = limit_value(WATCHES_SYSCTL)
         if not text.isdigit():
             return None
         limit = int(text)
-        others = sum(each.held() for each in self._holders if each is not holder)
-        return limit - max(RESERVE_LEAST, limit // RESERVE_SHARE) - others
+        share = limit - max(RESERVE_LEAST, limit // RESERVE_SHARE)
+
+        def now() -> int:
+            return share - sum(each.held() for each in self._holders if each is not holder)
+
+        return now
 
     def mark(self) -> tuple[int, str]:
         """What a walk given up at the limit waits to see change: watches given back, or the limit itself."""

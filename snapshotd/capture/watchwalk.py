@@ -25,7 +25,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -54,7 +54,7 @@ class Budget:
     ceiling: int
     deadline: float | None = None  # time.monotonic() value; None: no time limit
     halt: threading.Event = field(default_factory=threading.Event)
-    room: int | None = None  # the daemon's share of the user's watches this walk may fill (watchsupply)
+    room: Callable[[], int] | None = None  # how many folders the walk may hold now (watchsupply)
 
 
 @dataclass
@@ -66,6 +66,7 @@ class _Frame:
     ident: tuple[int, int] | None  # its device and inode, to check a climb back through ".." against
 
 
+ROOM_EVERY = 16  # folders between two looks at the room left in the user's watches
 FOLDERS_HELD = 64  # folders a walk holds open, from the top; a deeper chain climbs back through ".."
 
 
@@ -84,7 +85,8 @@ def _check(table: WatchTable, budget: Budget, root: str) -> None:
             f"{root} has more than {budget.ceiling} folders, the most snapshotd watches in one worktree "
             "(SNAPSHOTD_WATCH_CEILING), so it is not watched and its captures are full scans.",
         )
-    if budget.room is not None and table.held() > budget.room:
+    held = table.held()
+    if budget.room is not None and held % ROOM_EVERY == 0 and held > budget.room():
         raise watch_limit_reached(reserve=True)
     if budget.deadline is not None and time.monotonic() > budget.deadline:
         table.suspect = "new folders took too long to watch"
