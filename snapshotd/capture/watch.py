@@ -246,7 +246,7 @@ class Watcher:
 
     async def run(self) -> None:
         """Watch until cancelled; :meth:`wait_started` returns once the watches are in place."""
-        served = False  # a first walk given up returns only what it took: no watches given back to the others
+        served = False  # whether the first walk ended whole (watchsupply counts the watches given back)
         try:
             self.cookies.open()
             self._inotify = Inotify()
@@ -285,7 +285,7 @@ class Watcher:
                     await self._arming.wait()
             self.cookies.close()
             if self._inotify is not None:
-                supply.leave(self, self.held() if served else 0)
+                supply.leave(self, served=served)
                 self._inotify.close()
                 self._inotify = None
 

@@ -51,10 +51,12 @@ class WatchSupply:
     def join(self, holder: Holder) -> None:
         self._holders = (*self._holders, holder)
 
-    def leave(self, holder: Holder, held: int) -> None:
-        """``holder`` gave back the ``held`` watches it had (its inotify instance is closed)."""
+    def leave(self, holder: Holder, *, served: bool) -> None:
+        """``holder``'s inotify instance is closed. One that ``served`` (its first walk ended whole) gave
+        watches back, even if the kernel had dropped them one by one before (its worktree deleted); a first
+        walk given up gave back only what it had just taken."""
         self._holders = tuple(each for each in self._holders if each is not holder)
-        self._returned += held > 0
+        self._returned += served
 
     def room(self, holder: Holder) -> Callable[[], int] | None:
         """How many folders a whole walk of ``holder`` may watch now, asked as it goes (from any thread);
