@@ -168,6 +168,7 @@ def test_at_the_watch_limit_worktrees_fill_it_in_turn_and_the_rest_wait_for_watc
             wait_until(lambda: not still_watched(watched[1]), 20, "the deleted worktree's watch to end")
             client.call("checkpoint", {"path": str(waiting[0])})
             wait_until(lambda: client.call("open", {"path": str(waiting[0])})["worktree"]["watching"], 20, "a waiting worktree watched")
+            assert client.call("open", {"path": str(waiting[0])})["worktree"]["watch_error"] is None  # past
             write(waiting[0] / "a.txt", "watched now\n")
             done = client.call("checkpoint", {"path": str(waiting[0])})
             assert done["stats"]["scan"] == "watch" and done["checkpoint"]["tree"] == oracle_tree(waiting[0])

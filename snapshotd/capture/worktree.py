@@ -85,10 +85,11 @@ class WorktreeCapture:
 
     @property
     def watch_error(self) -> str | None:
-        """Why the watcher could not watch or the worktree's tasks failed (None when nothing went wrong)."""
+        """Why the watcher could not watch or the worktree's tasks failed (None when nothing went wrong, or
+        when a later watch is live: an earlier failure is past)."""
         if self.watcher is not None and self.watcher.error is not None:
             return self.watcher.error
-        return self.failure
+        return None if self.watching else self.failure
 
     def to_wire(self) -> dict[str, str | None]:
         """Where the worktree stands, for the wire: ``presence`` and the sentence that explains a problem."""
