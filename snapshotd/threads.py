@@ -15,6 +15,7 @@ join the line (:meth:`Requester.ready`: not while its replies lie unread).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import heapq
 import itertools
@@ -144,3 +145,11 @@ A full scan of a 100,000-file worktree holds a thread for most of a second;
 at the start of a fleet, or for worktrees the user's inotify watches cannot
 cover, many wait for one, and those worktrees take turns here.
 """
+
+
+def full_scan_turn() -> contextlib.AbstractAsyncContextManager[object]:
+    """A full scan's turn behind :data:`full_scans`, or the one its task holds already (the idle
+    reconciliation takes its turn before the worktree's lock, and its own capture may scan in full)."""
+    if trio.lowlevel.current_task() in full_scans.statistics().borrowers:
+        return contextlib.nullcontext()
+    return full_scans

@@ -247,11 +247,11 @@ async def test_a_write_while_the_idle_reconciliation_scans_is_no_miss(watched_en
     monkeypatch.setattr(engine_mod, "RECONCILE_IDLE_S", 0.2)
     real_cold = engine_mod.WorktreeCapture._cold
 
-    async def cold_after_a_write(self, reason, hints=None, **options):
+    async def cold_after_a_write(self, reason, hints=None):
         if reason == "idle reconciliation":
             (repo / "src" / "a.py").write_text("print('written as the scan began')\n")
             (repo / "src" / "new.py").write_text("print('new')\n")
-        return await real_cold(self, reason, hints, **options)
+        return await real_cold(self, reason, hints)
 
     monkeypatch.setattr(engine_mod.WorktreeCapture, "_cold", cold_after_a_write)
     repo = make_repo(tmp_path / "r")

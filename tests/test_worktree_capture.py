@@ -228,3 +228,27 @@ async def test_an_idle_reconciliation_waits_for_its_turn_without_holding_the_wor
             await trio.sleep(0.05)
     assert counters["watch_miss"] == 0
     capture.close()
+
+
+@pytest.mark.needs("inotify")
+async def test_an_idle_reconciliation_whose_capture_must_scan_in_full_runs_in_the_turn_it_took(tmp_path, nursery, monkeypatch):
+    """The ignore rules changed after a warm capture: the reconciliation's own capture of the worktree is
+    then a full scan, made in the turn the reconciliation took before the lock, and the watch goes on."""
+    monkeypatch.setattr(worktree_mod, "RECONCILE_IDLE_S", 0.1)
+    monkeypatch.setattr(worktree_mod, "PRESENCE_CHECK_S", 0.05)
+    repo = make_repo(tmp_path / "r")
+    capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
+    write(repo / "README", "edited\n")
+    assert (await capture.take()).stats.scan == "watch"  # a reconciliation is due once quiet
+    write(repo / ".gitignore", "*.log\nnotes.txt\n")  # the next capture, the reconciliation's, is a full scan
+    with trio.fail_after(10):
+        while capture.needs_reconcile:
+            await trio.sleep(0.05)
+    await trio.sleep(0.2)
+    assert counters["worktree_task_failures"] == 0, capture.watch_error
+    assert capture.watching and capture.watch_error is None
+    write(repo / "README", "edited again\n")
+    async with capture.lock:
+        result = await capture.take()
+    assert result.stats.scan == "watch" and result.tree == oracle_tree(repo)
+    capture.close()

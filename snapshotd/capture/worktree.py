@@ -16,7 +16,6 @@ Nothing a worktree does ends the daemon or holds another worktree's request.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import time
@@ -38,7 +37,7 @@ from snapshotd.capture.watchsupply import WatchRetry
 from snapshotd.errors import NotFound, missing_object_error
 from snapshotd.git.format import object_format
 from snapshotd.store.identity import WorktreeInfo
-from snapshotd.threads import current_caller, full_scans, thread_limiter
+from snapshotd.threads import current_caller, full_scan_turn, full_scans, thread_limiter
 
 log = logging.getLogger(__name__)
 
@@ -182,9 +181,9 @@ class WorktreeCapture:
         self.counters["captures.watch"] += 1
         return CaptureResult(tree=warm.tree, stats=stats, index=None, flagged=set())
 
-    async def _cold(self, reason: str, hints: set[str] | None = None, *, turn_taken: bool = False) -> CaptureResult:
-        """A full scan in its turn among them (taken by the caller if ``turn_taken``); paths the watcher saw
-        change are re-hashed even if their stat data look clean."""
+    async def _cold(self, reason: str, hints: set[str] | None = None) -> CaptureResult:
+        """A full scan, in its turn among them; paths the watcher saw change are re-hashed even if their stat
+        data look clean."""
         keep = self.watching
         hints = set(hints or ())
         if keep:
@@ -192,7 +191,7 @@ class WorktreeCapture:
             self.counters[f"cold_reasons.{reason}"] += 1
             await self.watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
             hints |= self.watcher.take()[0]  # the full scan covers everything the watcher saw so far
-        async with contextlib.nullcontext() if turn_taken else full_scans:  # a warm capture always finds a thread
+        async with full_scan_turn():  # a warm capture always finds a thread
             basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
             try:
                 result = await capture_cold(self.info, self.cache, self.size_cap, hints=hints, resident=self.resident)
@@ -377,7 +376,7 @@ class WorktreeCapture:
                         self.needs_reconcile = False
                         continue
                     seen = await watcher.seen_since_taken()
-                    cold = await self._cold("idle reconciliation", turn_taken=True)
+                    cold = await self._cold("idle reconciliation")
                     seen |= await watcher.seen_since_taken()
                     self.needs_reconcile = False
                     self.counters["reconciliations"] += 1
