@@ -46,7 +46,7 @@ class WatchSupply:
     def __init__(self) -> None:
         self.walks = trio.CapacityLimiter(WALKS_AT_ONCE)  # whole walks
         self._holders: tuple[Holder, ...] = ()  # replaced, never changed: walks read it on their threads
-        self._returned = 0  # watches ended that had held some
+        self._returned = 0  # watches ended that had served: theirs are free again
 
     def join(self, holder: Holder) -> None:
         self._holders = (*self._holders, holder)
