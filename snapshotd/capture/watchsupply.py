@@ -7,11 +7,12 @@ give up, though most would have fitted; each then walks again on a timer, and a
 walk that takes the last watches makes the next new folder of a watched
 worktree fail, which ends that watch too. So here:
 
-- whole walks take turns, two at a time (the kernel's half of a walk runs on
-  the other core), so the limit fills a worktree or two after another;
+- whole walks take turns, one at a time, so the limit fills one worktree after
+  another (two at a time, both walks near the limit could give up where one fitted:
+  each still counts the other's watches until its end is handled);
 - a whole walk stops short of the limit by a reserve, kept for the new folders
   of the worktrees already watched (a walk of new folders may use it); the
-  room left is looked at again every few folders, as other walks take some;
+  room left is looked at again every few folders, as walks of new folders take some;
 - a worktree given up at the limit walks again only once watches were given
   back (a watch ended, or the limit was raised), or after the longest back-off.
 
@@ -33,7 +34,7 @@ RETRY_FIRST_S = 5.0  # a failed watch is tried again after this, doubling up to 
 RETRY_MAX_S = 300.0
 RESERVE_SHARE = 32  # a 32nd of the limit stays for the watched worktrees' new folders
 RESERVE_LEAST = 16
-WALKS_AT_ONCE = 2
+WALKS_AT_ONCE = 1
 
 
 class Holder(Protocol):
