@@ -165,7 +165,7 @@ async def test_full_scans_take_turns_and_leave_a_thread_for_warm_captures(tmp_pa
         running += 1
         most = max(most, running)
         try:
-            await trio.sleep(0.05)  # long enough for the others to come in, if the limiter let them
+            await trio.sleep(0.2)  # long enough for the others to come in, if the limiter let them
             return await real_capture_cold(*args, **kwargs)
         finally:
             running -= 1
