@@ -391,10 +391,10 @@ class SpawnTimeout(Exception):
 class WatchGivenUp(Exception):
     """A worktree's watch ends for a limit (internal): the kernel's, or snapshotd's own ceiling per worktree.
 
-    ``reason`` names which (``watch_limit``, ``watch_ceiling``, ``descriptors``);
-    the message is the sentence ``watch_error`` shows. Captures are then full scans.
+    ``reason`` names which (``watch_limit``, ``watch_ceiling``, ``descriptors``); the message is the
+    sentence ``watch_error`` shows; ``walked`` is False if known before any walk. Captures are then full scans.
     """
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, walked: bool = True) -> None:
         super().__init__(message)
-        self.reason = reason
+        self.reason, self.walked = reason, walked

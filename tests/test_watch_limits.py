@@ -121,8 +121,9 @@ def test_at_the_watch_limit_worktrees_fill_it_in_turn_and_the_rest_wait_for_watc
 
     The limit fills worktree by worktree: three are watched, the walks of the other two stop
     short of the last watches (kept for the watched ones' new folders), and those two do not
-    walk again on a timer. When a watched worktree is deleted, its watches are given back
-    and the next capture of a waiting worktree watches it.
+    walk again on a timer, nor when a small worktree gives back too few watches. When a
+    watched worktree is deleted, its watches are given back and the next capture of one
+    waiting worktree watches it; the other does not walk to find it no longer fits.
     """
     repos = [init_repo(tmp_path / f"r{index}", ("a.txt", "a\n")) for index in range(5)]
     for repo in repos:
@@ -159,19 +160,46 @@ def test_at_the_watch_limit_worktrees_fill_it_in_turn_and_the_rest_wait_for_watc
                 assert done["stats"]["scan"] == "full" and done["checkpoint"]["tree"] == oracle_tree(repo)
             assert client.call("status")["counters"]["watch_given_up.watch_limit"] == 2
             assert watching() == watched
-            # A watched worktree deleted gives its watches back: the next capture of a waiting one watches it.
-            shutil.rmtree(watched[1])
+
             def still_watched(repo: Path) -> bool:
                 listed = client.call("worktrees")["worktrees"]
                 return any(item.get("path") == str(repo) and item.get("watching") for item in listed)
 
+            def checkpoint_all(repos: list[Path]) -> None:
+                threads = [threading.Thread(target=first_checkpoint, args=(repo,)) for repo in repos]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+
+            # A small worktree watched and deleted gives back too few watches for a waiting one: none walks.
+            small = init_repo(tmp_path / "small", ("a.txt", "a\n"))
+            make_folders(small, 10)
+            client.call("checkpoint", {"path": str(small)})
+            wait_until(lambda: still_watched(small), 20, "the small worktree watched")
+            shutil.rmtree(small)
+            wait_until(lambda: not still_watched(small), 20, "the small worktree's watch to end")
+            checkpoint_all(waiting)
+            assert client.call("status")["counters"]["watch_given_up.watch_limit"] == 2
+            assert watching() == watched
+            # A watched worktree deleted gives back room for one: of the two asking at once, one walks and is
+            # watched, and the other, its turn come, sees there is no longer room and does not walk.
+            shutil.rmtree(watched[1])
+            repos.remove(watched[1])
             wait_until(lambda: not still_watched(watched[1]), 20, "the deleted worktree's watch to end")
-            client.call("checkpoint", {"path": str(waiting[0])})
-            wait_until(lambda: client.call("open", {"path": str(waiting[0])})["worktree"]["watching"], 20, "a waiting worktree watched")
-            assert client.call("open", {"path": str(waiting[0])})["worktree"]["watch_error"] is None  # past
-            write(waiting[0] / "a.txt", "watched now\n")
-            done = client.call("checkpoint", {"path": str(waiting[0])})
-            assert done["stats"]["scan"] == "watch" and done["checkpoint"]["tree"] == oracle_tree(waiting[0])
+            checkpoint_all(waiting)
+            wait_until(lambda: len(watching()) == 3, 20, "a waiting worktree watched")
+            now_watched = next(repo for repo in waiting if repo in watching())
+            still_waiting = next(repo for repo in waiting if repo is not now_watched)
+            assert client.call("open", {"path": str(now_watched)})["worktree"]["watch_error"] is None  # past
+            assert client.call("status")["counters"]["watch_given_up.watch_limit"] == 2
+            write(now_watched / "a.txt", "watched now\n")
+            done = client.call("checkpoint", {"path": str(now_watched)})
+            assert done["stats"]["scan"] == "watch" and done["checkpoint"]["tree"] == oracle_tree(now_watched)
+            write(still_waiting / "a.txt", "still waiting\n")
+            done = client.call("checkpoint", {"path": str(still_waiting)})
+            assert done["stats"]["scan"] == "full" and done["checkpoint"]["tree"] == oracle_tree(still_waiting)
+            assert "fs.inotify.max_user_watches = 1200" in client.call("open", {"path": str(still_waiting)})["worktree"]["watch_error"]
 
 
 async def test_past_the_ceiling_a_worktree_is_captured_cold_and_says_so(tmp_path, nursery, monkeypatch):

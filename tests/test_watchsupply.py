@@ -49,3 +49,26 @@ def test_the_room_of_a_walk_is_the_limit_less_the_reserve_and_the_others_watches
     assert room() == 3200 - 100
     monkeypatch.setattr(watchsupply, "limit_value", lambda name: "unknown")
     assert supply.room(walking) is None
+
+
+def test_a_worktree_given_up_at_the_limit_waits_for_room_for_more_than_its_last_walk_held(monkeypatch):
+    """Watches given back that leave no room for more than the worktree's last walk held wake nothing (a
+    small worktree deleted); room for more does, and so does the longest back-off, which forgets the need."""
+    limit = ["3200"]
+    monkeypatch.setattr(watchsupply, "limit_value", lambda name: limit[0])
+    supply = WatchSupply()
+    monkeypatch.setattr(watchsupply, "supply", supply)
+    watched, small, tiny = Holder(2000), Holder(40), Holder(10)
+    for holder in (watched, small, tiny):
+        supply.join(holder)
+    retry = watchsupply.WatchRetry()
+    retry.failed(True, at_limit=True, need=1070)  # its walk held 1,070 folders when the room (1,050) ran out
+    assert not retry.due() and retry.need() == 1070
+    supply.leave(tiny, served=True)
+    assert not retry.due()  # given back, but the room is 3200 - 100 - 2040 = 1,060
+    supply.leave(small, served=True)
+    assert retry.due()  # 1,100
+    limit[0] = "3000"  # lowered: 3000 - 93 - 2000 = 907
+    assert not retry.due()
+    retry.at = 0.0  # the longest back-off passed: one walk tells whether the worktree shrank
+    assert retry.due() and retry.need() == 0

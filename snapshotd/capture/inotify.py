@@ -169,8 +169,9 @@ def watches_held() -> int:
     return held
 
 
-def watch_limit_reached(*, reserve: bool = False) -> WatchGivenUp:
-    """The user's inotify watches are all taken, or (``reserve``) all but those kept for watched worktrees."""
+def watch_limit_reached(*, reserve: bool = False, walked: bool = True) -> WatchGivenUp:
+    """The user's inotify watches are all taken, or (``reserve``) all but those kept for watched worktrees;
+    ``walked`` False: known before any walk (the room is no more than the worktree's last walk held)."""
     reached = "nearly reached" if reserve else "reached"
     kept = ", and keeps the rest for new folders in the worktrees it watches" if reserve else ""
     return WatchGivenUp(
@@ -178,6 +179,7 @@ def watch_limit_reached(*, reserve: bool = False) -> WatchGivenUp:
         f"The kernel's inotify watch limit is {reached} ({WATCHES_SYSCTL} = {limit_value(WATCHES_SYSCTL)}, "
         f"shared by all of the user's processes; this daemon holds {watches_held()}{kept}), so this worktree is "
         f"not watched and its captures are full scans; raise it with 'sudo sysctl {WATCHES_SYSCTL}=N'.",
+        walked=walked,
     )
 
 

@@ -76,8 +76,10 @@ class Watcher:
         on_change: Callable[[set[str], bool], None] | None = None,
         *,
         ceiling: int | None = None,
+        need: int = 0,
     ) -> None:
         self.info = info
+        self.need = need  # folders the worktree needs more than (its last walk stopped at the limit), or 0
         self.ceiling = watch_ceiling(ceiling)
         self.root = info.path
         self.cookies = Cookies(info.state_dir)
@@ -103,6 +105,7 @@ class Watcher:
         self._new: list[str] = []  # folders that appeared in the batch being filed, to walk after it
         self._gone: list[str] = []  # folders moved away in that batch, to unwatch before the walk
         self.given_up: str | None = None  # the limit that ended the watch (WatchGivenUp.reason)
+        self.walked = True  # False when it ended before its walk (no room for the ``need`` known)
         self._limit: WatchGivenUp | None = None  # a limit met by a capture's re-arm, for the loop to end on
         self._loop: trio.CancelScope | None = None
 
@@ -252,6 +255,7 @@ class Watcher:
             self._inotify = Inotify()
             supply.join(self)
             async with supply.walks:
+                supply.fits(self, self.need)
                 await trio.to_thread.run_sync(self.arm, supply.room(self))
             self.live = served = True
             self._started.set()
@@ -270,8 +274,8 @@ class Watcher:
             if self._limit is not None:
                 raise self._limit
         except WatchGivenUp as exc:  # a limit: named, and the worktree cold (its watches released below)
-            self.given_up = exc.reason
-            self.error = str(exc)
+            self.given_up, self.walked, self.error = exc.reason, exc.walked, str(exc)
+            self.need = max(self.need, len(self._folder_of))
             self.full_scan_reasons.add("watcher failed")
         except Exception as exc:  # the watch itself failed: fall back to full scans
             self.error = f"{type(exc).__name__}: {exc}"

@@ -14,7 +14,10 @@ worktree fail, which ends that watch too. So here:
   of the worktrees already watched (a walk of new folders may use it); the
   room left is looked at again every few folders, as walks of new folders take some;
 - a worktree given up at the limit walks again only once watches were given
-  back (a watch ended, or the limit was raised), or after the longest back-off.
+  back (a watch ended, or the limit was raised) and the room left is more than
+  its last walk held when it stopped, or after the longest back-off. The room is
+  looked at again once the walk's turn comes: several worktrees woken by one
+  release would otherwise walk in turn, and all but the first give up again.
 
 Watches other processes of the user hold are not counted (reading every
 process's ``fdinfo`` is not cheap); the kernel's refusal still ends a walk there.
@@ -28,7 +31,7 @@ from typing import Protocol
 
 import trio
 
-from snapshotd.capture.inotify import WATCHES_SYSCTL, limit_value
+from snapshotd.capture.inotify import WATCHES_SYSCTL, limit_value, watch_limit_reached
 
 RETRY_FIRST_S = 5.0  # a failed watch is tried again after this, doubling up to RETRY_MAX_S
 RETRY_MAX_S = 300.0
@@ -59,9 +62,9 @@ class WatchSupply:
         self._holders = tuple(each for each in self._holders if each is not holder)
         self._returned += served
 
-    def room(self, holder: Holder) -> Callable[[], int] | None:
-        """How many folders a whole walk of ``holder`` may watch now, asked as it goes (from any thread);
-        None when the limit is unknown."""
+    def room(self, holder: Holder | None) -> Callable[[], int] | None:
+        """How many folders a whole walk of ``holder`` (None: one not started) may watch now, asked as it goes
+        (from any thread); None when the limit is unknown."""
         text = limit_value(WATCHES_SYSCTL)
         if not text.isdigit():
             return None
@@ -72,6 +75,13 @@ class WatchSupply:
             return share - sum(each.held() for each in self._holders if each is not holder)
 
         return now
+
+    def fits(self, holder: Holder, need: int) -> None:
+        """Raise the limit's error, before any walk, if a worktree that needs more than ``need`` folders
+        (0: unknown) cannot fit in the room ``holder`` has now."""
+        room = self.room(holder)
+        if need and room is not None and room() <= need:
+            raise watch_limit_reached(reserve=True, walked=False)
 
     def mark(self) -> tuple[int, str]:
         """What a walk given up at the limit waits to see change: watches given back, or the limit itself."""
@@ -87,22 +97,33 @@ supply = WatchSupply()
 
 class WatchRetry:
     """When a worktree whose watch failed is watched again: after a back-off that doubles, or, given up at the
-    user's watch limit, once watches were given back since (at the latest after the longest back-off)."""
+    user's watch limit, once watches were given back since and its walk may fit (at the latest after the
+    longest back-off)."""
 
     def __init__(self) -> None:
         self.at = 0.0
         self._backoff = 0.0
         self._mark: tuple[int, str] | None = None
+        self._need = 0  # folders the worktree's last walk held when the limit stopped it: it needs more
 
-    def failed(self, failure: bool, *, at_limit: bool) -> None:
-        """The watch ended: a ``failure``, or (False) an end that may be tried again at once."""
+    def failed(self, failure: bool, *, at_limit: bool, need: int = 0) -> None:
+        """The watch ended: a ``failure``, or (False) an end that may be tried again at once; ``need`` is what
+        a walk stopped at the limit held."""
         self._backoff = min(RETRY_MAX_S, self._backoff * 2 or RETRY_FIRST_S) if failure else 0.0
         self.at = time.monotonic() + self._backoff
-        self._mark = None
+        self._mark, self._need = None, 0
         if at_limit:
-            self._mark, self.at = supply.mark(), time.monotonic() + RETRY_MAX_S
+            self._mark, self._need, self.at = supply.mark(), need, time.monotonic() + RETRY_MAX_S
+
+    def need(self) -> int:
+        """What the next walk must fit more than (0 once the longest back-off passed: the worktree may have
+        shrunk, and only a walk tells)."""
+        return 0 if time.monotonic() >= self.at else self._need
 
     def due(self) -> bool:
         if time.monotonic() >= self.at:
             return True
-        return self._mark is not None and supply.changed_since(self._mark)
+        if self._mark is None or not supply.changed_since(self._mark):
+            return False
+        room = supply.room(None)
+        return room is None or room() > self._need

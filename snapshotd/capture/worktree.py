@@ -260,7 +260,7 @@ class WorktreeCapture:
             self.last_activity = time.monotonic()
             on_change(paths, overflow)
 
-        watcher = Watcher(self.info, on_change=changed)
+        watcher = Watcher(self.info, on_change=changed, need=self._retry.need())
         self.watcher = watcher
         self.watched = self.info
         nursery.start_soon(self._run, watcher)
@@ -317,9 +317,10 @@ class WorktreeCapture:
             log.warning("%s", vanished.message)
             self._vanish(vanished, watcher)
         elif watcher.vanished is None:
-            if watcher.given_up is not None:
+            if watcher.given_up is not None and watcher.walked:
                 self.counters[f"watch_given_up.{watcher.given_up}"] += 1
-            log.warning("The watch of %s ended (%s); captures there are full scans", self.info.path, watcher.error)
+            if watcher.walked:  # else still no room at the limit: nothing new to count or say
+                log.warning("The watch of %s ended (%s); captures there are full scans", self.info.path, watcher.error)
             self._failed(watcher.error or "the watch ended", watcher)
         else:
             self._failed(None, watcher)  # moved away and back: watched again at the next request
@@ -332,9 +333,9 @@ class WorktreeCapture:
         """
         if watcher is not self.watcher:
             return
-        self.counters["worktree_task_failures"] += why is not None
+        self.counters["worktree_task_failures"] += why is not None and watcher.walked
         self.failure = why
-        self._retry.failed(why is not None, at_limit=watcher.given_up == "watch_limit")
+        self._retry.failed(why is not None, at_limit=watcher.given_up == "watch_limit", need=watcher.need)
         self.warm = None
         if self._cancel is not None:
             self._cancel.cancel()
