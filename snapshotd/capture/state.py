@@ -140,7 +140,7 @@ class CaptureStats:
     skipped: dict[str, Skip] = field(default_factory=dict)  # path (a folder's ends in "/") -> why
     fallback: str | None = None
     shared: bool = False  # the capture served other checkpoint requests queued with this one
-    phases: dict[str, float] = field(default_factory=dict)  # where ``ms`` went: queued, capture, record
+    phases: dict[str, float] = field(default_factory=dict)  # where ``ms`` went: queued, (sync, thread,) capture, record
 
     def skip(self, path: str, reason: str, *, size: int | None = None, cap: int | None = None) -> None:
         self.skipped[path] = Skip(reason, size, cap)

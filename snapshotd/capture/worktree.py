@@ -140,16 +140,18 @@ class WorktreeCapture:
                 # The warm path keeps libgit2 indexes; here every capture is git's full scan.
                 reason = f"{object_format(self.info.store_dir)} repository"
             return await self._cold(reason)
+        started = time.perf_counter()
         if not await watcher.sync():
             return await self._cold("cookie wait timed out")
         dirty, reasons = watcher.take()
         warm = self.warm
-        started = time.perf_counter()
-        stats = CaptureStats(scan="watch")
+        stats = CaptureStats(scan="watch", phases={"sync": (time.perf_counter() - started) * 1000})
         applied: set[str] = set()
         done: list[float] = []  # when the capture ended, if ``then`` ran after it
+        asked = time.perf_counter()
 
         def look_and_apply() -> str | None:  # on a worker thread: stat calls, small reads, the dirty paths applied
+            stats.phases["thread"] = (time.perf_counter() - asked) * 1000
             if reasons or signature_of(warm.sources) != warm.signature:
                 return None
             applied.update(dirty | moved_gitlinks(self.info.path, warm.index, warm.gitlinks))
@@ -392,9 +394,6 @@ class WorktreeCapture:
         """The watcher's own counts for ``status`` (none without a watcher)."""
         if self.watcher is None:
             return Counter()
-        return Counter({
-            "watcher.events": self.watcher.events,
-            "watcher.cookie_waits": self.watcher.cookies.waits,
-            "watcher.rearms": self.watcher.rearms,
-            "watcher.kernel_checks": self.watcher.kernel_checks,
-        })
+        watcher = self.watcher
+        return Counter({"watcher.events": watcher.events, "watcher.cookie_waits": watcher.cookies.waits,
+                        "watcher.rearms": watcher.rearms, "watcher.kernel_checks": watcher.kernel_checks})

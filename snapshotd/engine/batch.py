@@ -132,7 +132,8 @@ def _answer(
         else:
             phases = {
                 "queued": (began - ticket.started) * 1000,
-                "capture": (captured - began) * 1000,
+                **stats.phases,  # a warm capture's waits: for its watcher's sync, for a thread
+                "capture": (captured - began) * 1000 - sum(stats.phases.values()),
                 "record": (recorded - captured) * 1000,
             }
             ms = (recorded - ticket.started) * 1000
