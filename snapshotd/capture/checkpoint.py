@@ -54,8 +54,9 @@ class CheckpointResult:
         return {"checkpoint": self.checkpoint.to_wire(), "stats": self.stats.to_wire()}
 
 
-def broad_folder(root: str, *, plain: bool) -> str | None:
-    """What makes ``root`` too broad to open unasked, in words; None for an ordinary folder.
+def broad_folder(root: str, *, plain: bool, resolved: bool = False) -> str | None:
+    """What makes ``root`` (``resolved``: already a path without links) too broad to open unasked, in words; None
+    for an ordinary folder.
 
     The user's home folder and ``/`` always are; for a folder that is not a
     repository also every folder above the home folder and every folder right
@@ -63,7 +64,7 @@ def broad_folder(root: str, *, plain: bool) -> str | None:
     file under it.
     """
     home = os.path.realpath(os.path.expanduser("~"))
-    real = os.path.realpath(root)
+    real = root if resolved else os.path.realpath(root)
     if real == "/":
         return "the root of the file system"
     if real == home:
@@ -75,29 +76,29 @@ def broad_folder(root: str, *, plain: bool) -> str | None:
     return None
 
 
-def refuse_broad_folder(root: str) -> None:
+def refuse_broad_folder(root: str, *, resolved: bool = False) -> None:
     """Refuse to checkpoint the user's home folder or ``/`` unless forced: it would take every file under it."""
-    real = os.path.realpath(root)
-    what = broad_folder(real, plain=False)
+    real_root = root if resolved else os.path.realpath(root)
+    what = broad_folder(real_root, plain=False, resolved=True)
     if what is not None:
         raise NeedsForce(
-            f"The worktree {real} is {what}, so a checkpoint would copy every file under it; "
+            f"The worktree {real_root} is {what}, so a checkpoint would copy every file under it; "
             "pass force (snapshotd checkpoint --force) to do it anyway.",
-            path=real,
+            path=real_root,
         )
 
 
-def refuse_unknown_broad_folder(root: str, *, plain: bool, known: bool) -> None:
+def refuse_unknown_broad_folder(root: str, *, plain: bool, known: bool, resolved: bool = False) -> None:
     """Refuse to open a broad folder (see :func:`broad_folder`) snapshotd has never recorded, unless forced.
 
     Any command would open it (list, diff, show, verify, subscribe...) and so
     watch and scan all of it; one never checkpointed has nothing to show either.
     """
-    real = os.path.realpath(root)
-    what = None if known else broad_folder(real, plain=plain)
+    real_root = root if resolved else os.path.realpath(root)
+    what = None if known else broad_folder(real_root, plain=plain, resolved=True)
     if what is not None:
         raise NeedsForce(
-            f"The folder {real} is {what} and holds no checkpoints, so opening it would watch and copy every "
+            f"The folder {real_root} is {what} and holds no checkpoints, so opening it would watch and copy every "
             "file under it; pass force (snapshotd checkpoint --force there) to do it anyway.",
-            path=real,
+            path=real_root,
         )

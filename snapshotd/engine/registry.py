@@ -164,13 +164,13 @@ class Registry:
         for a ``checkpoint``, refusing ``$HOME`` and ``/`` first even when recorded (one look at the path for both)."""
         located = None
         if not force:
-            located = locate(path)
+            located = locate(path)  # its root a path without links
             if checkpoint:
-                refuse_broad_folder(located.root)
+                refuse_broad_folder(located.root, resolved=True)
             plain = located.git_dir is None
-            if broad_folder(located.root, plain=plain) is not None:
+            if broad_folder(located.root, plain=plain, resolved=True) is not None:
                 known = any(record.get("path") == located.root for record in self.records.load().values())
-                refuse_unknown_broad_folder(located.root, plain=plain, known=known)
+                refuse_unknown_broad_folder(located.root, plain=plain, known=known, resolved=True)
         return self.open_path(path, located)
 
     def _forget_vanished(self) -> None:
