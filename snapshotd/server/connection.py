@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import logging
 import math
+import os
 import select
 from collections import deque
 from collections.abc import Callable
@@ -342,6 +343,17 @@ class Connection:
         if self._aborted or not data:
             return
         view = memoryview(data)
+        if not self._write_lock.locked():  # no write before it: what the socket takes now goes at once
+            try:
+                view = view[os.write(self._stream.socket.fileno(), view[:_WRITE_CHUNK]) :]
+            except BlockingIOError:
+                pass
+            except OSError as exc:  # the peer went (EPIPE), or the socket is closed
+                log.debug("write to a client failed: %r", exc)
+                self._abort()
+                return
+            if not view:
+                return
         with trio.CancelScope(shield=True, deadline=self._write_deadline) as scope:
             self._write_scopes.add(scope)
             try:
