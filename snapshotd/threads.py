@@ -20,7 +20,6 @@ import ctypes
 import heapq
 import itertools
 import os
-from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -107,18 +106,6 @@ class FairLimiter:
     def release_on_behalf_of(self, borrower: object) -> None:
         """Give a thread back; the next client in turn gets it."""
         self.borrowed_tokens -= 1
-        self._grant()
-
-    def lend(self) -> None:
-        """A worker thread that holds a place is about to wait for the disk: one more place meanwhile."""
-        self.total_tokens += 1
-        self._grant()
-
-    def reclaim(self) -> None:
-        """The lent place is taken back (the threads beyond it finish; none starts until one ends)."""
-        self.total_tokens -= 1
-
-    def _grant(self) -> None:
         while self._queues and self.borrowed_tokens < self.total_tokens:
             client = next(iter(self._queues))
             queue = self._queues.pop(client)
@@ -130,30 +117,7 @@ class FairLimiter:
 
 
 # Typed as what trio.to_thread.run_sync takes: it asks a limiter for the two methods FairLimiter has.
-fair_limiter = FairLimiter(max(2, len(os.sched_getaffinity(0))))
-thread_limiter = cast(trio.CapacityLimiter, fair_limiter)
-
-
-
-@contextlib.contextmanager
-def waiting_on_disk() -> Iterator[None]:
-    """Around a worker thread's wait for the disk (a flush): its place in :data:`thread_limiter` serves the
-    next caller meanwhile, so the two places are for work, not waits; nothing off a trio worker thread.
-
-    Under 250 sessions a checkpoint's record waited about 5 ms for its flush, most of its time on the
-    thread, while captures queued for one of the two places.
-    """
-    try:
-        trio.from_thread.run_sync(fair_limiter.lend)
-    except RuntimeError:  # not a thread trio started (a command run without the daemon, a test)
-        yield
-        return
-    try:
-        yield
-    finally:
-        with contextlib.suppress(trio.RunFinishedError):  # the daemon ended meanwhile
-            trio.from_thread.run_sync(fair_limiter.reclaim)
-
+thread_limiter = cast(trio.CapacityLimiter, FairLimiter(max(2, len(os.sched_getaffinity(0)))))
 
 _M_ARENA_MAX = -8  # glibc's mallopt parameter
 
