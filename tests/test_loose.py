@@ -249,17 +249,15 @@ def test_an_object_folder_a_packing_removes_meanwhile_is_made_again(tmp_path, mo
     oid = str(loose.write_object(git_dir, "blob", body, batch=loose.Batch(git_dir)))  # its id, nothing written
     folder = os.path.join(git_dir, "objects", oid[:2])
     os.makedirs(folder, exist_ok=True)
-    real_mkdir, removed = os.mkdir, []
+    real_open, removed = os.open, []
 
-    def mkdir_then_packed(path, *args, **kwargs):  # the folder found present, then emptied and removed by git
-        try:
-            real_mkdir(path, *args, **kwargs)
-        finally:
-            if path == folder and not removed:
-                removed.append(path)
-                os.rmdir(path)
+    def packed_then_open(path, *args, **kwargs):  # the folder there, then emptied and removed by git first
+        if os.path.dirname(str(path)) == folder and not removed:
+            removed.append(folder)
+            os.rmdir(folder)
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(os, "mkdir", mkdir_then_packed)
+    monkeypatch.setattr(os, "open", packed_then_open)
     assert str(loose.write_object(git_dir, "blob", body)) == oid
     monkeypatch.undo()
     assert removed == [folder]

@@ -189,19 +189,19 @@ def _create_temporary(folder: str) -> tuple[str, int, bool]:
     is made in it, so it is made again. The folder holds the file from then
     on, and is not removed under it.
     """
-    tries = 0
+    tries, made = 0, False
     while True:
-        made = False
-        with contextlib.suppress(FileExistsError):
-            os.mkdir(folder)
-            made = True
         temporary = os.path.join(folder, f"tmp_obj_{os.getpid()}_{secrets.token_hex(6)}")
         try:
             fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o444)
-        except FileNotFoundError:
+        except FileNotFoundError:  # the folder is missing: made, then the file tried again
             tries += 1
-            if tries == FOLDER_TRIES or not os.path.isdir(os.path.dirname(folder)):
+            if tries > FOLDER_TRIES or not os.path.isdir(os.path.dirname(folder)):
                 raise  # removed as often as it was made, or the store itself is gone
+            made = False
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(folder)
+                made = True
             continue
         return temporary, fd, made
 
