@@ -76,7 +76,9 @@ def _edit(
     if not entries:
         return None
     body = bodies.tree_body((name, mode, oid) for name, (mode, oid) in entries.items())
-    oid = loose.write_object(repo.path, "tree", body, repo.odb)
+    # Not asked of the packs: on a miss libgit2 reads objects/pack again (seven calls, the interpreter's lock
+    # held), and a tree packed already is a few hundred bytes written again, which the next packing drops.
+    oid = loose.write_object(repo.path, "tree", body)
     written.append(oid)
     return oid
 
