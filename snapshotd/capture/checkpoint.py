@@ -54,9 +54,8 @@ class CheckpointResult:
         return {"checkpoint": self.checkpoint.to_wire(), "stats": self.stats.to_wire()}
 
 
-def broad_folder(root: str, *, plain: bool, resolved: bool = False) -> str | None:
-    """What makes ``root`` (``resolved``: already a path without links) too broad to open unasked, in words; None
-    for an ordinary folder.
+def broad_folder(real: str, *, plain: bool) -> str | None:
+    """What makes ``real`` (a path without links) too broad to open unasked, in words; None for an ordinary folder.
 
     The user's home folder and ``/`` always are; for a folder that is not a
     repository also every folder above the home folder and every folder right
@@ -64,7 +63,6 @@ def broad_folder(root: str, *, plain: bool, resolved: bool = False) -> str | Non
     file under it.
     """
     home = os.path.realpath(os.path.expanduser("~"))
-    real = root if resolved else os.path.realpath(root)
     if real == "/":
         return "the root of the file system"
     if real == home:
@@ -78,27 +76,27 @@ def broad_folder(root: str, *, plain: bool, resolved: bool = False) -> str | Non
 
 def refuse_broad_folder(root: str, *, resolved: bool = False) -> None:
     """Refuse to checkpoint the user's home folder or ``/`` unless forced: it would take every file under it."""
-    real_root = root if resolved else os.path.realpath(root)
-    what = broad_folder(real_root, plain=False, resolved=True)
+    real = root if resolved else os.path.realpath(root)
+    what = broad_folder(real, plain=False)
     if what is not None:
         raise NeedsForce(
-            f"The worktree {real_root} is {what}, so a checkpoint would copy every file under it; "
+            f"The worktree {real} is {what}, so a checkpoint would copy every file under it; "
             "pass force (snapshotd checkpoint --force) to do it anyway.",
-            path=real_root,
+            path=real,
         )
 
 
-def refuse_unknown_broad_folder(root: str, *, plain: bool, known: bool, resolved: bool = False) -> None:
-    """Refuse to open a broad folder (see :func:`broad_folder`) snapshotd has never recorded, unless forced.
+def refuse_unknown_broad_folder(real: str, *, plain: bool, known: bool) -> None:
+    """Refuse to open ``real`` (a path without links), a broad folder (see :func:`broad_folder`) snapshotd has
+    never recorded, unless forced.
 
     Any command would open it (list, diff, show, verify, subscribe...) and so
     watch and scan all of it; one never checkpointed has nothing to show either.
     """
-    real_root = root if resolved else os.path.realpath(root)
-    what = None if known else broad_folder(real_root, plain=plain, resolved=True)
+    what = None if known else broad_folder(real, plain=plain)
     if what is not None:
         raise NeedsForce(
-            f"The folder {real_root} is {what} and holds no checkpoints, so opening it would watch and copy every "
+            f"The folder {real} is {what} and holds no checkpoints, so opening it would watch and copy every "
             "file under it; pass force (snapshotd checkpoint --force there) to do it anyway.",
-            path=real_root,
+            path=real,
         )

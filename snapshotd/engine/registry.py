@@ -168,9 +168,9 @@ class Registry:
             if checkpoint:
                 refuse_broad_folder(located.root, resolved=True)
             plain = located.git_dir is None
-            if broad_folder(located.root, plain=plain, resolved=True) is not None:
+            if broad_folder(located.root, plain=plain) is not None:
                 known = any(record.get("path") == located.root for record in self.records.load().values())
-                refuse_unknown_broad_folder(located.root, plain=plain, known=known, resolved=True)
+                refuse_unknown_broad_folder(located.root, plain=plain, known=known)
         return self.open_path(path, located)
 
     def _forget_vanished(self) -> None:
