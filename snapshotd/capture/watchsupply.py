@@ -76,11 +76,16 @@ class WatchSupply:
 
         return now
 
+    def has_room(self, holder: Holder | None, need: int) -> bool:
+        """Whether a whole walk of ``holder`` (None: one not started) has room now for more than ``need``
+        folders (True when the limit is unknown)."""
+        room = self.room(holder)
+        return room is None or room() > need
+
     def fits(self, holder: Holder, need: int) -> None:
         """Raise the limit's error, before any walk, if a worktree that needs more than ``need`` folders
         (0: unknown) cannot fit in the room ``holder`` has now."""
-        room = self.room(holder)
-        if need and room is not None and room() <= need:
+        if need and not self.has_room(holder, need):
             raise watch_limit_reached(reserve=True, walked=False)
 
     def mark(self) -> tuple[int, str]:
@@ -125,5 +130,4 @@ class WatchRetry:
             return True
         if self._mark is None or not supply.changed_since(self._mark):
             return False
-        room = supply.room(None)
-        return room is None or room() > self._need
+        return supply.has_room(None, self._need)
