@@ -38,7 +38,7 @@ def test_trees_blobs_and_commits_are_the_ones_git_and_libgit2_write(tmp_path):
     root = make_repo(tmp_path / "r")
     repo = pygit2.Repository(str(root))
     head_tree = repo.head.peel(pygit2.Tree)
-    entries = [(entry.raw_name, entry.filemode, entry.id) for entry in head_tree]
+    entries = [(entry.raw_name, entry.filemode, entry.id.raw) for entry in head_tree]
     assert {mode for _, mode, _ in entries} == {MODE_TREE, MODE_FILE, MODE_EXEC, MODE_LINK}
     assert loose.write_object(repo.path, "tree", bodies.tree_body(reversed(entries))) == head_tree.id
     blob = loose.write_object(repo.path, "blob", b"new content\n")

@@ -51,7 +51,7 @@ def test_a_pack_of_every_kind_is_git_s_own(tmp_path: Path) -> None:
     repo = make_repo(tmp_path / "r")
     blobs = [object_of("blob", f"file {index}\n".encode()) for index in range(40)]
     tree_body = bodies.tree_body(
-        sorted((f"f{index:02}".encode(), 0o100644, pygit2.Oid(raw=blob.raw_id)) for index, blob in enumerate(blobs))
+        sorted((f"f{index:02}".encode(), 0o100644, blob.raw_id) for index, blob in enumerate(blobs))
     )
     tree = object_of("tree", tree_body)
     commit = object_of("commit", (

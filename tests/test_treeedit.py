@@ -5,8 +5,10 @@ from __future__ import annotations
 import pygit2
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
+from repo_helpers import git
 
 from snapshotd.capture.treeedit import edit_tree
+from snapshotd.git import loose
 
 NAMES = st.sampled_from(["a", "b", "c", "a.txt", "a-b", "z"])
 PATHS = st.lists(NAMES, min_size=1, max_size=4).map("/".join)
@@ -69,3 +71,32 @@ def test_only_the_trees_on_changed_paths_are_written(tmp_path):
     assert len(written) == 3  # d3/e4, d3 and the root
     files["d3/e4/f.txt"] = (b"new", 0o100644)
     assert edited == tree_of(repo, files)
+
+
+def test_modes_stored_otherwise_are_read_as_git_reads_them(tmp_path):
+    """A tree an old git or another tool wrote (``100664``, ``100775``, ``120777``): the edited tree equals git's
+    own ``read-tree``, ``update-index`` and ``write-tree`` of the same change (libgit2 would read ``120777`` as an
+    executable file)."""
+    root = tmp_path / "r"
+    repo = pygit2.init_repository(str(root))
+    blob = repo.create_blob(b"old\n")
+    link = repo.create_blob(b"target")
+    inner = loose.write_object(repo.path, "tree", b"100664 f\0" + blob.raw)
+    odd = [(b"100664", b"group.txt", blob.raw), (b"100775", b"run", blob.raw), (b"120777", b"ln", link.raw),
+           (b"40000", b"sub", inner.raw)]
+    base = loose.write_object(repo.path, "tree", b"".join(b"%s %s\0%s" % entry for entry in odd))
+    new = repo.create_blob(b"new\n")
+    edited, _ = edit_tree(repo, base, {"sub/g": (new, 0o100644)})
+    index = {"GIT_INDEX_FILE": str(tmp_path / "index")}
+    git(root, "read-tree", str(base), env=index)
+    git(root, "update-index", "--add", "--cacheinfo", f"100644,{new},sub/g", env=index)
+    assert edited == git(root, "write-tree", env=index)
+
+
+def test_a_base_that_is_not_a_tree_is_refused(tmp_path):
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    blob = repo.create_blob(b"x")
+    with pytest.raises(pygit2.GitError, match="where a tree was expected"):
+        edit_tree(repo, blob, {"a": (blob, 0o100644)})
+    with pytest.raises(KeyError, match="1" * 40):
+        edit_tree(repo, "1" * 40, {"a": (blob, 0o100644)})

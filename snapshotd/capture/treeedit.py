@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
 import pygit2
 
@@ -29,12 +29,12 @@ Changes = Mapping[str, tuple[pygit2.Oid, int] | None]
 def edit_tree(repo: pygit2.Repository, base: str | pygit2.Oid | None, changes: Changes) -> tuple[str, list[pygit2.Oid]]:
     """The tree ``base`` with ``changes`` applied, and the ids of the trees it wrote.
 
-    Trees are written by :mod:`snapshotd.git.loose`, which lets go of the interpreter's lock
-    while the disk works (libgit2's tree builder keeps it).
+    Trees are read as bytes (no object per entry) and written by :mod:`snapshotd.git.loose`, which lets go
+    of the interpreter's lock while the disk works (libgit2's tree builder keeps it).
     """
-    tree = cast(pygit2.Tree, repo[base]) if base is not None else None
+    base_id = None if base is None else pygit2.Oid(hex=base) if isinstance(base, str) else base
     written: list[pygit2.Oid] = []
-    new = _edit(repo, tree, changes, written)
+    new = _edit(repo, base_id, changes, written)
     if new is None:
         new = loose.write_object(repo.path, "tree", b"", repo.odb)
         written.append(new)
@@ -42,12 +42,10 @@ def edit_tree(repo: pygit2.Repository, base: str | pygit2.Oid | None, changes: C
 
 
 def _edit(
-    repo: pygit2.Repository, tree: pygit2.Tree | None, changes: Changes, written: list[pygit2.Oid]
+    repo: pygit2.Repository, tree: pygit2.Oid | None, changes: Changes, written: list[pygit2.Oid]
 ) -> pygit2.Oid | None:
     """Apply ``changes`` (paths relative to ``tree``); None when the result is empty."""
-    entries: dict[bytes, tuple[int, pygit2.Oid]] = (
-        {cast(bytes, entry.raw_name): (entry.filemode, entry.id) for entry in tree} if tree is not None else {}
-    )
+    entries = bodies.tree_entries(_tree_body(repo, tree)) if tree is not None else {}
     inserts: dict[bytes, tuple[pygit2.Oid, int]] = {}
     below: dict[bytes, dict[str, tuple[pygit2.Oid, int] | None]] = defaultdict(dict)
     for path, value in changes.items():
@@ -64,23 +62,31 @@ def _edit(
     for key, sub_changes in below.items():
         existing = entries.get(key)
         is_tree = existing is not None and existing[0] == MODE_TREE
-        subtree = cast(pygit2.Tree, repo[existing[1]]) if is_tree and existing is not None else None
+        subtree = pygit2.Oid(raw=existing[1]) if is_tree and existing is not None else None
         new = _edit(repo, subtree, sub_changes, written)
         if new is None:
             if is_tree:
                 del entries[key]
         else:
-            entries[key] = (MODE_TREE, new)
+            entries[key] = (MODE_TREE, new.raw)
     for key, (oid, mode) in inserts.items():
-        entries[key] = (mode, oid)
+        entries[key] = (mode, oid.raw)
     if not entries:
         return None
-    body = bodies.tree_body((name, mode, oid) for name, (mode, oid) in entries.items())
+    body = bodies.tree_body((name, mode, raw_id) for name, (mode, raw_id) in entries.items())
     # Not asked of the packs: on a miss libgit2 reads objects/pack again (seven calls, the interpreter's lock
     # held), and a tree packed already is a few hundred bytes written again, which the next packing drops.
     oid = loose.write_object(repo.path, "tree", body)
     written.append(oid)
     return oid
+
+
+def _tree_body(repo: pygit2.Repository, tree: pygit2.Oid) -> bytes:
+    """The body of the tree ``tree`` (a missing one raises pygit2's KeyError naming it)."""
+    kind, body = repo.odb.read(tree)
+    if kind != pygit2.enums.ObjectType.TREE:
+        raise pygit2.GitError(f"the object {tree} is a {kind.name.lower()}, where a tree was expected")
+    return body
 
 
 class RecordingIndex:
