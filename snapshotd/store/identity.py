@@ -79,23 +79,26 @@ def new_worktree_id() -> str:
     return "wt_" + secrets.token_hex(8)
 
 
-def read_gitfile(dotgit: Path) -> str | None:
-    """The admin folder a ``.git`` file names (absolute, normalized), or None."""
+def read_gitfile(dotgit: str | os.PathLike[str]) -> str | None:
+    """The admin folder a ``.git`` file names (absolute, normalized), or None (a folder, a link, nothing there)."""
+    dotgit = os.fspath(dotgit)
     try:
-        if not dotgit.is_file() or dotgit.is_symlink():
+        if not stat.S_ISREG(os.lstat(dotgit).st_mode):
             return None
-        text = dotgit.read_text(encoding="utf-8", errors="surrogateescape")
+        with open(dotgit, "rb") as handle:
+            text = handle.read().decode("utf-8", "surrogateescape")
     except OSError:
         return None
     if not text.startswith("gitdir:"):
         return None
     target = text[len("gitdir:") :].strip()
-    return os.path.normpath(os.path.join(dotgit.parent, target))
+    return os.path.normpath(os.path.join(os.path.dirname(dotgit), target))
 
 
 def _common_dir(git_dir: str) -> str:
     try:
-        rel = Path(git_dir, "commondir").read_text().strip()
+        with open(os.path.join(git_dir, "commondir"), "rb") as handle:
+            rel = os.fsdecode(handle.read().strip())
     except OSError:
         return git_dir
     return os.path.normpath(os.path.join(git_dir, rel))
@@ -127,34 +130,38 @@ def locate(path: str) -> Located:
         raise NotFound(f"The path {path} does not exist.") from None
     if not stat.S_ISDIR(mode):
         raise NotADirectory(f"The path {path} is not a folder.")
-    parts = Path(real).parts
-    if ".git" in parts:
+    if ".git" in real.split(os.sep):
         raise PathOutsideWorktree(f"The path {path} is inside a .git folder, not a worktree.")
-    current = Path(real)
+    current = real
     while True:
-        dotgit = current / ".git"
-        if dotgit.is_dir() and (dotgit / "HEAD").exists():
-            return _trusted(str(current), str(dotgit), ())
-        if dotgit.is_file():
+        dotgit = os.path.join(current, ".git")
+        try:
+            found = os.stat(dotgit).st_mode
+        except OSError:
+            found = 0
+        if stat.S_ISDIR(found) and os.path.exists(os.path.join(dotgit, "HEAD")):
+            return _trusted(current, dotgit, ())
+        if stat.S_ISREG(found):
             git_dir = read_gitfile(dotgit)
             if git_dir and os.path.isdir(git_dir):
-                return _trusted(str(current), git_dir, (str(dotgit),))
+                return _trusted(current, git_dir, (dotgit,))
             if git_dir and not os.path.lexists(git_dir):
                 raise NotFound(
                     f"The worktree at {current} is linked to the git folder {git_dir}, which is gone: its "
                     f"repository moved or was deleted. Run 'snapshotd repair {current}' if they moved together, "
                     f"or 'git worktree repair {current}' from the repository's new place.",
-                    path=str(current),
+                    path=current,
                 )
-        if is_git_directory(current):
+        if is_git_directory(Path(current)):
             raise PathOutsideWorktree(
                 f"The path {path} is in the bare repository {current}, which has no worktree to capture; "
                 "give a worktree of it instead ('git worktree add' makes one).",
-                path=str(current),
+                path=current,
             )
-        if current.parent == current:
+        parent = os.path.dirname(current)
+        if parent == current:
             return Located(real, None, None)
-        current = current.parent
+        current = parent
 
 
 def _trusted(root: str, git_dir: str, gitfiles: tuple[str, ...]) -> Located:
