@@ -7,7 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from repo_helpers import git
 
-from snapshotd.capture.treeedit import edit_tree
+from snapshotd.capture.treeedit import RecentBodies, edit_tree
 from snapshotd.git import loose
 
 NAMES = st.sampled_from(["a", "b", "c", "a.txt", "a-b", "z"])
@@ -100,3 +100,30 @@ def test_a_base_that_is_not_a_tree_is_refused(tmp_path):
         edit_tree(repo, blob, {"a": (blob, 0o100644)})
     with pytest.raises(KeyError, match="1" * 40):
         edit_tree(repo, "1" * 40, {"a": (blob, 0o100644)})
+
+
+def test_a_tree_kept_from_the_last_edit_is_not_used_once_gone_from_the_store(tmp_path):
+    """Bodies of the trees an edit wrote are kept for the next edit, but only while the store still holds them."""
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    base = tree_of(repo, {"a/b.txt": (b"1", 0o100644)})
+    first, written = edit_tree(repo, base, {"a/c.txt": (repo.create_blob(b"2"), 0o100644)})
+    second, _ = edit_tree(repo, first, {"a/d.txt": (repo.create_blob(b"3"), 0o100644)})
+    assert second == tree_of(repo, {name: (data, 0o100644) for name, data in
+                                    [("a/b.txt", b"1"), ("a/c.txt", b"2"), ("a/d.txt", b"3")]})
+    for oid in written:  # pruned (``git gc``, ``rm -rf`` under way)
+        path = tmp_path / "r" / "objects" / str(oid)[:2] / str(oid)[2:]
+        path.chmod(0o644)
+        path.unlink()
+    with pytest.raises(KeyError, match=first):
+        edit_tree(repo, first, {"a/e.txt": (repo.create_blob(b"4"), 0o100644)})
+
+
+def test_the_kept_bodies_stay_within_their_bound():
+    kept = RecentBodies(1000)
+    for index in range(100):
+        kept.put(bytes([index]) * 20, b"x" * 60)
+        kept.get(b"\0" * 20)  # the first one, used again each time, stays
+    assert kept.size == sum(len(body) for body in kept.bodies.values()) <= 1000
+    assert kept.get(b"\0" * 20) is not None and kept.get(bytes([1]) * 20) is None
+    kept.put(b"big" * 7, b"y" * 200)  # over an eighth of the bound: never kept
+    assert kept.get(b"big" * 7) is None

@@ -8,7 +8,8 @@ proportion to the number of changes and the depth of the tree.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import threading
+from collections import OrderedDict, defaultdict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -77,16 +78,60 @@ def _edit(
     # Not asked of the packs: on a miss libgit2 reads objects/pack again (seven calls, the interpreter's lock
     # held), and a tree packed already is a few hundred bytes written again, which the next packing drops.
     oid = loose.write_object(repo.path, "tree", body)
+    _recent.put(oid.raw, body)
     written.append(oid)
     return oid
 
 
 def _tree_body(repo: pygit2.Repository, tree: pygit2.Oid) -> bytes:
-    """The body of the tree ``tree`` (a missing one raises pygit2's KeyError naming it)."""
+    """The body of the tree ``tree`` (a missing one raises pygit2's KeyError naming it).
+
+    The next capture edits the trees the last one wrote (the folders an agent
+    works in): their bodies are kept (:class:`RecentBodies`), where libgit2
+    would open and inflate each one's file again, holding the interpreter's lock.
+    The store is asked first, so a tree no longer there is not edited as if it were.
+    """
+    body = _recent.get(tree.raw)
+    if body is not None and tree in repo.odb:
+        return body
     kind, body = repo.odb.read(tree)
     if kind != pygit2.enums.ObjectType.TREE:
         raise pygit2.GitError(f"the object {tree} is a {kind.name.lower()}, where a tree was expected")
+    _recent.put(tree.raw, body)
     return body
+
+
+class RecentBodies:
+    """Tree bodies by id, the most recently used kept up to :data:`RECENT_BODY_BYTES` in all (any thread)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.size = 0
+        self.bodies: OrderedDict[bytes, bytes] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, raw_id: bytes) -> bytes | None:
+        with self.lock:
+            body = self.bodies.get(raw_id)
+            if body is not None:
+                self.bodies.move_to_end(raw_id)
+            return body
+
+    def put(self, raw_id: bytes, body: bytes) -> None:
+        if len(body) > self.limit // 8:
+            return
+        with self.lock:
+            if raw_id in self.bodies:
+                self.bodies.move_to_end(raw_id)
+                return
+            self.bodies[raw_id] = body
+            self.size += len(body)
+            while self.size > self.limit:
+                self.size -= len(self.bodies.popitem(last=False)[1])
+
+
+RECENT_BODY_BYTES = 4 * 1024 * 1024  # every worktree's recent trees: a 100,000-file tree's root is about 40 KB
+_recent = RecentBodies(RECENT_BODY_BYTES)
 
 
 class RecordingIndex:
