@@ -20,7 +20,6 @@ import ctypes
 import heapq
 import itertools
 import os
-from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol, cast
@@ -62,12 +61,10 @@ class FairLimiter:
     """
 
     def __init__(self, total_tokens: int) -> None:
-        self.places = total_tokens
-        self.total_tokens = total_tokens  # the places, and one more for each thread waiting on the disk
+        self.total_tokens = total_tokens
         self.borrowed_tokens = 0
         self._queues: dict[Requester | None, list[tuple[int, int, trio.Event]]] = {}  # heaps, in turn order
         self._count = itertools.count()
-        self._token: trio.lowlevel.TrioToken | None = None  # the run the places are lent in
 
     async def acquire_on_behalf_of(self, borrower: object) -> None:
         """Wait for a thread, in the client's turn, while the client is ready; a cancelled wait leaves nothing taken.
@@ -87,9 +84,6 @@ class FairLimiter:
 
     async def _acquire(self, client: Requester | None, order: int, borrower: object) -> None:
         await trio.lowlevel.checkpoint_if_cancelled()
-        token = trio.lowlevel.current_trio_token()
-        if token is not self._token:  # a new run (tests run many in one process): nothing is lent in it yet
-            self._token, self.total_tokens = token, self.places
         if self.borrowed_tokens < self.total_tokens and not self._queues:
             self.borrowed_tokens += 1
             await trio.lowlevel.cancel_shielded_checkpoint()
@@ -112,42 +106,6 @@ class FairLimiter:
     def release_on_behalf_of(self, borrower: object) -> None:
         """Give a thread back; the next client in turn gets it."""
         self.borrowed_tokens -= 1
-        self._grant()
-
-    @contextlib.contextmanager
-    def waiting_on_disk(self) -> Iterator[None]:
-        """Around a worker thread's wait for the disk (a flush): one more place meanwhile, so the places are
-        for work, not waits. Asked of the trio loop without waiting for it; nothing outside a run.
-
-        Under 250 sessions a checkpoint's record held one of the two places for about 5 ms of its 8 while
-        its flush's fsyncs ran, and captures queued for a place meanwhile: without the flush, the same
-        load was answered at p99 107 against 645 ms (bench/README.md).
-        """
-        token = self._token
-        try:
-            if token is None:
-                raise trio.RunFinishedError
-            token.run_sync_soon(self._lend, token)
-        except trio.RunFinishedError:
-            yield
-            return
-        try:
-            yield
-        finally:
-            with contextlib.suppress(trio.RunFinishedError):  # the run ended: the next one starts afresh
-                token.run_sync_soon(self._reclaim, token)
-
-    def _lend(self, token: trio.lowlevel.TrioToken) -> None:
-        if token is self._token:
-            self.total_tokens += 1
-            self._grant()
-
-    def _reclaim(self, token: trio.lowlevel.TrioToken) -> None:
-        """The lent place is taken back: threads beyond the places finish, and none starts until one ends."""
-        if token is self._token:
-            self.total_tokens -= 1
-
-    def _grant(self) -> None:
         while self._queues and self.borrowed_tokens < self.total_tokens:
             client = next(iter(self._queues))
             queue = self._queues.pop(client)
@@ -159,8 +117,7 @@ class FairLimiter:
 
 
 # Typed as what trio.to_thread.run_sync takes: it asks a limiter for the two methods FairLimiter has.
-fair_limiter = FairLimiter(max(2, len(os.sched_getaffinity(0))))
-thread_limiter = cast(trio.CapacityLimiter, fair_limiter)
+thread_limiter = cast(trio.CapacityLimiter, FairLimiter(max(2, len(os.sched_getaffinity(0)))))
 
 _M_ARENA_MAX = -8  # glibc's mallopt parameter
 

@@ -50,7 +50,6 @@ from snapshotd import facilities
 from snapshotd.fsutil import write_all
 from snapshotd.git.flush import FDS_AT_ONCE, fsync_covers_rename, fsync_together, sync_filesystem
 from snapshotd.git.packwrite import PackedObject, prepare_pack
-from snapshotd.threads import fair_limiter
 
 COMPRESSION = 1  # zlib level: libgit2's for loose objects
 PACK_AT_LEAST = 32  # new objects of one capture from which they are written as one pack, not loose files
@@ -306,10 +305,9 @@ def make_durable(git_dir: str) -> None:
     One flush serves every caller that asked before it began: while one runs,
     later callers wait and the next one flushes for all of them (objects of
     every store of the process: ``git_dir`` is one more store to flush whole
-    if git wrote into it). Blocking: on a worker thread, whose place in the
-    thread limiter serves other work meanwhile.
+    if git wrote into it). Blocking: on a worker thread.
     """
-    with fair_limiter.waiting_on_disk(), _flushes.cond:
+    with _flushes.cond:
         wanted = _flushes.started + 1  # a flush that begins after this call
         while _flushes.finished < wanted:
             if _flushes.running:
