@@ -49,9 +49,9 @@ async def test_queued_checkpoints_share_one_capture_and_each_is_recorded(watched
     assert all(r["stats"]["shared"] for r in results.values())
     for result in results.values():  # where each one's time went: waiting for the lock, then the one capture
         phases = result["stats"]["phases"]
-        assert phases["queued"] >= 50 and phases["capture"] > 0 and phases["record"] > 0
+        assert phases["queued"] >= 50 and phases["capture"] > 0 and phases["record"] > 0 and phases["resolve"] > 0
         waits = {"sync", "thread"} if result["stats"]["scan"] == "watch" else set()  # a warm capture's own waits
-        assert set(phases) == {"queued", "capture", "record"} | waits
+        assert set(phases) == {"resolve", "queued", "capture", "record"} | waits
         assert abs(sum(phases.values()) - result["stats"]["ms"]) < 0.01
     assert len({r["checkpoint"]["id"] for r in results.values()}) == 20
     for session, result in results.items():

@@ -41,7 +41,8 @@ class Ticket:
     """One request in a worktree's queue: what it asked for and, once served, its checkpoint or its error."""
 
     options: CheckpointOptions
-    started: float = field(default_factory=time.perf_counter)
+    started: float = field(default_factory=time.perf_counter)  # when the request began (the worktree found)
+    joined: float = field(default_factory=time.perf_counter)  # when it joined the worktree's queue
     result: CheckpointResult | None = None
     error: Exception | None = None
 
@@ -58,6 +59,7 @@ async def take_checkpoint(
     record_many: RecordMany,
     run_sync: RunSync,
     on_refused: OnRefused,
+    started: float | None = None,
 ) -> CheckpointResult:
     """A checkpoint of the worktree whose ``lock`` and ``queue`` these are; shared with the queue unless exact.
 
@@ -67,9 +69,12 @@ async def take_checkpoint(
     (else on a worker thread through ``run_sync``), and returns, per ticket,
     its checkpoint or the exception that refused it;
     ``on_refused`` hears such an exception before it is raised (it may raise
-    another, e.g. the worktree was deleted meanwhile).
+    another, e.g. the worktree was deleted meanwhile). ``started``: when the
+    request began, if before now (its worktree was found first: ``resolve``).
     """
     ticket = Ticket(options)
+    if started is not None:
+        ticket.started = started
     if options.exact:
         async with lock:
             await _serve([ticket], capture, record_many, run_sync, exact=True)
@@ -131,7 +136,8 @@ def _answer(
             ticket.error = outcome
         else:
             phases = {
-                "queued": (began - ticket.started) * 1000,
+                "resolve": (ticket.joined - ticket.started) * 1000,
+                "queued": (began - ticket.joined) * 1000,
                 **stats.phases,  # a warm capture's waits: for its watcher's sync, for a thread
                 "capture": (captured - began) * 1000 - sum(stats.phases.values()),
                 "record": (recorded - captured) * 1000,

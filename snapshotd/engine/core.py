@@ -151,15 +151,18 @@ class Engine:
     # --- checkpoint ----------------------------------------------------------------
 
     async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
+        started = time.perf_counter()
         options = CheckpointOptions.from_params(params)
         named_by_path = options.where.path is not None
         # $HOME or / refused before opening (a watch of all of $HOME is costly too), in the same look at the path
         state = await self.registry.resolve(options.where, checkpoint=named_by_path and not options.force)
         if not named_by_path and not options.force:
             refuse_broad_folder(state.info.path)
-        return (await self._take_checkpoint(state, options)).to_wire()
+        return (await self._take_checkpoint(state, options, started)).to_wire()
 
-    async def _take_checkpoint(self, state: WorktreeState, options: CheckpointOptions) -> CheckpointResult:
+    async def _take_checkpoint(
+        self, state: WorktreeState, options: CheckpointOptions, started: float
+    ) -> CheckpointResult:
         """Capture and record under the worktree's lock, sharing the capture with the requests queued for it
         (``batch.py``); a full disk or a denied write gets one sentence. The record is made where the worktree
         is then: a request that found it before it moved may capture and record for one that found it after."""
@@ -168,6 +171,7 @@ class Engine:
             lambda tickets, tree: record_many(state.info, tickets, tree, resident=state.capture.resident),
             functools.partial(trio.to_thread.run_sync, limiter=thread_limiter),
             state.capture.raise_clear_error,  # deleted between the capture and the record
+            started,
         )
         self.subscriptions.recorded(state.info.id, result.checkpoint.to_wire())
         return result
