@@ -119,16 +119,6 @@ class FairLimiter:
 # Typed as what trio.to_thread.run_sync takes: it asks a limiter for the two methods FairLimiter has.
 thread_limiter = cast(trio.CapacityLimiter, FairLimiter(max(2, len(os.sched_getaffinity(0)))))
 
-lookup_limiter = cast(trio.CapacityLimiter, FairLimiter(2))
-"""Finding the worktree a request names (a few stat calls and small reads), apart from :data:`thread_limiter`.
-
-A checkpoint waited for a thread twice, once to find its worktree and once to
-capture it; under 250 sessions the first wait was 62 ms at p50, behind captures
-and records holding both threads for their flushes, for a fraction of a
-millisecond of work. Here it waits only for other lookups, in the clients' turn
-as there.
-"""
-
 _M_ARENA_MAX = -8  # glibc's mallopt parameter
 
 

@@ -45,7 +45,7 @@ from snapshotd.store.identity import (
     check_still_trusted,
     locate,
 )
-from snapshotd.threads import lookup_limiter, thread_limiter
+from snapshotd.threads import thread_limiter
 
 MAX_VANISHED_KEPT = 64  # worktrees found gone or moved that are still shown; older ones are forgotten
 
@@ -282,14 +282,14 @@ class Registry:
         """As :meth:`resolve`, but None when ``where`` names no worktree (a method where one is optional)."""
         if where.path is not None:
             state = await trio.to_thread.run_sync(
-                self._open_unless_broad, where.path, where.force, checkpoint, limiter=lookup_limiter
+                self._open_unless_broad, where.path, where.force, checkpoint, limiter=thread_limiter
             )
             if where.id is not None and where.id != state.info.id:
                 raise WorktreeMismatch(f"The path {where.path} belongs to worktree {state.info.id}, not {where.id}.")
             await self.ensure_watch(state)
             return state
         if where.id is not None:
-            state = await trio.to_thread.run_sync(self.by_id, where.id, limiter=lookup_limiter)
+            state = await trio.to_thread.run_sync(self.by_id, where.id, limiter=thread_limiter)
             await self.ensure_watch(state)
             return state
         return None
