@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import subprocess
@@ -197,3 +198,15 @@ def settle_deletions() -> None:
     """
     os.sync()
     time.sleep(SETTLE_S)
+
+
+def two_checkouts_parser(doc: str) -> argparse.ArgumentParser:
+    """The arguments of a bench that runs two checkouts side by side on one synthetic repository:
+    OLD [NEW], ``--rounds``, ``--files`` and ``--work``; the caller adds its own."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("old", type=Path)
+    parser.add_argument("new", type=Path, nargs="?", default=REPO_ROOT)
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--files", type=int, default=2000)
+    parser.add_argument("--work", type=Path, default=WORK, help="where the repository goes (default: bench/work)")
+    return parser

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import trio
 
-from .common import REPO_ROOT, WORK, git
+from .common import REPO_ROOT, git, two_checkouts_parser
 from .ours import Daemon, running_daemon
 
 sys.path.insert(0, str(REPO_ROOT / "fixtures" / "repos"))
@@ -140,13 +140,8 @@ async def run(args: argparse.Namespace, repo: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("old", type=Path)
-    parser.add_argument("new", type=Path, nargs="?", default=REPO_ROOT)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser = two_checkouts_parser(__doc__)
     parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--files", type=int, default=2000)
-    parser.add_argument("--work", type=Path, default=WORK, help="where the repository goes (default: bench/work)")
     parser.add_argument("--strace", action="store_true", help="count system calls instead (strace -c)")
     args = parser.parse_args()
     if args.strace and shutil.which("strace") is None:

@@ -19,7 +19,6 @@ per operation; the report gives the medians and new ÷ old.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -29,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from .common import REPO_ROOT, WORK, git
+from .common import REPO_ROOT, git, two_checkouts_parser
 
 sys.path.insert(0, str(REPO_ROOT / "fixtures" / "repos"))
 from make_synthetic import make_synthetic
@@ -71,13 +70,8 @@ def one_round(checkout: Path, repo: Path, linked: Path, edits: int, hot: list[st
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("old", type=Path)
-    parser.add_argument("new", type=Path, nargs="?", default=REPO_ROOT)
-    parser.add_argument("--rounds", type=int, default=6)
+    parser = two_checkouts_parser(__doc__)
     parser.add_argument("--edits", type=int, default=600)
-    parser.add_argument("--files", type=int, default=2000)
-    parser.add_argument("--work", type=Path, default=WORK, help="where the repository goes (default: bench/work)")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix="tree-edit-", dir=args.work))
