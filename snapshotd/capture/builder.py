@@ -14,6 +14,7 @@ import stat
 
 import pygit2
 
+from snapshotd.capture.asis import NotAsIs
 from snapshotd.capture.checkin import Pending, hash_through_git, is_attributes
 from snapshotd.capture.gitlinks import commit_at
 from snapshotd.capture.state import (
@@ -181,11 +182,15 @@ class TreeBuilder:
             if target is None:
                 return None  # no longer a link: the watcher names the path again
             oid = loose.write_object(self.repo.path, "blob", target, self.odb, self.batch)
-        elif self.settings.filters:
+        elif self.settings.filters and self.settings.content_filters:
             self._git_hash.append((Pending(path, basis), st, mode))
             return None
         else:
-            stable = self._stable_blob(path, st)
+            try:
+                stable = self._stable_blob(path, st, as_is_only=self.settings.filters)
+            except NotAsIs:  # a CR byte git's end-of-line conversion may remove (capture/asis.py)
+                self._git_hash.append((Pending(path, basis), st, mode))
+                return None
             if stable is None:
                 return None
             oid = stable
@@ -193,8 +198,11 @@ class TreeBuilder:
         self.cache.store(path, st, self.fence_ns, oid)
         return oid
 
-    def _write_blob(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
+    def _write_blob(self, path: str, st: os.stat_result, as_is_only: bool = False) -> pygit2.Oid | None:
         """Store the bytes of the regular file ``st`` describes as a blob; None if another file is there now.
+
+        ``as_is_only``: raise :class:`NotAsIs` instead for a file holding a CR
+        byte, or too large to read at once, which git's conversion may change.
 
         The file is opened from its folder's descriptor (see :class:`Walker`),
         neither following a link nor blocking (a FIFO swapped in since the
@@ -211,14 +219,18 @@ class TreeBuilder:
                 return None
             with os.fdopen(fd, "rb", closefd=False) as handle:
                 if opened.st_size > STREAM_ABOVE:
+                    if as_is_only:
+                        raise NotAsIs(path)
                     with loose.written_elsewhere(self.repo.path):  # libgit2 writes it
                         return self.repo.create_blob_fromiobase(handle)
                 data = handle.read()
         finally:
             os.close(fd)
+        if as_is_only and b"\r" in data:
+            raise NotAsIs(path)
         return loose.write_object(self.repo.path, "blob", data, self.odb, self.batch)
 
-    def _stable_blob(self, path: str, st: os.stat_result) -> pygit2.Oid | None:
+    def _stable_blob(self, path: str, st: os.stat_result, as_is_only: bool = False) -> pygit2.Oid | None:
         """Hash a file, again if it changed while being read, so the blob is never torn.
 
         None when it is gone or no longer a regular file.
@@ -226,7 +238,7 @@ class TreeBuilder:
         oid = None
         for _ in range(5):
             try:
-                oid = self._write_blob(path, st)
+                oid = self._write_blob(path, st, as_is_only)
                 after = self.walker.lstat(path)
             except OSError as exc:
                 if exc.errno in CHANGED:  # gone or replaced meanwhile

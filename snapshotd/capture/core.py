@@ -23,18 +23,22 @@ import contextlib
 import os
 import secrets
 import time
+from dataclasses import replace
 from typing import cast
 
 import pygit2
 import trio
 
+from snapshotd.capture.asis import names_content_filters
 from snapshotd.capture.builder import TreeBuilder, open_repo
+from snapshotd.capture.checkin import is_attributes
 from snapshotd.capture.fallback import build_git_only, build_with_git
 from snapshotd.capture.gitlinks import note_changes
 from snapshotd.capture.resident import Resident
 from snapshotd.capture.scan import (
     LS_FILES,
     LoadedIndex,
+    attributes_in,
     git_target,
     load_index,
     own_data_excludes,
@@ -46,11 +50,13 @@ from snapshotd.capture.state import (
     CaptureStats,
     Settings,
     StatCache,
+    attributes_files,
     conversion_rules,
     make_fence,
 )
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.capture.userindex import UserIndex
+from snapshotd.capture.walker import Walker
 from snapshotd.capture.warm import dirty_under_removed_attributes
 from snapshotd.fsutil import checked_private_folder
 from snapshotd.git import loose
@@ -84,6 +90,11 @@ def _build(
     modified |= {path for path in hints if path in index}
     modified |= dirty_under_removed_attributes(index, info.path, removed, flagged, index_path) - removed
     settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
+    if settings.filters:
+        on_disk = sorted(set(attributes_in(listing)) | {path for path in flagged if is_attributes(path)})
+        with Walker(info.path) as walker:
+            named = names_content_filters(repo, attributes_files(info), index, on_disk, walker)
+        settings = replace(settings, content_filters=named)
     cache.follow_rules(conversion_rules(info, listing, loaded.tracked_attributes, flagged))
     user = UserIndex(index)  # the user's index as read: what the capture changes of it is kept there
     conflicts = index.conflicts

@@ -180,6 +180,7 @@ class Settings:
     trust_exec: bool
     trust_symlinks: bool
     filters: bool  # CRLF, eol or attributes may change content: let git hash files
+    content_filters: bool = True  # with filters, more than CR bytes may change (capture/asis.py): git hashes all
 
     @classmethod
     def read(cls, repo: pygit2.Repository, listing: bytes, info: WorktreeInfo, tracked_attributes: bool) -> Settings:
