@@ -1,17 +1,18 @@
 """What one request costs a real daemon over its socket, two checkouts alternating, as ratios.
 
 Usage: ``python -m bench.request_cost OLD_CHECKOUT [NEW_CHECKOUT] [--rounds 6] [--requests 300]
-[--files 2000] [--work DIR] [--strace]``
+[--files 2000] [--work DIR] [--attributes] [--strace]``
 
 Each round starts each checkout's daemon (:func:`bench.ours.running_daemon`)
 on one synthetic repository of ``--files`` files (built in ``--work``), warms
 it with 30 checkpoints, then sends ``--requests`` of each kind on one
 connection: ``ping``, a clean checkpoint, a checkpoint after one tracked file
 was appended to (one of 40, each in its own folder), ``list`` of the newest
-one. The figure is the daemon's CPU (user and system) per request: under 250
-sessions the daemon's one Python core is what runs out, so this is the cost
-that sets the rate. The order of the checkouts alternates from round to round;
-the report gives the medians and new ÷ old.
+one. The figure is the daemon's CPU (user and system) per request: what sets
+the rate under 250 sessions once the disk's flushes do not (bench/README.md). The order of the checkouts alternates from round to round;
+the report gives the medians and new ÷ old, and the client's wait per request
+(``wall``). ``--attributes`` commits a ``.gitattributes`` of ``* text=auto
+eol=lf`` first, as many projects have: git's end-of-line conversion in play.
 
 ``--strace`` instead counts the daemon's system calls (``strace -c -f``) over
 200 one-file checkpoints per checkout: an exact figure, where CPU moves with
@@ -78,17 +79,18 @@ class Workload:
 
 
 async def one_round(checkout: Path, repo: Path, edited: list[Path], requests: int) -> dict[str, float]:
-    """The daemon's CPU milliseconds per request of each kind."""
+    """The daemon's CPU milliseconds per request of each kind, and the wall milliseconds of each (``... wall``)."""
     out: dict[str, float] = {}
     async with running_daemon("request-cost", checkout=str(checkout)) as daemon:
         work = Workload(daemon, repo, edited)
         for index in range(WARM_UP):
             await work.checkpoint_after_an_edit(index)
         for name, request in work.kinds().items():
-            before = daemon.cpu_seconds()
+            before, began = daemon.cpu_seconds(), trio.current_time()
             for index in range(requests):
                 await request(index)
             out[name] = 1000 * (daemon.cpu_seconds() - before) / requests
+            out[f"{name}, wall"] = 1000 * (trio.current_time() - began) / requests
     return out
 
 
@@ -133,15 +135,18 @@ async def run(args: argparse.Namespace, repo: Path) -> None:
             for name, value in (await one_round(checkout, repo, edited, args.requests)).items():
                 results[checkout].setdefault(name, []).append(value)
     old, new = checkouts
-    print(f"daemon CPU per request (ms), medians of {args.rounds} rounds of {args.requests}; old {old}, new {new}")
+    print(f"daemon CPU per request (ms; wall: the client's wait), medians of {args.rounds} rounds of "
+          f"{args.requests}; old {old}, new {new}")
     for name in results[old]:
         before, after = statistics.median(results[old][name]), statistics.median(results[new][name])
-        print(f"  {name:22} old {before:6.2f}  new {after:6.2f}  new/old {after / before:.2f}")
+        print(f"  {name:26} old {before:6.2f}  new {after:6.2f}  new/old {after / before:.2f}")
 
 
 def main() -> None:
     parser = two_checkouts_parser(__doc__)
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--attributes", action="store_true",
+                        help="commit a .gitattributes of '* text=auto eol=lf' first (git's conversion in play)")
     parser.add_argument("--strace", action="store_true", help="count system calls instead (strace -c)")
     args = parser.parse_args()
     if args.strace and shutil.which("strace") is None:
@@ -150,6 +155,10 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="request-cost-", dir=args.work))
     try:
         make_synthetic(work / "repo", args.files, commit=True)
+        if args.attributes:
+            (work / "repo" / ".gitattributes").write_text("* text=auto eol=lf\n")
+            git(work / "repo", "add", ".gitattributes")
+            git(work / "repo", "commit", "-qm", "attributes")
         trio.run(run, args, work / "repo")
     finally:
         shutil.rmtree(work, ignore_errors=True)
