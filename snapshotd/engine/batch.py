@@ -41,7 +41,7 @@ class Ticket:
     """One request in a worktree's queue: what it asked for and, once served, its checkpoint or its error."""
 
     options: CheckpointOptions
-    started: float = field(default_factory=time.perf_counter)  # when the request began (the worktree found)
+    started: float = field(default_factory=time.perf_counter)  # when the request began (before its worktree was found)
     joined: float = field(default_factory=time.perf_counter)  # when it joined the worktree's queue
     result: CheckpointResult | None = None
     error: Exception | None = None
