@@ -92,3 +92,17 @@ async def test_a_filter_added_to_the_attributes_is_seen_at_once(watched_engine, 
     result = await checkpoint(watched_engine, repo)
     assert result["stats"]["scan"] == "watch" and result["stats"]["processes"] == 1
     assert result["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_an_index_of_version_4_is_walked_for_its_attributes(watched_engine, tmp_path):
+    """Version 4 compresses paths, so the index's bytes cannot say whether it tracks a .gitattributes."""
+    repo = make_repo(tmp_path / "r", "* text=auto\n")
+    (repo / "src" / ".gitattributes").write_text("*.cs ident\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "ident")
+    git(repo, "update-index", "--index-version", "4")
+    await warm_up(watched_engine, repo)
+    (repo / "src" / "a.cs").write_text("// $Id: y $\nclass C {}\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["processes"] == 1
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)

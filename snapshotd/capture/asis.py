@@ -26,10 +26,8 @@ from collections.abc import Iterable
 import pygit2
 
 from snapshotd.capture.walker import Walker
-from snapshotd.git.attributes import ATTRIBUTES_FILE
 from snapshotd.git.config import config_value
 
-ATTRIBUTES = ATTRIBUTES_FILE.encode()
 CONTENT_ATTRIBUTES = (b"filter", b"working-tree-encoding", b"ident")
 """Attribute names under which git's check-in may change a file's bytes other than its CR bytes."""
 
@@ -37,7 +35,8 @@ CONTENT_ATTRIBUTES = (b"filter", b"working-tree-encoding", b"ident")
 def names_content_filters(
     repo: pygit2.Repository,
     outside: Iterable[str],
-    index: pygit2.Index | None,
+    index: pygit2.Index,
+    tracked: Iterable[str],
     on_disk: Iterable[str],
     walker: Walker,
 ) -> bool:
@@ -45,8 +44,8 @@ def names_content_filters(
 
     ``repo``: the store, its configuration and objects. ``outside``: the
     attributes files outside the worktree (a missing one counts for nothing);
-    ``core.attributesFile`` is added when set. ``index``: the user's index
-    when it tracks a ``.gitattributes``, whose blobs are read (what an
+    ``core.attributesFile`` is added when set. ``tracked``: the
+    ``.gitattributes`` of the user's ``index``, whose blobs are read (what an
     unchanged file on disk holds, and what git reads where the file is gone);
     ``on_disk``: the worktree's ``.gitattributes`` the scan listed as changed
     or untracked, or the index flags, read through ``walker`` (never a link).
@@ -64,8 +63,12 @@ def names_content_filters(
             continue
         except OSError:
             return True
-    for oid in _index_attributes(index) if index is not None else ():
-        if oid is None or _names_them(_blob(repo, oid)):
+    for path in tracked:
+        try:
+            oid = index[path].id
+        except (KeyError, ValueError):  # in conflict: no entry of its own
+            return True
+        if _names_them(_blob(repo, oid)):
             return True
     for path in on_disk:
         data = _read(walker, path)
@@ -76,22 +79,6 @@ def names_content_filters(
 
 def _names_them(data: bytes) -> bool:
     return any(name in data for name in CONTENT_ATTRIBUTES)
-
-
-def _index_attributes(index: pygit2.Index) -> list[pygit2.Oid | None]:
-    """The blob of every ``.gitattributes`` the index holds (None for one in conflict), its paths walked through
-    cffi as capture/scan.py's ``index_facts`` walks them (a Python object per entry costs 100 ms at 100,000)."""
-    get = pygit2.C.git_index_get_byindex
-    pointer = index._index
-    found: list[pygit2.Oid | None] = []
-    for position in range(len(index)):
-        path = pygit2.ffi.string(get(pointer, position).path)
-        if path == ATTRIBUTES or path.endswith(b"/" + ATTRIBUTES):
-            try:
-                found.append(index[os.fsdecode(path)].id)
-            except (KeyError, ValueError):
-                found.append(None)
-    return found
 
 
 def _blob(repo: pygit2.Repository, oid: pygit2.Oid) -> bytes:

@@ -93,8 +93,7 @@ def _build(
     if settings.filters:
         on_disk = sorted(set(attributes_in(listing)) | {path for path in flagged if is_attributes(path)})
         with Walker(info.path) as walker:
-            tracked = index if loaded.tracked_attributes else None
-            named = names_content_filters(repo, attributes_files(info), tracked, on_disk, walker)
+            named = names_content_filters(repo, attributes_files(info), index, loaded.attributes, on_disk, walker)
         settings = replace(settings, content_filters=named)
     cache.follow_rules(conversion_rules(info, listing, loaded.tracked_attributes, flagged))
     user = UserIndex(index)  # the user's index as read: what the capture changes of it is kept there

@@ -54,29 +54,32 @@ def parse_listing(listing: bytes) -> tuple[set[str], set[str], set[str], set[str
     return modified, removed, untracked, flagged
 
 
-def index_facts(index: pygit2.Index, raw: bytes) -> tuple[set[str], bool, set[str]]:
-    """Entries flagged assume-unchanged or skip-worktree, whether a .gitattributes is tracked, the gitlinks.
+def index_facts(index: pygit2.Index, raw: bytes) -> tuple[set[str], bool, set[str], list[str]]:
+    """Entries flagged assume-unchanged or skip-worktree, whether a .gitattributes is tracked, the gitlinks,
+    and the paths of the .gitattributes the index holds.
 
     Walks libgit2's entries through cffi (about 0.5 us an entry), which is far
-    cheaper than having ``ls-files -c`` print every entry.
+    cheaper than having ``ls-files -c`` print every entry. Each entry's path is
+    read only when the index's bytes may name a ``.gitattributes``.
     """
     flagged: set[str] = set()
     gitlinks: set[str] = set()
+    attributes: dict[str, None] = {}  # in index order, once for a path in conflict
     get = pygit2.C.git_index_get_byindex
     pointer = index._index
     mentioned = mentions_attributes(raw)  # None: version 4 compresses paths, so its entries are walked instead
-    walk_paths = mentioned is None
-    attributes = bool(mentioned)
     for position in range(len(index)):
         entry = get(pointer, position)
         if entry.flags & FLAG_ASSUME_VALID or entry.flags_extended & FLAG_EXTENDED_SKIP_WORKTREE:
             flagged.add(os.fsdecode(pygit2.ffi.string(entry.path)))
         if entry.mode == MODE_GITLINK:
             gitlinks.add(os.fsdecode(pygit2.ffi.string(entry.path)))
-        if walk_paths and not attributes:
+        if mentioned is not False:
             path = pygit2.ffi.string(entry.path)
-            attributes = path == b".gitattributes" or path.endswith(b"/.gitattributes")
-    return flagged, attributes, gitlinks
+            if path == b".gitattributes" or path.endswith(b"/.gitattributes"):
+                attributes[os.fsdecode(path)] = None
+    tracked = bool(attributes) if mentioned is None else mentioned
+    return flagged, tracked, gitlinks, list(attributes)
 
 
 def seed_index(user_index: str, index_path: str) -> bool:
@@ -115,6 +118,7 @@ class LoadedIndex:
     flagged: set[str]
     tracked_attributes: bool
     gitlinks: set[str]  # the user's index's gitlink paths
+    attributes: list[str]  # the paths of its .gitattributes entries
 
 
 def load_index(index_path: str | None) -> LoadedIndex | str:
@@ -127,8 +131,8 @@ def load_index(index_path: str | None) -> LoadedIndex | str:
     if index_path is not None:
         with open(index_path, "rb") as handle:
             raw = handle.read()
-    flagged, tracked_attributes, gitlinks = index_facts(index, raw)
-    return LoadedIndex(index, flagged, tracked_attributes, gitlinks)
+    flagged, tracked_attributes, gitlinks, attributes = index_facts(index, raw)
+    return LoadedIndex(index, flagged, tracked_attributes, gitlinks, attributes)
 
 def flag_kinds(listing: bytes) -> tuple[set[str], set[str]]:
     """Skip-worktree and assume-unchanged paths of a tagged ``ls-files -v`` listing."""
