@@ -31,14 +31,12 @@ import trio
 
 from snapshotd.capture.asis import names_content_filters
 from snapshotd.capture.builder import TreeBuilder, open_repo
-from snapshotd.capture.checkin import is_attributes
 from snapshotd.capture.fallback import build_git_only, build_with_git
 from snapshotd.capture.gitlinks import note_changes
 from snapshotd.capture.resident import Resident
 from snapshotd.capture.scan import (
     LS_FILES,
     LoadedIndex,
-    attributes_in,
     git_target,
     load_index,
     own_data_excludes,
@@ -52,6 +50,7 @@ from snapshotd.capture.state import (
     StatCache,
     attributes_files,
     conversion_rules,
+    listed_attributes,
     make_fence,
 )
 from snapshotd.capture.treeedit import RecordingIndex
@@ -91,7 +90,7 @@ def _build(
     modified |= dirty_under_removed_attributes(index, info.path, removed, flagged, index_path) - removed
     settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
     if settings.filters:
-        on_disk = sorted(set(attributes_in(listing)) | {path for path in flagged if is_attributes(path)})
+        on_disk = listed_attributes(listing, flagged)
         with Walker(info.path) as walker:
             named = names_content_filters(repo, attributes_files(info), index, loaded.attributes, on_disk, walker)
         settings = replace(settings, content_filters=named)

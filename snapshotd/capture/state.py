@@ -240,11 +240,15 @@ def conversion_rules(
     files = config_files(info) + attributes_files(info)
     if tracked_attributes and info.git_dir is not None:
         files.append(os.path.join(info.git_dir, "index"))
-    listed = sorted(set(attributes_in(listing)) | {path for path in flagged if is_attributes(path)})
     return (
         tuple(_stat_key(path) for path in files),
-        tuple((path, _stat_key(os.path.join(info.path, path))) for path in listed),
+        tuple((path, _stat_key(os.path.join(info.path, path))) for path in listed_attributes(listing, flagged)),
     )
+
+
+def listed_attributes(listing: bytes, flagged: Iterable[str]) -> list[str]:
+    """The worktree's ``.gitattributes`` a scan listed (changed or untracked) or the index flags, sorted."""
+    return sorted(set(attributes_in(listing)) | {path for path in flagged if is_attributes(path)})
 
 
 FENCE_NAME = "fence"
