@@ -7,11 +7,13 @@ Each round starts each checkout's daemon (:func:`bench.ours.running_daemon`)
 on one synthetic repository of ``--files`` files (built in ``--work``), warms
 it with 30 checkpoints, then sends ``--requests`` of each kind on one
 connection: ``ping``, a clean checkpoint, a checkpoint after one tracked file
-was appended to (one of 40, each in its own folder), ``list`` of the newest
-one. The figure is the daemon's CPU (user and system) per request: what sets
+was appended to (one of 40, each in its own folder), one after a new file was
+written in one of those folders, one after writes to files git ignores (a
+``.log`` beside them and a file in ``out/``, as tests and builds leave), and
+``list`` of the newest one. The figure is the daemon's CPU (user and system) per request: what sets
 the rate under 250 sessions once the disk's flushes do not (bench/README.md). The order of the checkouts alternates from round to round;
-the report gives the medians and new ÷ old, and the client's wait per request
-(``wall``). ``--attributes`` commits a ``.gitattributes`` of ``* text=auto
+the report gives the medians and new ÷ old, the client's wait per request
+(``wall``) and the git processes started per request (``processes``, exact). ``--attributes`` commits a ``.gitattributes`` of ``* text=auto
 eol=lf`` first, as many projects have: git's end-of-line conversion in play.
 
 ``--strace`` instead counts the daemon's system calls (``strace -c -f``) over
@@ -22,6 +24,7 @@ the machine.
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import re
 import shutil
@@ -44,6 +47,7 @@ from make_synthetic import make_synthetic
 EDITED = 40  # tracked files appended to in turn, each in a folder of its own
 WARM_UP = 30
 STRACE_REQUESTS = 200
+SERIAL = itertools.count()  # new files' names, unique across rounds
 
 
 def edited_files(repo: Path) -> list[Path]:
@@ -61,6 +65,7 @@ class Workload:
 
     def __init__(self, daemon: Daemon, repo: Path, edited: list[Path]) -> None:
         self.daemon = daemon
+        self.repo = repo
         self.where = {"path": str(repo), "session": "bench"}
         self.edited = edited
 
@@ -69,11 +74,26 @@ class Workload:
             out.write(f"edit {index}\n")
         await self.daemon.call("checkpoint", self.where)
 
+    async def checkpoint_after_a_new_file(self, index: int) -> None:
+        folder = self.edited[index % len(self.edited)].parent
+        (folder / f"new-{next(SERIAL)}.txt").write_text(f"new {index}\n")
+        await self.daemon.call("checkpoint", self.where)
+
+    async def checkpoint_after_ignored_writes(self, index: int) -> None:
+        folder = self.edited[index % len(self.edited)].parent
+        with open(folder / "run.log", "a") as log:  # *.log and out/ are ignored (make_synthetic)
+            log.write(f"line {index}\n")
+        (self.repo / "out").mkdir(exist_ok=True)
+        (self.repo / "out" / f"obj-{index % 20}.o").write_text(f"build {index}\n")
+        await self.daemon.call("checkpoint", self.where)
+
     def kinds(self) -> dict[str, Callable[[int], Awaitable[object]]]:
         return {
             "ping": lambda index: self.daemon.call("ping"),
             "clean checkpoint": lambda index: self.daemon.call("checkpoint", self.where),
             "one-file checkpoint": self.checkpoint_after_an_edit,
+            "new-file checkpoint": self.checkpoint_after_a_new_file,
+            "ignored-writes checkpoint": self.checkpoint_after_ignored_writes,
             "list, newest 1": lambda index: self.daemon.call("list", {**self.where, "limit": 1}),
         }
 
@@ -86,11 +106,13 @@ async def one_round(checkout: Path, repo: Path, edited: list[Path], requests: in
         for index in range(WARM_UP):
             await work.checkpoint_after_an_edit(index)
         for name, request in work.kinds().items():
+            started = await daemon.processes_started()
             before, began = daemon.cpu_seconds(), trio.current_time()
             for index in range(requests):
                 await request(index)
             out[name] = 1000 * (daemon.cpu_seconds() - before) / requests
             out[f"{name}, wall"] = 1000 * (trio.current_time() - began) / requests
+            out[f"{name}, processes"] = (await daemon.processes_started() - started) / requests
     return out
 
 
@@ -139,7 +161,8 @@ async def run(args: argparse.Namespace, repo: Path) -> None:
           f"{args.requests}; old {old}, new {new}")
     for name in results[old]:
         before, after = statistics.median(results[old][name]), statistics.median(results[new][name])
-        print(f"  {name:26} old {before:6.2f}  new {after:6.2f}  new/old {after / before:.2f}")
+        ratio = f"{after / before:.2f}" if before else "-"
+        print(f"  {name:37} old {before:6.2f}  new {after:6.2f}  new/old {ratio}")
 
 
 def main() -> None:

@@ -12,7 +12,8 @@ captures and records): a libgit2 repository is not for two threads at once.
 
 Along with the store it keeps what the next checkpoint of each session needs
 of its head pin (:mod:`snapshotd.store.heads`), used while the session's ref
-still points at that pin.
+still points at that pin, and the check-ignore its warm captures ask about new
+paths (:mod:`snapshotd.capture.ignores`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 
 import pygit2
 
+from snapshotd.capture.ignores import IgnoreOracle
 from snapshotd.git.libgit import LibgitRepository
 from snapshotd.git.repository import (
     Head,
@@ -49,6 +51,7 @@ class Resident:
         self._head: pygit2.Repository | None = None
         self._git_dir: str | None = None
         self.heads = HeadCache()  # the sessions' heads as this store last recorded them
+        self.ignores = IgnoreOracle()
 
     def in_process(self, info: WorktreeInfo) -> bool:
         """Whether libgit2 opens the worktree's store (SHA-1): decided once per store folder."""
@@ -97,6 +100,8 @@ class Resident:
         return head_of(self._head)
 
     def close(self) -> None:
-        """Let go of every repository (reopened at the next use): after a prune, a move, or at the end."""
+        """Let go of every repository and end check-ignore (both started anew at the next use): after a
+        prune, a move, or at the end."""
         self._store, self._head, self._git_dir, self._in_process = None, None, None, None
         self.heads = HeadCache()
+        self.ignores.close()

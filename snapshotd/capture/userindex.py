@@ -81,17 +81,32 @@ def entry_at(index: pygit2.Index, position: int) -> Any:  # a cffi pointer to li
     return C.git_index_get_byindex(index._index, position)
 
 
-def entries_under(index: pygit2.Index, folder: str) -> list[str]:
-    """Paths of ``index`` inside ``folder``, found by binary search (entries are sorted)."""
-    prefix = os.fsencode(folder) + b"/"
-    count = len(index)
-    low, high = 0, count
+def _first_at_or_after(index: pygit2.Index, prefix: bytes) -> int:
+    """The position of the first entry whose path sorts at or after ``prefix`` (entries are sorted)."""
+    low, high = 0, len(index)
     while low < high:
         middle = (low + high) // 2
         if ffi.string(entry_at(index, middle).path) < prefix:
             low = middle + 1
         else:
             high = middle
+    return low
+
+
+def holds_entries(index: pygit2.Index, folder: str) -> bool:
+    """Whether ``index`` has an entry inside ``folder`` (the root holds every entry)."""
+    if not folder:
+        return len(index) > 0
+    prefix = os.fsencode(folder) + b"/"
+    at = _first_at_or_after(index, prefix)
+    return at < len(index) and ffi.string(entry_at(index, at).path).startswith(prefix)
+
+
+def entries_under(index: pygit2.Index, folder: str) -> list[str]:
+    """Paths of ``index`` inside ``folder``, found by binary search (entries are sorted)."""
+    prefix = os.fsencode(folder) + b"/"
+    count = len(index)
+    low = _first_at_or_after(index, prefix)
     found = []
     while low < count:
         path = ffi.string(entry_at(index, low).path)

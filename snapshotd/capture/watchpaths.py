@@ -14,6 +14,11 @@ IGNORE_FILES = (".gitignore",)
 ATTRIBUTES_FILE = ".gitattributes"  # line endings and filters: a change may give unchanged files new blobs
 
 
+def is_ignore_rules(path: str) -> bool:
+    """Whether ``path`` (worktree-relative) is a file of ignore rules that git reads in the worktree."""
+    return path.rpartition("/")[2] in IGNORE_FILES
+
+
 def classify(path: str, root: str, git_dir: str | None, reasons: set[str], changed: set[str]) -> None:
     """File one absolute ``path`` of the worktree ``root`` (or its git dir) into ``changed`` or ``reasons``."""
     if git_dir is not None and (path == git_dir or path.startswith(git_dir + os.sep)):

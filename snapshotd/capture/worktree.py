@@ -158,8 +158,8 @@ class WorktreeCapture:
             tree: str | None = warm.tree
             if applied:
                 fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))  # a file written to disk
-                repo = self.resident.store(self.info)
-                tree = capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns, repo)
+                repo, ignores = self.resident.store(self.info), self.resident.ignores
+                tree = capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns, repo, ignores)
             if tree is not None and then is not None:
                 done.append(time.perf_counter())
                 then(tree)
@@ -200,9 +200,8 @@ class WorktreeCapture:
             except BaseException:
                 self._forget_failed_capture(hints)
                 raise
-        self.warm = (
-            WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature) if keep else None
-        )
+        self.warm = WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature) if keep else None
+        self.resident.ignores.close()  # it answered under the rules of the warm state this one replaces
         self.counters["processes"] += result.stats.processes
         self.counters[f"captures.{result.stats.scan}"] += 1
         if result.stats.fallback:
@@ -222,11 +221,8 @@ class WorktreeCapture:
         self.counters["captures.failed"] += 1
 
     def forget_objects(self) -> None:
-        """Drop the warm tree and the stat cache: a prune of the store may have removed the objects they name.
-
-        The next capture then hashes afresh, in a store opened anew (libgit2's
-        object cache may still hold what was pruned).
-        """
+        """Drop the warm tree, the stat cache and the open store: a prune may have removed objects they name
+        (libgit2's object cache may still hold them). The next capture hashes afresh, in a store opened anew."""
         self.warm = None
         self.cache = StatCache()
         self.resident.close()
@@ -275,7 +271,8 @@ class WorktreeCapture:
         self.watcher, self.warm = None, None
 
     def close(self) -> None:
-        """End the worktree's own tasks (its watcher and the idle reconciliation)."""
+        """End the worktree's own tasks (its watcher and the idle reconciliation) and its check-ignore."""
+        self.resident.ignores.close()
         if self._cancel is not None:
             self._cancel.cancel()
 
@@ -287,11 +284,14 @@ class WorktreeCapture:
         its watch is tried again (backing off) at a later request.
         """
         current_caller.set(None)  # their thread calls are the daemon's, not the requester's of the moment
-        with trio.CancelScope() as scope:
-            self._cancel = scope
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self._supervised, "watch", watcher, self._watch_until_it_ends)
-                nursery.start_soon(self._supervised, "idle reconciliation", watcher, self._reconcile_when_idle)
+        try:
+            with trio.CancelScope() as scope:
+                self._cancel = scope
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._supervised, "watch", watcher, self._watch_until_it_ends)
+                    nursery.start_soon(self._supervised, "idle reconciliation", watcher, self._reconcile_when_idle)
+        finally:
+            self.resident.ignores.close()  # it answered for what was watched
         if self.watcher is watcher:
             self.watcher = None
             self.warm = None

@@ -22,7 +22,7 @@ class Session:
 
     For request/response programs such as ``git cat-file --batch-command``: the
     caller writes a request with :meth:`send` and reads the answer with
-    :meth:`read_line` and :meth:`read_exact`. Both outputs are drained while
+    :meth:`read_line` (or :meth:`read_until`) and :meth:`read_exact`. Both outputs are drained while
     writing or waiting, so the child can never block on a full pipe; its
     standard error is kept (the last 64 KiB) for error messages. Each call
     waits at most ``timeout`` seconds, then the process group is killed and
@@ -135,13 +135,17 @@ class Session:
 
     def read_line(self) -> bytes:
         """The next line of output with its newline; what is left (maybe b"") at end of output."""
+        return self.read_until(b"\n")
+
+    def read_until(self, separator: bytes) -> bytes:
+        """The output up to and with the next ``separator``; what is left (maybe b"") at end of output."""
         deadline = self._deadline()
         try:
             while True:
-                end = self._out.find(b"\n")
+                end = self._out.find(separator)
                 if end >= 0:
-                    line = bytes(self._out[: end + 1])
-                    del self._out[: end + 1]
+                    line = bytes(self._out[: end + len(separator)])
+                    del self._out[: end + len(separator)]
                     return line
                 if not self._out_open:
                     line = bytes(self._out)

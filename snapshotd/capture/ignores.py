@@ -1,0 +1,147 @@
+"""Whether git ignores a path the warm state has not met: one long-lived ``git check-ignore`` per worktree.
+
+A warm capture put every path it did not know to one ``git ls-files`` run: a
+process for each new file, and one at every capture that followed a write to
+an ignored file (a log, a test run's ``__pycache__``, a build's output) for as
+long as the daemon ran. Now one ``git check-ignore --stdin`` per worktree
+answers, and the warm state keeps the answers: a change of any ignore rule,
+of the configuration or of the user's index ends the warm state (a full scan
+makes a new one), and the next question starts a check-ignore for the new one
+(the old one read the old rules). It ends with the worktree's watch.
+
+check-ignore matches with the function ``ls-files`` and ``git add`` use, on the
+path and its kind (``build/`` matches folders only). What it says is used as
+git would use it:
+
+- ignored: final. ``ls-files -o`` never lists an excluded path, nor anything
+  in an excluded folder, and a path the user's index tracks is known to the
+  warm state before it gets here;
+- not ignored: taken only for a regular file or link in a folder the last
+  tree holds entries of (the root, or a folder git walked: not a nested
+  repository or a submodule). A folder, or a file anywhere else, still goes
+  to ``ls-files``, which says what it holds.
+
+check-ignore is asked with ``--no-index`` (the user's index is not read: it
+answers for untracked paths only), so a ``.gitignore`` git would read from the
+index (skip-worktree, not on disk) keeps the worktree on ``ls-files``. A path
+git would read as pathspec magic (a leading ``:``) goes to ``ls-files`` too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+
+from snapshotd.errors import GitError, SpawnTimeout
+from snapshotd.git.process import GitTarget, start_git_session
+from snapshotd.git.session import Session
+
+log = logging.getLogger(__name__)
+
+CHECK_IGNORE = ["check-ignore", "--stdin", "-z", "--verbose", "--non-matching", "--no-index"]
+MAX_KEPT = 200_000  # answers kept per warm state; past it they are dropped and asked again
+
+
+class Ignores:
+    """The check-ignore answers a warm state keeps: paths git ignores, by kind (a folder rule may not match a file)."""
+
+    def __init__(self) -> None:
+        self.files: set[str] = set()
+        self.folders: set[str] = set()
+
+    def holds(self, path: str, *, folder: bool) -> bool:
+        """Whether git ignores ``path`` by an answer kept: its own, or a folder's above it."""
+        if path in (self.folders if folder else self.files):
+            return True
+        end = path.rfind("/")
+        while end > 0:
+            if path[:end] in self.folders:
+                return True
+            end = path.rfind("/", 0, end)
+        return False
+
+    def forget_under(self, folder: str) -> None:
+        """Drop the answers below ``folder``: it was met anew, and may hold ignore files of its own."""
+        prefix = folder + "/"
+        for kept in (self.files, self.folders):
+            kept -= {path for path in kept if path.startswith(prefix)}
+
+    def add(self, path: str, *, folder: bool) -> None:
+        if len(self.files) + len(self.folders) >= MAX_KEPT:
+            self.files.clear()
+            self.folders.clear()
+        (self.folders if folder else self.files).add(path)
+
+
+class IgnoreOracle:
+    """One worktree's ``git check-ignore --stdin``, started for one warm state.
+
+    Used on a capture's worker thread under the worktree's lock; :meth:`close`
+    may come from the loop at any time (the warm state replaced): it ends the
+    child at once, or leaves that to the capture using it.
+    """
+
+    def __init__(self) -> None:
+        self._session: Session | None = None
+        self._started_for: weakref.ref[object] | None = None  # the warm state, not kept alive by this
+        self._lock = threading.Lock()
+        self._retire = False
+
+    def ask(self, target: GitTarget, rules: object, paths: list[str]) -> tuple[dict[str, bool] | None, int]:
+        """Whether git ignores each of ``paths`` under the rules of the warm state ``rules``, and the processes
+        started for it (0 or 1); None instead of the answers when check-ignore could not give them."""
+        with self._lock:
+            try:
+                return self._ask(target, rules, paths)
+            finally:
+                if self._retire:
+                    self._end()
+
+    def _ask(self, target: GitTarget, rules: object, paths: list[str]) -> tuple[dict[str, bool] | None, int]:
+        started = 0
+        if self._session is None or self._started_for is None or self._started_for() is not rules:
+            self._end()
+            try:
+                self._session = start_git_session(target, CHECK_IGNORE)
+            except GitError as exc:
+                log.debug("check-ignore could not start in %s: %s", target.work_tree, exc)
+                return None, 0
+            self._started_for, started = weakref.ref(rules), 1
+        session = self._session
+        try:
+            session.send(b"".join(os.fsencode(path) + b"\0" for path in paths))
+            answers = {}
+            for path in paths:
+                _source, _line, pattern, echoed = fields = [session.read_until(b"\0") for _ in range(4)]
+                if not all(field.endswith(b"\0") for field in fields) or echoed[:-1] != os.fsencode(path):
+                    raise EOFError("check-ignore ended or answered out of turn")
+                answers[path] = len(pattern) > 1 and not pattern.startswith(b"!")
+        except (OSError, EOFError, SpawnTimeout) as exc:  # git died (a path beyond a link appeared meanwhile, say)
+            log.debug("check-ignore in %s gave no answer: %s; %s", target.work_tree, exc,
+                      session.stderr.decode("utf-8", "replace").strip())
+            self._end()
+            return None, started
+        return answers, started
+
+    def forget_rules(self) -> None:
+        """The next question starts a new check-ignore: a folder met anew may hold ignore files no event
+        named (moved in whole), and git keeps the rules of the folders it last looked in."""
+        with self._lock:
+            self._started_for = None
+
+    def close(self) -> None:
+        """End the child now, or, when a capture is using it, as that capture ends."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._end()
+            finally:
+                self._lock.release()
+        else:
+            self._retire = True
+
+    def _end(self) -> None:
+        session, self._session, self._started_for, self._retire = self._session, None, None, False
+        if session is not None:
+            session.close(wait=0)

@@ -1,0 +1,252 @@
+"""New paths are settled by one long-lived ``git check-ignore``, and its answers are kept.
+
+A warm capture started ``git ls-files`` for every path it had not met: one
+process per capture that followed a new file, and one per capture, forever,
+after any write to an ignored file (a log, a build's output). Now check-ignore
+answers (capture/ignores.py); ``ls-files`` still lists new folders and what
+check-ignore cannot settle. Every tree is git's own (``oracle_tree``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from oracle import oracle_tree
+from repo_helpers import git
+from test_warm import checkpoint, warm_up
+
+from snapshotd.capture.ignores import IgnoreOracle
+from snapshotd.git.process import GitTarget
+
+
+def make_repo(root: Path, ignore: str = "build/\n*.log\n!keep.log\nout/\n") -> Path:
+    root.mkdir(parents=True)
+    git(root, "init", "-q")
+    (root / ".gitignore").write_text(ignore)
+    (root / "src").mkdir()
+    (root / "src" / "a.py").write_text("a = 1\n")
+    git(root, "add", "-A")
+    git(root, "commit", "-qm", "init")
+    return root
+
+
+async def test_writes_to_ignored_files_start_no_process_once_answered(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r")
+    (repo / "build").mkdir()
+    await warm_up(watched_engine, repo)
+    (repo / "src" / "run.log").write_text("first\n")
+    (repo / "build" / "out.o").write_text("o\n")
+    first = await checkpoint(watched_engine, repo)
+    assert first["stats"]["scan"] == "watch" and first["stats"]["processes"] == 1  # check-ignore starts
+    assert first["checkpoint"]["tree"] == oracle_tree(repo)
+    for index in range(3):
+        (repo / "src" / "run.log").write_text(f"again {index}\n")
+        (repo / "build" / "out.o").write_text(f"o {index}\n")
+        (repo / "build" / f"more{index}.o").write_text("more\n")  # new, in a folder git ignores
+        result = await checkpoint(watched_engine, repo)
+        assert result["stats"]["processes"] == 0, index
+        assert result["checkpoint"]["changed"] is False
+        assert result["checkpoint"]["tree"] == first["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_new_files_in_known_folders_need_no_process_after_the_first(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    processes = []
+    for index in range(4):
+        (repo / "src" / f"new{index}.py").write_text(f"n = {index}\n")
+        (repo / f"top{index}.md").write_text("top\n")
+        result = await checkpoint(watched_engine, repo)
+        processes.append(result["stats"]["processes"])
+        assert result["checkpoint"]["tree"] == oracle_tree(repo), index
+    assert processes == [1, 0, 0, 0]
+
+
+async def test_negations_and_folder_only_rules_are_git_s(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    (repo / "src" / "keep.log").write_text("kept: !keep.log\n")
+    (repo / "src" / "drop.log").write_text("dropped\n")
+    (repo / "src" / "out").write_text("a file named out: out/ matches folders only\n")
+    (repo / "out").mkdir()
+    (repo / "out" / "x").write_text("in a folder named out\n")
+    os.symlink("a.py", repo / "src" / "link.log")  # a link named like an ignored file
+    result = await checkpoint(watched_engine, repo)
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    listed = git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()
+    assert "src/keep.log" in listed and "src/out" in listed
+    assert "src/drop.log" not in listed and "out/x" not in listed and "src/link.log" not in listed
+
+
+async def test_a_changed_ignore_rule_ends_the_answers(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    (repo / "src" / "run.log").write_text("one\n")
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    (repo / ".gitignore").write_text("build/\n")  # *.log no longer ignored
+    rescanned = await checkpoint(watched_engine, repo)
+    assert rescanned["stats"]["scan"] == "full"
+    (repo / "src" / "other.log").write_text("new under the new rules\n")
+    (repo / "src" / "run.log").write_text("two\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["scan"] == "watch"
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    listed = git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()
+    assert "src/other.log" in listed and "src/run.log" in listed
+
+
+async def test_a_tracked_file_in_an_ignored_folder_moved_in_anew(watched_engine, tmp_path):
+    """An ignored folder that holds tracked files goes to ls-files: what is tracked inside may have changed."""
+    repo = make_repo(tmp_path / "r")
+    (repo / "build").mkdir()
+    (repo / "build" / "tracked.txt").write_text("tracked\n")
+    git(repo, "add", "-f", "build/tracked.txt")
+    git(repo, "commit", "-qm", "tracked in an ignored folder")
+    await warm_up(watched_engine, repo)
+    for round in range(3):  # asked about the folder, then its answer kept
+        other = tmp_path / f"build{round}"
+        other.mkdir()
+        (other / "tracked.txt").write_text(f"build number {round}\n")
+        (other / "junk.o").write_text("junk\n")
+        os.rename(repo / "build", tmp_path / f"old{round}")  # one event each: the folder, not its files
+        os.rename(other, repo / "build")
+        result = await checkpoint(watched_engine, repo)
+        assert result["stats"]["scan"] == "watch"
+        assert result["checkpoint"]["tree"] == oracle_tree(repo), round
+        assert git(repo, "show", f"{result['checkpoint']['id']}:build/tracked.txt") == f"build number {round}"
+
+
+async def test_a_folder_that_becomes_a_nested_repository(watched_engine, tmp_path):
+    """A file's folder must be one git walks for a "not ignored" to count: not a nested repository."""
+    repo = make_repo(tmp_path / "r")
+    (repo / "lib").mkdir()
+    (repo / "lib" / "one.c").write_text("one\n")
+    await warm_up(watched_engine, repo)
+    (repo / "lib" / "two.c").write_text("two\n")
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    git(repo / "lib", "init", "-q")
+    git(repo / "lib", "add", "-A")
+    git(repo / "lib", "commit", "-qm", "inner")
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    (repo / "lib" / "three.c").write_text("inside the nested repository\n")
+    (repo / "src" / "b.py").write_text("b = 1\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    listed = git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()
+    assert "lib/three.c" not in listed and "src/b.py" in listed
+
+
+async def test_odd_names_are_settled_as_git_settles_them(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r", "*.log\n:*.tmp\n")
+    await warm_up(watched_engine, repo)
+    names = ["src/new\nline.py", ":colon.py", ":x.tmp", "src/:y.tmp", "src/caf\xe9.log", "src/sp ace.py"]
+    for name in names:
+        (repo / name).write_text("odd\n")
+    (repo / "src" / os.fsdecode(b"\xff\xfe.py")).write_text("not UTF-8\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    for name in names:
+        (repo / name).write_text("odd again\n")
+    again = await checkpoint(watched_engine, repo)
+    assert again["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+class Rules:
+    """Stands for a warm state: what the oracle's answers hold for."""
+
+
+def test_the_oracle_answers_restarts_and_ends(tmp_path):
+    repo = make_repo(tmp_path / "r")
+    (repo / "src" / "x.log").write_text("x\n")
+    (repo / "build").mkdir()
+    (repo / "out").write_text("a file: out/ matches folders only\n")
+    os.symlink("src", repo / "link")
+    target = GitTarget(git_dir=str(repo / ".git"), work_tree=str(repo))
+    oracle, rules = IgnoreOracle(), Rules()
+    answers, started = oracle.ask(target, rules, ["src/x.log", "src/keep.log", "build", "src/b.py"])
+    assert started == 1
+    assert answers == {"src/x.log": True, "src/keep.log": False, "build": True, "src/b.py": False}
+    assert oracle.ask(target, rules, ["out"]) == ({"out": False}, 0)  # the same child
+    assert oracle.ask(target, rules, ["link/x.py"]) == (None, 0)  # git stops: a path beyond a link
+    assert oracle.ask(target, rules, ["src/y.log"]) == ({"src/y.log": True}, 1)  # started anew
+    assert oracle.ask(target, Rules(), ["src/y.log"]) == ({"src/y.log": True}, 1)  # new rules: anew
+    child = oracle._session
+    assert child is not None
+    oracle.close()
+    assert child.closed and child.returncode is not None
+
+
+async def test_a_gitlink_in_an_ignored_folder_follows_its_commits(watched_engine, tmp_path):
+    """A folder git ignores may still be a tracked gitlink: its answer never hides the commit it moves to."""
+    repo = make_repo(tmp_path / "r", "deps/\n")
+    inner = repo / "deps" / "lib"
+    inner.mkdir(parents=True)
+    git(inner, "init", "-q")
+    (inner / "lib.c").write_text("one\n")
+    git(inner, "add", "-A")
+    git(inner, "commit", "-qm", "one")
+    git(repo, "add", "-f", "deps/lib")
+    git(repo, "commit", "-qm", "a gitlink in an ignored folder")
+    await warm_up(watched_engine, repo)
+    for round in range(3):
+        (inner / "lib.c").write_text(f"round {round}\n")
+        git(inner, "commit", "-qam", f"round {round}")
+        result = await checkpoint(watched_engine, repo)
+        assert result["checkpoint"]["tree"] == oracle_tree(repo), round
+        assert git(repo, "rev-parse", f"{result['checkpoint']['id']}:deps/lib") == git(inner, "rev-parse", "HEAD")
+
+
+async def test_a_folder_moved_in_whole_brings_its_own_rules(watched_engine, tmp_path):
+    """A folder moved in comes as one event, its ``.gitignore`` with it: answers below it are asked again."""
+    repo = make_repo(tmp_path / "r", "build/\n")
+    (repo / "lib").mkdir()
+    (repo / "lib" / ".gitignore").write_text("*.tmp\n")
+    (repo / "lib" / "a.c").write_text("a\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "lib")
+    await warm_up(watched_engine, repo)
+    (repo / "lib" / "x.tmp").write_text("ignored by lib/.gitignore\n")
+    (repo / "lib" / "b.c").write_text("b\n")
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    other = tmp_path / "other-lib"
+    other.mkdir()
+    (other / "a.c").write_text("another a, and no .gitignore\n")
+    os.rename(repo / "lib", tmp_path / "old-lib")
+    os.rename(other, repo / "lib")
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    (repo / "lib" / "x.tmp").write_text("no rule ignores it now\n")
+    (repo / "lib" / "y.tmp").write_text("nor this one\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["scan"] == "watch"
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    listed = git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()
+    assert "lib/x.tmp" in listed and "lib/y.tmp" in listed
+
+
+def check_ignore_children() -> int:
+    """This process's children that are a ``git check-ignore``."""
+    count = 0
+    for entry in os.listdir("/proc"):
+        try:
+            parent = int(Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[1])
+            argv = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        count += parent == os.getpid() and b"check-ignore" in argv
+    return count
+
+
+async def test_check_ignore_ends_with_the_warm_state_it_answered_for(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    (repo / "src" / "new.py").write_text("new\n")
+    await checkpoint(watched_engine, repo)
+    assert check_ignore_children() == 1
+    verified = await watched_engine.call("verify", {"path": str(repo)})  # a full scan: a new warm state
+    assert verified["differences"] == []
+    assert check_ignore_children() == 0
+    (repo / "src" / "newer.py").write_text("newer\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["processes"] == 1 and check_ignore_children() == 1
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
