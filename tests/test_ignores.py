@@ -155,6 +155,11 @@ async def test_odd_names_are_settled_as_git_settles_them(watched_engine, tmp_pat
 class Rules:
     """Stands for a warm state: what the oracle's answers hold for."""
 
+    kept: Rules
+
+
+Rules.kept = Rules()
+
 
 def test_the_oracle_answers_restarts_and_ends(tmp_path):
     repo = make_repo(tmp_path / "r")
@@ -164,13 +169,19 @@ def test_the_oracle_answers_restarts_and_ends(tmp_path):
     os.symlink("src", repo / "link")
     target = GitTarget(git_dir=str(repo / ".git"), work_tree=str(repo))
     oracle, rules = IgnoreOracle(), Rules()
-    answers, started = oracle.ask(target, rules, ["src/x.log", "src/keep.log", "build", "src/b.py"])
-    assert started == 1
+    answers = oracle.ask(target, rules, ["src/x.log", "src/keep.log", "build", "src/b.py"])
+    assert oracle.started == 1
     assert answers == {"src/x.log": True, "src/keep.log": False, "build": True, "src/b.py": False}
-    assert oracle.ask(target, rules, ["out"]) == ({"out": False}, 0)  # the same child
-    assert oracle.ask(target, rules, ["link/x.py"]) == (None, 0)  # git stops: a path beyond a link
-    assert oracle.ask(target, rules, ["src/y.log"]) == ({"src/y.log": True}, 1)  # started anew
-    assert oracle.ask(target, Rules(), ["src/y.log"]) == ({"src/y.log": True}, 1)  # new rules: anew
+    assert oracle.ask(target, rules, ["out"]) == {"out": False} and oracle.started == 1  # the same child
+    assert oracle.ask(target, rules, ["link/x.py"]) is None  # git stops: a path beyond a link
+    assert oracle.ask(target, rules, ["src/y.log"]) == {"src/y.log": True} and oracle.started == 2
+    assert oracle.ask(target, Rules(), ["src/y.log"]) == {"src/y.log": True} and oracle.started == 3  # new rules
+    oracle.met_anew("build")  # never looked inside it: the same child
+    assert oracle.ask(target, Rules.kept, ["src/z.log"]) is not None and oracle.started == 4
+    oracle.met_anew("build")
+    assert oracle.ask(target, Rules.kept, ["src/z.log"]) is not None and oracle.started == 4
+    oracle.met_anew("src")  # it read src's rules: started anew
+    assert oracle.ask(target, Rules.kept, ["src/z.log"]) is not None and oracle.started == 5
     child = oracle._session
     assert child is not None
     oracle.close()
@@ -250,3 +261,76 @@ async def test_check_ignore_ends_with_the_warm_state_it_answered_for(watched_eng
     result = await checkpoint(watched_engine, repo)
     assert result["stats"]["processes"] == 1 and check_ignore_children() == 1
     assert result["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_a_new_folder_is_walked_and_settled_without_ls_files(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    (repo / "src" / "started.py").write_text("starts check-ignore\n")
+    assert (await checkpoint(watched_engine, repo))["stats"]["processes"] == 1
+    feature = repo / "src" / "feature"
+    (feature / "deep" / "deeper").mkdir(parents=True)
+    (feature / "empty").mkdir()
+    (feature / "build").mkdir()
+    (feature / "build" / "out.o").write_text("a folder git ignores: never entered\n")
+    (feature / "__init__.py").write_text("\n")
+    (feature / "run.log").write_text("ignored\n")
+    (feature / "keep.log").write_text("kept: !keep.log\n")
+    (feature / "deep" / ".gitignore").write_text("*.py\n!wanted.py\n")
+    (feature / "deep" / "unwanted.py").write_text("ignored by deep/.gitignore\n")
+    (feature / "deep" / "wanted.py").write_text("kept\n")
+    (feature / "deep" / "deeper" / "x.txt").write_text("x\n")
+    os.symlink("../__init__.py", feature / "deep" / "link")
+    os.mkfifo(feature / "fifo")  # git lists no special file
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["processes"] == 0
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    listed = set(git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines())
+    assert {"src/feature/__init__.py", "src/feature/keep.log", "src/feature/deep/wanted.py",
+            "src/feature/deep/deeper/x.txt", "src/feature/deep/link"} <= listed
+    (feature / "deep" / "deeper" / "x.txt").write_text("an edit: known now\n")
+    (feature / "run.log").write_text("still ignored\n")
+    again = await checkpoint(watched_engine, repo)
+    assert again["stats"]["processes"] == 0 and again["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_new_folders_git_must_list(watched_engine, tmp_path):
+    """A ``.git`` inside (a nested repository, maybe) or too many paths: ``ls-files`` lists the folder."""
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    (repo / "src" / "started.py").write_text("starts check-ignore\n")
+    await checkpoint(watched_engine, repo)
+    nested = repo / "vendor" / "lib"
+    nested.mkdir(parents=True)
+    git(nested, "init", "-q")
+    (nested / "lib.c").write_text("inner\n")
+    git(nested, "add", "-A")
+    git(nested, "commit", "-qm", "inner")
+    (repo / "vendor" / "notes.md").write_text("beside it\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["processes"] == 1
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    wide = repo / "wide"
+    wide.mkdir()
+    for index in range(2001):
+        (wide / f"f{index}.txt").write_text(f"{index}\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["processes"] == 1
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+
+
+async def test_a_folder_of_ignored_files_replaced_by_one_with_its_own_rules(watched_engine, tmp_path):
+    repo = make_repo(tmp_path / "r", "*.log\n")
+    (repo / "logs").mkdir()
+    await warm_up(watched_engine, repo)
+    (repo / "logs" / "a.log").write_text("ignored by the root's rules\n")
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    other = tmp_path / "other-logs"
+    other.mkdir()
+    (other / ".gitignore").write_text("!*.log\n")
+    (other / "b.log").write_text("taken back in by logs/.gitignore\n")
+    os.rename(repo / "logs", tmp_path / "old-logs")
+    os.rename(other, repo / "logs")
+    result = await checkpoint(watched_engine, repo)
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    assert "logs/b.log" in git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()

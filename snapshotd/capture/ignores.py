@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import threading
 import weakref
+from dataclasses import dataclass
 
+from snapshotd.capture.walker import Walker
 from snapshotd.errors import GitError, SpawnTimeout
 from snapshotd.git.process import GitTarget, start_git_session
 from snapshotd.git.session import Session
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 
 CHECK_IGNORE = ["check-ignore", "--stdin", "-z", "--verbose", "--non-matching", "--no-index"]
 MAX_KEPT = 200_000  # answers kept per warm state; past it they are dropped and asked again
+WALK_LIMIT = 2_000  # paths in a folder met anew that check-ignore settles; past it ls-files lists the folder
 
 
 class Ignores:
@@ -86,12 +90,14 @@ class IgnoreOracle:
     def __init__(self) -> None:
         self._session: Session | None = None
         self._started_for: weakref.ref[object] | None = None  # the warm state, not kept alive by this
+        self._looked_in: set[str] = set()  # folders whose ignore files the child may have read
         self._lock = threading.Lock()
         self._retire = False
+        self.started = 0  # children started, ever: a capture counts its own from the difference
 
-    def ask(self, target: GitTarget, rules: object, paths: list[str]) -> tuple[dict[str, bool] | None, int]:
-        """Whether git ignores each of ``paths`` under the rules of the warm state ``rules``, and the processes
-        started for it (0 or 1); None instead of the answers when check-ignore could not give them."""
+    def ask(self, target: GitTarget, rules: object, paths: list[str]) -> dict[str, bool] | None:
+        """Whether git ignores each of ``paths`` under the rules of the warm state ``rules``; None when
+        check-ignore could not say. :attr:`started` counts the children started for it."""
         with self._lock:
             try:
                 return self._ask(target, rules, paths)
@@ -99,17 +105,19 @@ class IgnoreOracle:
                 if self._retire:
                     self._end()
 
-    def _ask(self, target: GitTarget, rules: object, paths: list[str]) -> tuple[dict[str, bool] | None, int]:
-        started = 0
+    def _ask(self, target: GitTarget, rules: object, paths: list[str]) -> dict[str, bool] | None:
         if self._session is None or self._started_for is None or self._started_for() is not rules:
             self._end()
             try:
                 self._session = start_git_session(target, CHECK_IGNORE)
             except GitError as exc:
                 log.debug("check-ignore could not start in %s: %s", target.work_tree, exc)
-                return None, 0
-            self._started_for, started = weakref.ref(rules), 1
+                return None
+            self._started_for = weakref.ref(rules)
+            self.started += 1
         session = self._session
+        for path in paths:
+            self._looked_in.add(path.rpartition("/")[0])
         try:
             session.send(b"".join(os.fsencode(path) + b"\0" for path in paths))
             answers = {}
@@ -122,14 +130,16 @@ class IgnoreOracle:
             log.debug("check-ignore in %s gave no answer: %s; %s", target.work_tree, exc,
                       session.stderr.decode("utf-8", "replace").strip())
             self._end()
-            return None, started
-        return answers, started
+            return None
+        return answers
 
-    def forget_rules(self) -> None:
-        """The next question starts a new check-ignore: a folder met anew may hold ignore files no event
-        named (moved in whole), and git keeps the rules of the folders it last looked in."""
+    def met_anew(self, folder: str) -> None:
+        """``folder`` is not the one the child may have looked in: one moved in whole brings ignore files no
+        event named, and git keeps the rules of the folders it read. Then the next question starts anew."""
+        prefix = folder + "/"
         with self._lock:
-            self._started_for = None
+            if any(seen == folder or seen.startswith(prefix) for seen in self._looked_in):
+                self._started_for = None
 
     def close(self) -> None:
         """End the child now, or, when a capture is using it, as that capture ends."""
@@ -143,5 +153,52 @@ class IgnoreOracle:
 
     def _end(self) -> None:
         session, self._session, self._started_for, self._retire = self._session, None, None, False
+        self._looked_in = set()
         if session is not None:
             session.close(wait=0)
+
+
+@dataclass
+class FolderListing:
+    """What ``git add -A`` takes in a folder met anew, as check-ignore settles it: its files, and what it ignores."""
+
+    files: list[str]
+    ignored: list[tuple[str, bool]]  # (path, is a folder)
+
+
+def list_new_folder(
+    walker: Walker, oracle: IgnoreOracle, target: GitTarget, rules: object, folder: str
+) -> FolderListing | None:
+    """The files git would list in ``folder`` (no entry of the last tree or the user's index is in it),
+    found by a walk whose every path check-ignore settles, a folder at a time; None when ``ls-files``
+    must list it: a ``.git`` in it (maybe a nested repository), more than :data:`WALK_LIMIT` paths,
+    a folder changed meanwhile, or no answer. Like git, it enters no folder git ignores and lists only
+    regular files and links."""
+    listing = FolderListing([], [])
+    pending, seen = [folder], 0
+    while pending:
+        current = pending.pop()
+        names = walker.names(current)
+        if names is None or any(name.lower() == ".git" for name in names):
+            return None
+        kinds: dict[str, bool] = {}
+        for name in names:
+            st = walker.lstat(f"{current}/{name}")
+            if st is None:
+                return None
+            if stat.S_ISDIR(st.st_mode) or stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode):
+                kinds[f"{current}/{name}"] = stat.S_ISDIR(st.st_mode)
+        seen += len(kinds)
+        if seen > WALK_LIMIT:
+            return None
+        answers = oracle.ask(target, rules, list(kinds)) if kinds else {}
+        if answers is None:
+            return None
+        for path, is_folder in kinds.items():
+            if answers[path]:
+                listing.ignored.append((path, is_folder))
+            elif is_folder:
+                pending.append(path)
+            else:
+                listing.files.append(path)
+    return listing

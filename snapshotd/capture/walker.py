@@ -99,6 +99,22 @@ class Walker:
                 return None
             raise
 
+    def names(self, folder: str) -> list[str] | None:
+        """The names in the worktree folder ``folder`` (reached through real folders only); None when it is not one now."""
+        fd = self.folder_fd(folder)
+        if fd is None:
+            return None
+        try:
+            listing = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno in CHANGED:
+                return None
+            raise
+        try:
+            return os.listdir(listing)
+        finally:
+            os.close(listing)
+
     def readlink(self, path: str) -> bytes | None:
         """The target of the symlink ``path``; None when it is gone or no longer a link."""
         fd, name = self._place(path)

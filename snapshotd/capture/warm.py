@@ -5,9 +5,11 @@ entries) and the user's index as it was read (which paths git tracks, their
 stat data and flags), as the originals of the entries captures changed since
 (:mod:`snapshotd.capture.userindex`): one index in memory, not two. A warm capture re-examines only the paths the watcher
 named: known paths are lstat'ed and re-hashed only when their stat data say
-so, without any process. Paths the daemon has never seen (new files, new or
-moved-in folders) are put to git in one ``ls-files`` run, because only git
-knows git's ignore rules exactly (libgit2 differs on nested negations).
+so, without any process. Paths the daemon has never seen (new files, writes
+to ignored ones, new or moved-in folders) are put to git, because only git
+knows git's ignore rules exactly (libgit2 differs on nested negations): to the
+worktree's long-lived check-ignore, else to one ``ls-files`` run
+(:mod:`snapshotd.capture.newpaths`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from snapshotd.capture.builder import TreeBuilder, open_repo
 from snapshotd.capture.checkin import is_attributes
 from snapshotd.capture.gitlinks import note_changes
 from snapshotd.capture.ignores import IgnoreOracle, Ignores
-from snapshotd.capture.scan import git_target, own_data_excludes
+from snapshotd.capture.newpaths import apply_new_paths, holds_tracked
 from snapshotd.capture.state import (
     CaptureResult,
     CaptureStats,
@@ -34,18 +36,12 @@ from snapshotd.capture.state import (
     config_files,
 )
 from snapshotd.capture.treeedit import RecordingIndex
-from snapshotd.capture.userindex import UserIndex, entries_under, entry_at, holds_entries
-from snapshotd.capture.watchpaths import is_ignore_rules
+from snapshotd.capture.userindex import UserIndex, entries_under, entry_at
 from snapshotd.git.config import config_value
 from snapshotd.git.modes import MODE_LINK
-from snapshotd.git.process import run_git_sync
 from snapshotd.paths import folders_above
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
-
-MAX_UNKNOWN_PATHS = 2000  # more new paths than this for ls-files and a full scan is cheaper
-MAX_ASKED = 20_000  # more than this for check-ignore and a full scan is cheaper
-MAX_ARGV_BYTES = 512 * 1024
 
 
 def dirty_under_removed_attributes(
@@ -231,17 +227,6 @@ class WarmBuilder(TreeBuilder):
                 self.index.add(pygit2.IndexEntry(flagged, entry[0], entry[1]))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
 
 
-def outermost(paths: list[str]) -> list[str]:
-    """``paths`` without those that lie inside another of them, sorted.
-
-    Git answers for a folder's whole content; a pathspec below it as well
-    would make ``ls-files`` look into the folder even when it is a nested
-    repository (and then list neither the repository nor its files).
-    """
-    given = set(paths)
-    return sorted(path for path in given if not any(folder in given for folder in folders_above(path)))
-
-
 def capture_warm(
     info: WorktreeInfo,
     warm: WarmState,
@@ -273,10 +258,12 @@ def capture_warm(
                 builder.drop(path)
                 continue
             if stat.S_ISDIR(st.st_mode):
-                if not (warm.ignored.holds(path, folder=True) and not _holds_tracked(builder, path)):
+                if not (warm.ignored.holds(path, folder=True) and not holds_tracked(builder, warm.user, path)):
                     unknown[path] = st  # met anew: what was known below it may not hold for what is there now
                     warm.not_ignored -= {p for p in warm.not_ignored if p.startswith(path + "/")}
                     warm.ignored.forget_under(path)
+                    if oracle is not None:
+                        oracle.met_anew(path)
                 continue
             for inner in entries_under(builder.index, path):  # a file or link now: nothing lives below it
                 builder.drop(inner)
@@ -286,16 +273,8 @@ def capture_warm(
                 builder.apply(path, untracked=True)
             elif not warm.ignored.holds(path, folder=False):
                 unknown[path] = st
-        if unknown:
-            unknown = {path: unknown[path] for path in outermost(list(unknown))}
-            if oracle is not None and len(unknown) <= MAX_ASKED:
-                unknown = _settle_by_check_ignore(builder, warm, info, oracle, unknown, stats)
-            if len(unknown) > MAX_UNKNOWN_PATHS or sum(len(p) + 1 for p in unknown) > MAX_ARGV_BYTES:
-                return None
-            if unknown:
-                _apply_listing(builder, warm, info, list(unknown), stats)
-                if oracle is not None and any(stat.S_ISDIR(st.st_mode) for st in unknown.values()):
-                    oracle.forget_rules()  # a folder met anew may bring ignore files no event named
+        if unknown and not apply_new_paths(builder, warm, info, oracle, unknown, stats):
+            return None
         tree = builder.finish()
     finally:
         builder.close()
@@ -303,85 +282,6 @@ def capture_warm(
     note_changes(warm.gitlinks, recording.changes)
     warm.skipped = {**_untouched(warm.skipped, dirty), **stats.skipped}
     return tree
-
-
-def _holds_tracked(builder: WarmBuilder, folder: str) -> bool:
-    """Whether the last tree or the user's index has an entry at or inside ``folder`` (then ``ls-files`` lists it)."""
-    prefix = folder + "/"
-    return (
-        builder.known(folder)
-        or holds_entries(builder.index, folder)
-        or any(original.present and path.startswith(prefix) for path, original in builder.warm.user.saved.items())
-    )
-
-
-def _settle_by_check_ignore(
-    builder: WarmBuilder,
-    warm: WarmState,
-    info: WorktreeInfo,
-    oracle: IgnoreOracle,
-    unknown: dict[str, os.stat_result],
-    stats: CaptureStats,
-) -> dict[str, os.stat_result]:
-    """Apply or leave out the unknown paths check-ignore settles (capture/ignores.py); those left for ``ls-files``."""
-    if own_data_excludes(info) or any(is_ignore_rules(path) for path in warm.flagged):
-        return unknown
-    asked = [path for path in unknown if not path.startswith(":")]
-    if not asked:
-        return unknown
-    answers, started = oracle.ask(git_target(info), warm, asked)
-    stats.processes += started
-    if answers is None:
-        return unknown
-    left = {}
-    for path, st in unknown.items():
-        folder = stat.S_ISDIR(st.st_mode)
-        ignored = answers.get(path)
-        if ignored:
-            warm.ignored.add(path, folder=folder)
-            if folder and _holds_tracked(builder, path):
-                left[path] = st  # tracked files inside: ls-files says which
-        elif (
-            ignored is False
-            and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode))
-            and holds_entries(builder.index, path.rpartition("/")[0])
-        ):
-            warm.not_ignored.add(path)
-            builder.apply(path, untracked=True)
-        else:
-            left[path] = st
-    return left
-
-
-def _apply_listing(
-    builder: WarmBuilder, warm: WarmState, info: WorktreeInfo, unknown: list[str], stats: CaptureStats
-) -> None:
-    """Apply what ``git ls-files`` lists at the unknown paths: the untracked files it does not ignore and
-    the tracked ones, in folders and below, and drop what it no longer lists there."""
-    listing = run_git_sync(
-        git_target(info),
-        ["ls-files", "-z", "-t", "-c", "-o", "--exclude-standard", *own_data_excludes(info), "--", *unknown],
-        env_extra={"GIT_LITERAL_PATHSPECS": "1"},
-    )
-    stats.processes += 1
-    listed: dict[str, bool] = {}
-    for record in listing.split(b"\0"):
-        if len(record) > 2:
-            listed[os.fsdecode(record[2:])] = record[:1] == b"?"
-    for path in unknown:
-        st = builder.walker.lstat(path)
-        if st is not None and stat.S_ISDIR(st.st_mode):
-            for inner in entries_under(builder.index, path):
-                if inner not in listed:
-                    builder.drop(inner)
-            if path in builder.index:  # a file that became a folder
-                builder.drop(path)
-    for raw, untracked in sorted(listed.items()):
-        nested = raw.endswith("/")
-        path = raw.rstrip("/") if nested else raw
-        if untracked and not nested:
-            warm.not_ignored.add(path)
-        builder.apply(path, untracked=untracked and not warm.user.has(path), keep_if_missing=path in warm.flagged)
 
 
 def _untouched(skipped: dict[str, Skip], dirty: set[str]) -> dict[str, Skip]:
