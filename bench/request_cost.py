@@ -8,7 +8,8 @@ on one synthetic repository of ``--files`` files (built in ``--work``), warms
 it with 30 checkpoints, then sends ``--requests`` of each kind on one
 connection: ``ping``, a clean checkpoint, a checkpoint after one tracked file
 was appended to (one of 40, each in its own folder), one after a new file was
-written in one of those folders, one after writes to files git ignores (a
+written in one of those folders, one after a new folder of three files (one
+in a folder of its own) was, one after writes to files git ignores (a
 ``.log`` beside them and a file in ``out/``, as tests and builds leave), and
 ``list`` of the newest one. The figure is the daemon's CPU (user and system) per request: what sets
 the rate under 250 sessions once the disk's flushes do not (bench/README.md). The order of the checkouts alternates from round to round;
@@ -79,6 +80,13 @@ class Workload:
         (folder / f"new-{next(SERIAL)}.txt").write_text(f"new {index}\n")
         await self.daemon.call("checkpoint", self.where)
 
+    async def checkpoint_after_a_new_folder(self, index: int) -> None:
+        folder = self.edited[index % len(self.edited)].parent / f"feature-{next(SERIAL)}"
+        (folder / "tests").mkdir(parents=True)
+        for name in ("__init__.py", "core.py", "tests/test_core.py"):
+            (folder / name).write_text(f"# {name} {index}\n")
+        await self.daemon.call("checkpoint", self.where)
+
     async def checkpoint_after_ignored_writes(self, index: int) -> None:
         folder = self.edited[index % len(self.edited)].parent
         with open(folder / "run.log", "a") as log:  # *.log and out/ are ignored (make_synthetic)
@@ -93,6 +101,7 @@ class Workload:
             "clean checkpoint": lambda index: self.daemon.call("checkpoint", self.where),
             "one-file checkpoint": self.checkpoint_after_an_edit,
             "new-file checkpoint": self.checkpoint_after_a_new_file,
+            "new-folder checkpoint": self.checkpoint_after_a_new_folder,
             "ignored-writes checkpoint": self.checkpoint_after_ignored_writes,
             "list, newest 1": lambda index: self.daemon.call("list", {**self.where, "limit": 1}),
         }
