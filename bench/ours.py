@@ -59,6 +59,18 @@ class Daemon:
         times = self.ps.cpu_times()
         return times.user + times.system
 
+    def cpu_seconds_with_git(self) -> float:
+        """:meth:`cpu_seconds` and its git processes': those reaped, and those still running (check-ignore)."""
+        times = self.ps.cpu_times()
+        live = 0.0
+        for child in self.ps.children(recursive=True):
+            try:
+                child_times = child.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            live += child_times.user + child_times.system
+        return float(times.user + times.system + times.children_user + times.children_system + live)
+
     def system_cpu_seconds(self) -> float:
         """The kernel's share of :meth:`cpu_seconds` (file creation, fsync, inotify)."""
         return float(self.ps.cpu_times().system)

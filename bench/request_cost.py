@@ -13,8 +13,9 @@ in a folder of its own) was, one after writes to files git ignores (a
 ``.log`` beside them and a file in ``out/``, as tests and builds leave), and
 ``list`` of the newest one. The figure is the daemon's CPU (user and system) per request: what sets
 the rate under 250 sessions once the disk's flushes do not (bench/README.md). The order of the checkouts alternates from round to round;
-the report gives the medians and new ÷ old, the client's wait per request
-(``wall``) and the git processes started per request (``processes``, exact). ``--attributes`` commits a ``.gitattributes`` of ``* text=auto
+the report gives the medians and new ÷ old, the same with the CPU of the daemon's git
+processes added (``with git``), the client's wait per request (``wall``) and the git
+processes started per request (``processes``, exact). ``--attributes`` commits a ``.gitattributes`` of ``* text=auto
 eol=lf`` first, as many projects have: git's end-of-line conversion in play.
 
 ``--strace`` instead counts the daemon's system calls (``strace -c -f``) over
@@ -116,10 +117,11 @@ async def one_round(checkout: Path, repo: Path, edited: list[Path], requests: in
             await work.checkpoint_after_an_edit(index)
         for name, request in work.kinds().items():
             started = await daemon.processes_started()
-            before, began = daemon.cpu_seconds(), trio.current_time()
+            before, before_all, began = daemon.cpu_seconds(), daemon.cpu_seconds_with_git(), trio.current_time()
             for index in range(requests):
                 await request(index)
             out[name] = 1000 * (daemon.cpu_seconds() - before) / requests
+            out[f"{name}, with git"] = 1000 * (daemon.cpu_seconds_with_git() - before_all) / requests
             out[f"{name}, wall"] = 1000 * (trio.current_time() - began) / requests
             out[f"{name}, processes"] = (await daemon.processes_started() - started) / requests
     return out
