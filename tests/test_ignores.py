@@ -13,11 +13,18 @@ import os
 from pathlib import Path
 
 from oracle import oracle_tree
-from repo_helpers import git
+from repo_helpers import git, init_repo
 from test_warm import checkpoint, warm_up
 
 from snapshotd.capture.ignores import IgnoreOracle
 from snapshotd.git.process import GitTarget
+
+
+async def checked(engine, repo: Path) -> tuple[dict, set[str]]:
+    """A checkpoint, its tree checked against git's own, and the paths that tree holds."""
+    result = await checkpoint(engine, repo)
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    return result, set(git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines())
 
 
 def make_repo(root: Path, ignore: str = "build/\n*.log\n!keep.log\nout/\n") -> Path:
@@ -72,9 +79,7 @@ async def test_negations_and_folder_only_rules_are_git_s(watched_engine, tmp_pat
     (repo / "out").mkdir()
     (repo / "out" / "x").write_text("in a folder named out\n")
     os.symlink("a.py", repo / "src" / "link.log")  # a link named like an ignored file
-    result = await checkpoint(watched_engine, repo)
-    assert result["checkpoint"]["tree"] == oracle_tree(repo)
-    listed = git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()
+    _, listed = await checked(watched_engine, repo)
     assert "src/keep.log" in listed and "src/out" in listed
     assert "src/drop.log" not in listed and "out/x" not in listed and "src/link.log" not in listed
 
@@ -89,10 +94,8 @@ async def test_a_changed_ignore_rule_ends_the_answers(watched_engine, tmp_path):
     assert rescanned["stats"]["scan"] == "full"
     (repo / "src" / "other.log").write_text("new under the new rules\n")
     (repo / "src" / "run.log").write_text("two\n")
-    result = await checkpoint(watched_engine, repo)
+    result, listed = await checked(watched_engine, repo)
     assert result["stats"]["scan"] == "watch"
-    assert result["checkpoint"]["tree"] == oracle_tree(repo)
-    listed = git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()
     assert "src/other.log" in listed and "src/run.log" in listed
 
 
@@ -125,15 +128,11 @@ async def test_a_folder_that_becomes_a_nested_repository(watched_engine, tmp_pat
     await warm_up(watched_engine, repo)
     (repo / "lib" / "two.c").write_text("two\n")
     assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
-    git(repo / "lib", "init", "-q")
-    git(repo / "lib", "add", "-A")
-    git(repo / "lib", "commit", "-qm", "inner")
+    init_repo(repo / "lib", ("lib.c", "inner\n"))  # and what it held
     assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
     (repo / "lib" / "three.c").write_text("inside the nested repository\n")
     (repo / "src" / "b.py").write_text("b = 1\n")
-    result = await checkpoint(watched_engine, repo)
-    assert result["checkpoint"]["tree"] == oracle_tree(repo)
-    listed = git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()
+    _, listed = await checked(watched_engine, repo)
     assert "lib/three.c" not in listed and "src/b.py" in listed
 
 
@@ -191,12 +190,7 @@ def test_the_oracle_answers_restarts_and_ends(tmp_path):
 async def test_a_gitlink_in_an_ignored_folder_follows_its_commits(watched_engine, tmp_path):
     """A folder git ignores may still be a tracked gitlink: its answer never hides the commit it moves to."""
     repo = make_repo(tmp_path / "r", "deps/\n")
-    inner = repo / "deps" / "lib"
-    inner.mkdir(parents=True)
-    git(inner, "init", "-q")
-    (inner / "lib.c").write_text("one\n")
-    git(inner, "add", "-A")
-    git(inner, "commit", "-qm", "one")
+    inner = init_repo(repo / "deps" / "lib", ("lib.c", "inner\n"))
     git(repo, "add", "-f", "deps/lib")
     git(repo, "commit", "-qm", "a gitlink in an ignored folder")
     await warm_up(watched_engine, repo)
@@ -228,10 +222,8 @@ async def test_a_folder_moved_in_whole_brings_its_own_rules(watched_engine, tmp_
     assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
     (repo / "lib" / "x.tmp").write_text("no rule ignores it now\n")
     (repo / "lib" / "y.tmp").write_text("nor this one\n")
-    result = await checkpoint(watched_engine, repo)
+    result, listed = await checked(watched_engine, repo)
     assert result["stats"]["scan"] == "watch"
-    assert result["checkpoint"]["tree"] == oracle_tree(repo)
-    listed = git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()
     assert "lib/x.tmp" in listed and "lib/y.tmp" in listed
 
 
@@ -282,10 +274,8 @@ async def test_a_new_folder_is_walked_and_settled_without_ls_files(watched_engin
     (feature / "deep" / "deeper" / "x.txt").write_text("x\n")
     os.symlink("../__init__.py", feature / "deep" / "link")
     os.mkfifo(feature / "fifo")  # git lists no special file
-    result = await checkpoint(watched_engine, repo)
+    result, listed = await checked(watched_engine, repo)
     assert result["stats"]["processes"] == 0
-    assert result["checkpoint"]["tree"] == oracle_tree(repo)
-    listed = set(git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines())
     assert {"src/feature/__init__.py", "src/feature/keep.log", "src/feature/deep/wanted.py",
             "src/feature/deep/deeper/x.txt", "src/feature/deep/link"} <= listed
     (feature / "deep" / "deeper" / "x.txt").write_text("an edit: known now\n")
@@ -300,12 +290,7 @@ async def test_new_folders_git_must_list(watched_engine, tmp_path):
     await warm_up(watched_engine, repo)
     (repo / "src" / "started.py").write_text("starts check-ignore\n")
     await checkpoint(watched_engine, repo)
-    nested = repo / "vendor" / "lib"
-    nested.mkdir(parents=True)
-    git(nested, "init", "-q")
-    (nested / "lib.c").write_text("inner\n")
-    git(nested, "add", "-A")
-    git(nested, "commit", "-qm", "inner")
+    init_repo(repo / "vendor" / "lib", ("lib.c", "inner\n"))
     (repo / "vendor" / "notes.md").write_text("beside it\n")
     result = await checkpoint(watched_engine, repo)
     assert result["stats"]["processes"] == 1
@@ -331,6 +316,5 @@ async def test_a_folder_of_ignored_files_replaced_by_one_with_its_own_rules(watc
     (other / "b.log").write_text("taken back in by logs/.gitignore\n")
     os.rename(repo / "logs", tmp_path / "old-logs")
     os.rename(other, repo / "logs")
-    result = await checkpoint(watched_engine, repo)
-    assert result["checkpoint"]["tree"] == oracle_tree(repo)
-    assert "logs/b.log" in git(repo, "ls-tree", "-r", "--name-only", result["checkpoint"]["id"]).splitlines()
+    _, listed = await checked(watched_engine, repo)
+    assert "logs/b.log" in listed
