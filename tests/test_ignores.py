@@ -118,6 +118,12 @@ async def test_a_tracked_file_in_an_ignored_folder_moved_in_anew(watched_engine,
         assert result["stats"]["scan"] == "watch"
         assert result["checkpoint"]["tree"] == oracle_tree(repo), round
         assert git(repo, "show", f"{result['checkpoint']['id']}:build/tracked.txt") == f"build number {round}"
+    os.rename(repo / "build", tmp_path / "away")  # the tracked file leaves the tree, and comes back with its folder
+    assert (await checkpoint(watched_engine, repo))["checkpoint"]["tree"] == oracle_tree(repo)
+    os.rename(tmp_path / "away", repo / "build")
+    back = await checkpoint(watched_engine, repo)
+    assert back["checkpoint"]["tree"] == oracle_tree(repo)
+    assert git(repo, "show", f"{back['checkpoint']['id']}:build/tracked.txt") == "build number 2"
 
 
 async def test_a_folder_that_becomes_a_nested_repository(watched_engine, tmp_path):

@@ -90,7 +90,7 @@ class IgnoreOracle:
     def __init__(self) -> None:
         self._session: Session | None = None
         self._started_for: weakref.ref[object] | None = None  # the warm state, not kept alive by this
-        self._looked_in: set[str] = set()  # folders whose ignore files the child may have read
+        self._looked_in: set[str] = set()  # the folders whose ignore files the child may have read, and those above
         self._lock = threading.Lock()
         self._retire = False
         self.started = 0  # children started, ever: a capture counts its own from the difference
@@ -117,7 +117,10 @@ class IgnoreOracle:
             self.started += 1
         session = self._session
         for path in paths:
-            self._looked_in.add(path.rpartition("/")[0])
+            folder = path.rpartition("/")[0]
+            while folder and folder not in self._looked_in:
+                self._looked_in.add(folder)
+                folder = folder.rpartition("/")[0]
         try:
             session.send(b"".join(os.fsencode(path) + b"\0" for path in paths))
             answers = {}
@@ -136,9 +139,8 @@ class IgnoreOracle:
     def met_anew(self, folder: str) -> None:
         """``folder`` is not the one the child may have looked in: one moved in whole brings ignore files no
         event named, and git keeps the rules of the folders it read. Then the next question starts anew."""
-        prefix = folder + "/"
         with self._lock:
-            if any(seen == folder or seen.startswith(prefix) for seen in self._looked_in):
+            if folder in self._looked_in:
                 self._started_for = None
 
     def close(self) -> None:

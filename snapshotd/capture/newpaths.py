@@ -85,12 +85,7 @@ def apply_new_paths(
 
 def holds_tracked(builder: Builder, user: UserIndex, folder: str) -> bool:
     """Whether the last tree or the user's index has an entry at or inside ``folder`` (then ``ls-files`` lists it)."""
-    prefix = folder + "/"
-    return (
-        builder.known(folder)
-        or holds_entries(builder.index, folder)
-        or any(original.present and path.startswith(prefix) for path, original in user.saved.items())
-    )
+    return builder.known(folder) or holds_entries(builder.index, folder) or user.has_saved_under(folder)
 
 
 def _settle_by_check_ignore(

@@ -135,6 +135,7 @@ class UserIndex:
     def __init__(self, index: pygit2.Index) -> None:
         self.index = index
         self.saved: dict[str, Original] = {}
+        self._saved_under: set[str] = set()  # the folders above each saved entry the user's index has
 
     def _read(self, path: str) -> Original:
         """The capture's index at ``path`` now (still the user's: nothing changed it yet)."""
@@ -151,7 +152,9 @@ class UserIndex:
     def save(self, path: str) -> None:
         """Keep the user's entry at ``path`` before the capture's index changes it there."""
         if path not in self.saved:
-            self.saved[path] = self._read(path)
+            original = self.saved[path] = self._read(path)
+            if original.present:
+                self._saved_under.update(folders_above(path))
 
     def save_replaced(self, path: str) -> None:
         """Keep the entries an entry added at ``path`` replaces: ``path``, and the files above it and
@@ -165,6 +168,10 @@ class UserIndex:
                 self.save(folder)
         for inner in entries_under(self.index, path):
             self.save(inner)
+
+    def has_saved_under(self, folder: str) -> bool:
+        """Whether the user's index had an entry inside ``folder`` that the capture's index has changed."""
+        return folder in self._saved_under
 
     def has(self, path: str) -> bool:
         """Whether the user's index tracks ``path`` (any stage)."""
