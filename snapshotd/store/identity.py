@@ -148,8 +148,9 @@ def locate(path: str) -> Located:
             if git_dir and not os.path.lexists(git_dir):
                 raise NotFound(
                     f"The worktree at {current} is linked to the git folder {git_dir}, which is gone: its "
-                    f"repository moved or was deleted. Run 'snapshotd repair {current}' if they moved together, "
-                    f"or 'git worktree repair {current}' from the repository's new place.",
+                    f"repository moved or was deleted, or 'git worktree prune' dropped it while the worktree was "
+                    f"away. Run 'snapshotd repair {current}' if they moved together, or 'git worktree repair "
+                    f"{current}' from the repository's new place; a pruned one is made anew with 'git worktree add'.",
                     path=current,
                 )
         if is_git_directory(Path(current)):
