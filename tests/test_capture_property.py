@@ -3,6 +3,7 @@
 Each example starts from a tiny repository and applies a list of operations:
 writes (often the same size as before, to hit racy timestamps), deletions,
 folders made and removed, mode flips, symlinks, renames, new ignore rules,
+folders moved in whole with ignore rules of their own,
 ``git add``, ``git commit -am`` and ``git rm --cached``, with captures in
 between. After every capture the tree must equal the oracle's.
 """
@@ -31,6 +32,13 @@ PATHS = FILES + DIRS
 CONTENTS = [b"", b"x\n", b"y\n", b"xy\n", b"yx\n", b"\x00bin\n", b"a longer line\n", b"cr\r\n"]
 IGNORE_RULES = ["*.log", "d3/", "b.txt", "!g.log", "d1/d2/", "*.txt", "!d1/c.txt", "y"]
 LINK_TARGETS = ["a.txt", "d1", "missing", "../outside", "d1/c.txt", "."]
+# Folders made outside the worktree and moved in whole: one event, their own ignore rules with them.
+MOVED_IN = {
+    "logs": {".gitignore": "!*.log\n", "k.log": "k\n", "z.txt": "z\n"},
+    "picky": {".gitignore": "*.txt\n!keep.txt\nsub/\n", "keep.txt": "", "drop.txt": "", "sub/x.txt": "x\n"},
+    "plain": {"p.txt": "p\n", "q/r.log": "r\n", "q/s/t.txt": "t\n"},
+    "empty-rules": {".gitignore": "", "u.log": "u\n", "w/v.txt": "v\n"},
+}
 
 Op = tuple[Any, ...]
 
@@ -44,6 +52,7 @@ operations = st.one_of(
     st.tuples(st.just("symlink"), st.sampled_from(PATHS), st.sampled_from(LINK_TARGETS)),
     st.tuples(st.just("rename"), st.sampled_from(PATHS), st.sampled_from(PATHS)),
     st.tuples(st.just("ignore"), st.sampled_from(IGNORE_RULES)),
+    st.tuples(st.just("move_in"), st.sampled_from(DIRS), st.sampled_from(sorted(MOVED_IN))),
     st.tuples(st.just("git_add"), st.sampled_from(PATHS)),
     st.tuples(st.just("git_commit_am")),
     st.tuples(st.just("git_rm_cached"), st.sampled_from(FILES)),
@@ -112,6 +121,15 @@ def apply(root: Path, op: Op) -> None:
     elif kind == "ignore":
         with open(root / ".gitignore", "a") as fh:
             fh.write(op[1] + "\n")
+    elif kind == "move_in":
+        _, rel, name = op
+        staged = Path(tempfile.mkdtemp(prefix="incoming-", dir=root.parent))
+        for inner, content in MOVED_IN[name].items():
+            (staged / inner).parent.mkdir(parents=True, exist_ok=True)
+            (staged / inner).write_text(content)
+        _ensure_parent(root, rel)
+        _clear(root / rel)
+        os.rename(staged, root / rel)
     elif kind == "git_add":
         git_run(root, "add", "--", op[1], check=False)
     elif kind == "git_commit_am":
@@ -175,6 +193,11 @@ async def test_random_operations_match_git(tmp_path: Path, mode: str, ops: list[
         [("mkdir", "d4/x", 2), ("capture",), ("symlink", "d4", "../outside")],
         [("mkdir", "d4/x", 2), ("capture",), ("write", "d4/x", b"x\n")],
         [("mkdir", "d4/x", 2), ("capture",), ("rmtree", "d4"), ("write", "d4", b"x\n")],
+        [("write", "d3/f.txt", b"x\n"), ("write", "d3/k.log", b"x\n"), ("ignore", "*.log"), ("capture",),
+         ("write", "d3/k.log", b"y\n"), ("capture",), ("move_in", "d3", "logs"), ("capture",),
+         ("write", "d3/k.log", b"xy\n")],
+        [("move_in", "d1", "picky"), ("capture",), ("write", "d1/sub/y.txt", b"x\n"), ("capture",),
+         ("move_in", "d1", "plain"), ("capture",), ("write", "d1/sub/y.txt", b"x\n")],
     ],
     ids=[
         "same-size-rewrite-back",
@@ -188,6 +211,8 @@ async def test_random_operations_match_git(tmp_path: Path, mode: str, ops: list[
         "dir-to-symlink",
         "dir-to-file",
         "dir-removed-then-file",
+        "ignored-folder-replaced-by-one-with-rules",
+        "folder-rules-replaced",
     ],
 )
 async def test_known_sequences(tmp_path: Path, mode: str, ops: list[Op]) -> None:
