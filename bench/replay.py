@@ -125,6 +125,7 @@ class Summary:
     scans: dict[str, int] = field(default_factory=dict)
     cold_reasons: dict[str, int] = field(default_factory=dict)
     warm_ms: dict[str, Any] = field(default_factory=dict)
+    warm_processes: dict[str, int] = field(default_factory=dict)  # git processes the warm captures started, by scan
     seconds: float = 0.0
     differences: list[Difference] = field(default_factory=list)
 
@@ -140,7 +141,8 @@ class Summary:
             f"replay {self.repo} from {self.start[:10]} ({self.move}): {self.turns} turns, "
             f"warm diffs {self.warm_diffs}/{self.warm_captures}, exact diffs {self.exact_diffs}/{self.exact_captures}, "
             f"restore diffs {self.restore_diffs}/{self.restores}, verify diffs {verify}, "
-            f"watch_miss {self.watch_miss}, {self.seconds:.1f} s{first}"
+            f"watch_miss {self.watch_miss}, git processes of warm captures {sum(self.warm_processes.values())}, "
+            f"{self.seconds:.1f} s{first}"
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -334,6 +336,7 @@ class Replay:
         self.checkpoints: dict[int, str] = {}  # turn -> a checkpoint whose tree equals git's
         self.warm_ms: list[float] = []
         self.scans: Counter[str] = Counter()
+        self.warm_processes: Counter[str] = Counter()
 
     def report(self, difference: Difference) -> None:
         self.summary.differences.append(difference)
@@ -354,6 +357,7 @@ class Replay:
         else:
             self.summary.warm_captures += 1
             self.scans[stats["scan"]] += 1
+            self.warm_processes[stats["scan"]] += int(stats.get("processes", 0))
             self.warm_ms.append(float(stats["ms"]))
         if self.options.verbose:
             print(f"turn {turn} {kind}: scan {stats['scan']}, hashed {stats['hashed']}, "
@@ -433,6 +437,7 @@ class Replay:
             k.removeprefix("cold_reasons."): v for k, v in sorted(counters.items()) if k.startswith("cold_reasons.")
         }
         self.summary.scans = dict(self.scans)
+        self.summary.warm_processes = dict(self.warm_processes)
         self.summary.warm_ms = summarize(self.warm_ms)
         self.summary.warm_diffs = sum(d.kind in ("warm", "after-restore") for d in self.summary.differences)
         self.summary.exact_diffs = sum(d.kind == "exact" for d in self.summary.differences)
