@@ -179,14 +179,14 @@ def test_the_oracle_answers_restarts_and_ends(tmp_path):
     assert answers == {"src/x.log": True, "src/keep.log": False, "build": True, "src/b.py": False}
     assert oracle.ask(target, rules, ["out"]) == {"out": False} and oracle.started == 1  # the same child
     assert oracle.ask(target, rules, ["link/x.py"]) is None  # git stops: a path beyond a link
-    assert oracle.ask(target, rules, ["src/y.log"]) == {"src/y.log": True} and oracle.started == 2
-    assert oracle.ask(target, Rules(), ["src/y.log"]) == {"src/y.log": True} and oracle.started == 3  # new rules
+    assert oracle.ask(target, rules, ["src/y.log"]) is None and oracle.started == 1  # not again for these rules
+    assert oracle.ask(target, Rules(), ["src/y.log"]) == {"src/y.log": True} and oracle.started == 2  # new rules
     oracle.met_anew("build")  # never looked inside it: the same child
-    assert oracle.ask(target, Rules.kept, ["src/z.log"]) is not None and oracle.started == 4
+    assert oracle.ask(target, Rules.kept, ["src/z.log"]) is not None and oracle.started == 3
     oracle.met_anew("build")
-    assert oracle.ask(target, Rules.kept, ["src/z.log"]) is not None and oracle.started == 4
+    assert oracle.ask(target, Rules.kept, ["src/z.log"]) is not None and oracle.started == 3
     oracle.met_anew("src")  # it read src's rules: started anew
-    assert oracle.ask(target, Rules.kept, ["src/z.log"]) is not None and oracle.started == 5
+    assert oracle.ask(target, Rules.kept, ["src/z.log"]) is not None and oracle.started == 4
     child = oracle._session
     assert child is not None
     oracle.close()
@@ -324,3 +324,18 @@ async def test_a_folder_of_ignored_files_replaced_by_one_with_its_own_rules(watc
     os.rename(other, repo / "logs")
     _, listed = await checked(watched_engine, repo)
     assert "logs/b.log" in listed
+
+
+async def test_a_check_ignore_that_cannot_answer_leaves_the_paths_to_ls_files(watched_engine, tmp_path, monkeypatch):
+    """A git that stops at once (here an option it refuses) is started once per warm state; ls-files answers."""
+    monkeypatch.setattr("snapshotd.capture.ignores.CHECK_IGNORE", ["check-ignore", "--stdin", "--no-such-option"])
+    repo = make_repo(tmp_path / "r")
+    await warm_up(watched_engine, repo)
+    processes = []
+    for index in range(3):
+        (repo / "src" / f"new{index}.py").write_text("new\n")
+        (repo / "src" / f"run{index}.log").write_text("ignored\n")
+        result = await checkpoint(watched_engine, repo)
+        processes.append(result["stats"]["processes"])
+        assert result["checkpoint"]["tree"] == oracle_tree(repo), index
+    assert processes == [2, 1, 1]

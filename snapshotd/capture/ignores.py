@@ -4,10 +4,12 @@ A warm capture put every path it did not know to one ``git ls-files`` run: a
 process for each new file, and one at every capture that followed a write to
 an ignored file (a log, a test run's ``__pycache__``, a build's output) for as
 long as the daemon ran. Now one ``git check-ignore --stdin`` per worktree
-answers, and the warm state keeps the answers: a change of any ignore rule,
-of the configuration or of the user's index ends the warm state (a full scan
-makes a new one), and the next question starts a check-ignore for the new one
-(the old one read the old rules). It ends with the worktree's watch.
+answers, and the warm state keeps the answers. A change of any ignore rule,
+of the configuration or of the user's index ends the warm state: the full
+scan that makes a new one ends the child (it read the old rules), and the
+next question starts another. It ends with the worktree's watch too. A child
+that gave no answer (git stopped) is not started again for the same warm
+state: its paths go to ``ls-files``, as before.
 
 check-ignore matches with the function ``ls-files`` and ``git add`` use, on the
 path and its kind (``build/`` matches folders only). What it says is used as
@@ -90,6 +92,7 @@ class IgnoreOracle:
     def __init__(self) -> None:
         self._session: Session | None = None
         self._started_for: weakref.ref[object] | None = None  # the warm state, not kept alive by this
+        self._failed_for: weakref.ref[object] | None = None  # the warm state a child gave no answer for
         self._looked_in: set[str] = set()  # the folders whose ignore files the child may have read, and those above
         self._lock = threading.Lock()
         self._retire = False
@@ -106,12 +109,15 @@ class IgnoreOracle:
                     self._end()
 
     def _ask(self, target: GitTarget, rules: object, paths: list[str]) -> dict[str, bool] | None:
+        if self._failed_for is not None and self._failed_for() is rules:
+            return None
         if self._session is None or self._started_for is None or self._started_for() is not rules:
             self._end()
             try:
                 self._session = start_git_session(target, CHECK_IGNORE)
             except GitError as exc:
                 log.debug("check-ignore could not start in %s: %s", target.work_tree, exc)
+                self._failed_for = weakref.ref(rules)
                 return None
             self._started_for = weakref.ref(rules)
             self.started += 1
@@ -133,6 +139,7 @@ class IgnoreOracle:
             log.debug("check-ignore in %s gave no answer: %s; %s", target.work_tree, exc,
                       session.stderr.decode("utf-8", "replace").strip())
             self._end()
+            self._failed_for = weakref.ref(rules)
             return None
         return answers
 
