@@ -339,3 +339,22 @@ async def test_a_check_ignore_that_cannot_answer_leaves_the_paths_to_ls_files(wa
         processes.append(result["stats"]["processes"])
         assert result["checkpoint"]["tree"] == oracle_tree(repo), index
     assert processes == [2, 1, 1]
+
+
+async def test_a_gitignore_git_reads_from_the_index_keeps_ls_files(watched_engine, tmp_path):
+    """A skip-worktree ``.gitignore`` not on disk still rules (git reads the index's copy); check-ignore
+    ``--no-index`` would not see it, so it is not asked."""
+    repo = make_repo(tmp_path / "r")
+    (repo / "sub").mkdir()
+    (repo / "sub" / ".gitignore").write_text("*.tmp\n")
+    (repo / "sub" / "kept.txt").write_text("kept\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "sub")
+    git(repo, "update-index", "--skip-worktree", "sub/.gitignore")
+    (repo / "sub" / ".gitignore").unlink()
+    await warm_up(watched_engine, repo)
+    (repo / "sub" / "x.tmp").write_text("ignored by the index's sub/.gitignore\n")
+    (repo / "sub" / "y.txt").write_text("not ignored\n")
+    result, listed = await checked(watched_engine, repo)
+    assert result["stats"]["scan"] == "watch" and result["stats"]["processes"] == 1  # ls-files, no check-ignore
+    assert "sub/y.txt" in listed and "sub/x.tmp" not in listed

@@ -19,7 +19,6 @@ from snapshotd.capture.scan import git_target, own_data_excludes
 from snapshotd.capture.state import CaptureStats
 from snapshotd.capture.userindex import UserIndex, entries_under, holds_entries
 from snapshotd.capture.walker import Walker
-from snapshotd.capture.watchpaths import is_ignore_rules
 from snapshotd.git.process import run_git_sync
 from snapshotd.paths import folders_above
 from snapshotd.store.identity import WorktreeInfo
@@ -50,6 +49,9 @@ class Known(Protocol):
     not_ignored: set[str]
     ignored: Ignores
 
+    @property
+    def flags_ignore_rules(self) -> bool: ...
+
 
 
 def outermost(paths: list[str]) -> list[str]:
@@ -72,14 +74,19 @@ def apply_new_paths(
     stats: CaptureStats,
 ) -> bool:
     """Apply what git takes of the paths the warm state has not met (with their lstat); False when so
-    many are left for ``ls-files`` that a full scan is cheaper."""
+    many are left for ``ls-files`` that a full scan is cheaper.
+
+    check-ignore is not asked where the worktree holds the daemon's own data (``ls-files`` leaves it
+    out by an exclude check-ignore has no option for) or the index flags a ``.gitignore`` (git reads
+    it from the index, which check-ignore ``--no-index`` does not)."""
     unknown = {path: unknown[path] for path in outermost(list(unknown))}
-    if oracle is not None and len(unknown) <= MAX_ASKED:
+    excludes = own_data_excludes(info)
+    if oracle is not None and not excludes and not warm.flags_ignore_rules and len(unknown) <= MAX_ASKED:
         unknown = _settle_by_check_ignore(builder, warm, info, oracle, unknown, stats)
     if len(unknown) > MAX_UNKNOWN_PATHS or sum(len(p) + 1 for p in unknown) > MAX_ARGV_BYTES:
         return False
     if unknown:
-        _apply_listing(builder, warm, info, list(unknown), stats)
+        _apply_listing(builder, warm, info, list(unknown), excludes, stats)
     return True
 
 
@@ -97,8 +104,6 @@ def _settle_by_check_ignore(
     stats: CaptureStats,
 ) -> dict[str, os.stat_result]:
     """Apply or leave out the unknown paths check-ignore settles (capture/ignores.py); those left for ``ls-files``."""
-    if own_data_excludes(info) or any(is_ignore_rules(path) for path in warm.flagged):
-        return unknown
     asked = [path for path in unknown if not path.startswith(":")]
     if not asked:
         return unknown
@@ -141,13 +146,13 @@ def _settle_by_check_ignore(
 
 
 def _apply_listing(
-    builder: Builder, warm: Known, info: WorktreeInfo, unknown: list[str], stats: CaptureStats
+    builder: Builder, warm: Known, info: WorktreeInfo, unknown: list[str], excludes: list[str], stats: CaptureStats
 ) -> None:
     """Apply what ``git ls-files`` lists at the unknown paths: the untracked files it does not ignore and
     the tracked ones, in folders and below, and drop what it no longer lists there."""
     listing = run_git_sync(
         git_target(info),
-        ["ls-files", "-z", "-t", "-c", "-o", "--exclude-standard", *own_data_excludes(info), "--", *unknown],
+        ["ls-files", "-z", "-t", "-c", "-o", "--exclude-standard", *excludes, "--", *unknown],
         env_extra={"GIT_LITERAL_PATHSPECS": "1"},
     )
     stats.processes += 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import pygit2
@@ -37,6 +38,7 @@ from snapshotd.capture.state import (
 )
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.capture.userindex import UserIndex, entries_under, entry_at
+from snapshotd.capture.watchpaths import is_ignore_rules
 from snapshotd.git.config import config_value
 from snapshotd.git.modes import MODE_LINK
 from snapshotd.paths import folders_above
@@ -91,6 +93,11 @@ class WarmState:
     ignored: Ignores = field(default_factory=Ignores)  # check-ignore's answers (capture/ignores.py)
     skipped: dict[str, Skip] = field(default_factory=dict)  # left out of the last tree, still on disk
     gitlinks: set[str] = field(default_factory=set)  # the index's gitlinks, whose HEADs each capture reads
+
+    @cached_property
+    def flags_ignore_rules(self) -> bool:
+        """Whether the user's index flags a ``.gitignore`` (skip-worktree: git reads it from the index)."""
+        return any(is_ignore_rules(path) for path in self.flagged)
 
     @classmethod
     def from_cold(
