@@ -271,8 +271,7 @@ class WorktreeCapture:
         self.watcher, self.warm = None, None
 
     def close(self) -> None:
-        """End the worktree's own tasks (its watcher and the idle reconciliation) and its check-ignore."""
-        self.resident.ignores.close()
+        """End the worktree's own tasks (its watcher and the idle reconciliation; check-ignore ends with them)."""
         if self._cancel is not None:
             self._cancel.cancel()
 
