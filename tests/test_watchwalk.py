@@ -30,8 +30,8 @@ class Table:
         self.paths.append(path)
         return True
 
-    def descend(self, rel_parent: str, name: str) -> bool:
-        return descend(rel_parent, name)
+    def to_watch(self, folder_fd: int | None, rel: str, names: list[str], rules: bool = False) -> list[str]:
+        return [name for name in names if descend(rel, name)]
 
     def held(self) -> int:
         return len(self.paths)

@@ -134,17 +134,20 @@ def _config_value(files: list[str], name: str) -> str | None:
     return value
 
 
-def rule_sources(info: WorktreeInfo) -> list[str]:
-    """Files whose change can change what is ignored, tracked or converted: re-checked by stat each capture."""
-    configs = config_files(info)
+def exclude_files(info: WorktreeInfo, configs: list[str]) -> list[str]:
+    """The ignore files git reads outside the worktree: the user's excludes file and ``info/exclude``."""
     excludes = _config_value(configs, "core.excludesFile")
     common = info.common_dir or info.store_dir
-    sources = [
-        *configs,
-        *attributes_files(info),
+    return [
         os.path.expanduser(excludes) if excludes else os.path.join(str(git_config_home()), "ignore"),
         os.path.join(common, "info", "exclude"),
     ]
+
+
+def rule_sources(info: WorktreeInfo) -> list[str]:
+    """Files whose change can change what is ignored, tracked or converted: re-checked by stat each capture."""
+    configs = config_files(info)
+    sources = [*configs, *attributes_files(info), *exclude_files(info, configs)]
     if info.git_dir is not None:
         sources.append(os.path.join(info.git_dir, "index"))
     return sources

@@ -1,24 +1,18 @@
 """Watching one worktree with inotify, and knowing when the watch can be trusted.
 
 Events are hints: they name paths to re-examine, never what happened to them.
-Before a capture trusts the dirty set it syncs with the watcher through a
-cookie (:mod:`snapshotd.capture.cookies`). The watcher talks to inotify itself
-(:mod:`snapshotd.capture.inotify` says why) and walks new folders on a worker
-thread (:mod:`snapshotd.capture.watchwalk`). Here:
-
-- watches are keyed by descriptor; the kernel's ``IN_IGNORED`` drops one, and a
-  folder that still exists without a watch is watched again and marked dirty;
-- ``IN_Q_OVERFLOW`` asks for a full scan and a re-arm; the root's own move or
-  deletion ends the watch (:attr:`Watcher.vanished`);
-- at every sync the kernel's own count of this instance's watches
-  (``/proc/self/fdinfo``) must equal the folders the watcher holds; any
-  difference, a folder that could not be watched, or a folder seen twice (a
-  bind mount) makes the watcher suspect: the next capture is a full scan and
-  the watch is re-armed from a new walk of the worktree first.
+A capture first syncs through a cookie (:mod:`.cookies`). The watcher talks to
+inotify itself (:mod:`.inotify` says why), walks new folders on a worker thread
+(:mod:`.watchwalk`) and leaves out folders git ignores whole (:mod:`.unwatched`).
+Watches are keyed by descriptor (``IN_IGNORED`` drops one; a folder still there
+is watched again, dirty); an overflow, a lost watch (the kernel's count, from
+``/proc/self/fdinfo``, differs) or a folder seen twice (a bind mount) makes it
+suspect: the next capture is a full scan, after a re-arm from a new walk.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -43,7 +37,8 @@ from snapshotd.capture.inotify import (
     Inotify,
 )
 from snapshotd.capture.presence import GONE, MOVED
-from snapshotd.capture.watchpaths import classify, descend
+from snapshotd.capture.unwatched import UnwatchedFolders
+from snapshotd.capture.watchpaths import classify
 from snapshotd.capture.watchsupply import supply
 from snapshotd.capture.watchwalk import Budget, watch_tree
 from snapshotd.errors import WatchGivenUp
@@ -108,13 +103,15 @@ class Watcher:
         self.walked = True  # False when it ended before its walk (no room for the ``need`` known)
         self._limit: WatchGivenUp | None = None  # a limit met by a capture's re-arm, for the loop to end on
         self._loop: trio.CancelScope | None = None
+        self.unwatched = UnwatchedFolders(info)  # folders git ignores whole, left out of the walks
+        self.rule_events = 0  # events that named ignore rules or the configuration
 
     # --- classification ----------------------------------------------------------
 
     def _classify(self, path: str, changed: set[str]) -> None:
         """Turn one absolute path from the watcher into dirty paths or scan reasons (a cookie is neither)."""
-        if not self.cookies.seen(path):
-            classify(path, self.root, self._git_dir, self.full_scan_reasons, changed)
+        if not self.cookies.seen(path) and classify(path, self.root, self._git_dir, self.full_scan_reasons, changed):
+            self.rule_events += 1
 
     def take(self) -> tuple[set[str], set[str]]:
         """Hand the dirty set and the scan reasons to a capture, and start a new window."""
@@ -134,7 +131,8 @@ class Watcher:
 
     # --- the set of watches --------------------------------------------------------
 
-    descend = staticmethod(descend)
+    def to_watch(self, folder_fd: int | None, rel: str, names: list[str], rules: bool = False) -> list[str]:
+        return self.unwatched.to_watch(folder_fd, rel, names, rules)
 
     def held(self) -> int:
         """How many folders the watch holds (the walk's ceiling counts these)."""
@@ -158,30 +156,16 @@ class Watcher:
         self._wd_of[path] = wd
         return True
 
-    def _watch_extra(self, path: str) -> None:
-        """Watch one folder outside the walk (git dir, its ``info``, the cookies), on its own."""
-        try:
-            fd = os.open(path, OPEN_FOLDER)
-        except OSError:
-            return
-        try:
-            self.watch_folder(fd, path)
-        finally:
-            os.close(fd)
-
     def arm(self, room: Callable[[], int] | None = None) -> None:
-        """(Re)build the whole set of watches from a walk of the worktree, dropping stale ones.
-
-        Clears :attr:`suspect` only when the kernel's count then equals the
-        folders held; otherwise the watcher stays suspect and captures stay cold.
-        ``room`` says how many folders the walk may watch before the user's
-        watches count as used up (:mod:`.watchsupply`).
-        """
+        """(Re)build the whole set of watches from a walk of the worktree, dropping stale ones; :attr:`suspect`
+        is cleared only if the kernel's count then equals the folders held. ``room``: :mod:`.watchsupply`."""
         assert self._inotify is not None
         self.suspect = None
         before = dict(self._folder_of)
         self._folder_of.clear()
         self._wd_of.clear()
+        self.unwatched.begin(self.rule_events, full=True)
+        self.unwatched.forget_under("")
         try:
             watch_tree(self, self.root, "", Budget(self.ceiling, halt=self._halt, room=room))
         except BaseException:
@@ -190,8 +174,13 @@ class Watcher:
         extras = [self.cookie_dir]
         if self._git_dir is not None:
             extras += [self._git_dir, os.path.join(self._git_dir, "info")]
-        for extra in extras:
-            self._watch_extra(extra)
+        for extra in extras:  # folders outside the walk, each on its own
+            with contextlib.suppress(OSError):
+                fd = os.open(extra, OPEN_FOLDER)
+                try:
+                    self.watch_folder(fd, extra)
+                finally:
+                    os.close(fd)
         for wd in (before.keys() | self._inotify.kernel_watches()) - self._folder_of.keys():
             self._inotify.remove(wd)
         self.rearms += 1
@@ -201,11 +190,8 @@ class Watcher:
     def check(self, always: bool = False) -> bool:
         """Whether every watch the watcher counts on is still in the kernel; marks it suspect if not.
 
-        Watches change only with events about folders (one made, moved or
-        deleted, a watch dropped, an unmount) or the watcher's own doing, so
-        the kernel is asked (a few microseconds a watch: 7 ms at 20,000 files)
-        only after such an event, unless ``always``; a file written is not one.
-        """
+        Asked (7 ms at 20,000 files) only after an event about folders, which alone change the watches,
+        unless ``always``."""
         if self._inotify is None:
             return False
         if self.suspect is None and (always or self._unchecked):
@@ -219,31 +205,39 @@ class Watcher:
     async def ensure_whole(self, *, always: bool = False) -> None:
         """Re-arm when the watch may have gaps, and ask the next capture for a full scan if so.
 
-        Called before a capture trusts the dirty set (after a burst) and
-        before every full scan (``always``), so the scan that follows (the
-        next capture at the latest) covers whatever the lost watches missed.
-        The walk runs on a worker thread, so a tree being churned (a hostile
-        rename loop, a checkout) cannot hold the event loop; events wait in
-        the kernel's queue meanwhile.
+        Called before a capture trusts the dirty set and before every full scan (``always``, when folders
+        left out are decided again), so the scan covers what lost watches missed. Walks run on a worker
+        thread (a hostile rename loop cannot hold the event loop); events wait in the kernel meanwhile.
         """
         while self._arming is not None:
             await self._arming.wait()  # another walk is running: it may serve this one too
         if self._inotify is None or not self.live:
             return  # not live: the first walk is still running, and captures are cold until it ends
+        if always and self.suspect is None and self.unwatched.folders:
+            await self._walking(self._watch_unignored)
         if self.suspect is None and (always or self._unchecked):
             await self._owning(self.check, always)  # the kernel's list of 20,000 watches takes tens of ms to read
         if self._inotify is None or not self.live or self.suspect is None:
             return
         reason = self.suspect
         log.warning("The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
+        await self._walking(self.arm)
+        self.full_scan_reasons.add(reason.split(":")[0] if reason else LOST_REASON)
+
+    async def _walking(self, work: Callable[[Callable[[], int]], None]) -> None:
+        """A capture's walk, in its turn; past a limit the watch ends (its loop is told), the capture goes on cold."""
         try:
             async with supply.walks:
-                await self._owning(self.arm, supply.room(self))
-        except WatchGivenUp as exc:  # past a limit now: the watch ends (its loop is told), this capture goes on cold
+                await self._owning(work, supply.room(self))
+        except WatchGivenUp as exc:
             self._limit, self.live = exc, False
             if self._loop is not None:
                 self._loop.cancel()
-        self.full_scan_reasons.add(reason.split(":")[0] if reason else LOST_REASON)
+
+    def _watch_unignored(self, room: Callable[[], int]) -> None:
+        """Watch the folders left out that git no longer ignores whole (the rules or the index changed)."""
+        for rel in self.unwatched.recheck(self.rule_events, self.root):
+            watch_tree(self, self.root, rel, Budget(self.ceiling, halt=self._halt, room=room))
 
     # --- running -----------------------------------------------------------------
 
@@ -288,6 +282,7 @@ class Watcher:
                 while self._arming is not None:
                     await self._arming.wait()
             self.cookies.close()
+            self.unwatched.close()
             if self._inotify is not None:
                 supply.leave(self, served=served)
                 self._inotify.close()
@@ -317,11 +312,12 @@ class Watcher:
 
     def _apply_moves(self, gone: list[str], new: list[str], budget: Budget) -> None:
         """Folders moved away lose their watches first (a new one may come at the same path); then the new are walked."""
+        self.unwatched.begin(self.rule_events, full=False)
         if gone:
             self._unwatch_under(gone)
         for rel in sorted({os.path.relpath(path, self.root) for path in new}):  # parents first: theirs covers all
             inside = not rel.startswith("..") and rel != "." and f"{self.root}/{rel}" not in self._wd_of
-            if inside and self.descend(*rel.rpartition("/")[::2]):
+            if inside and self.unwatched.met_anew(rel):
                 watch_tree(self, self.root, rel, budget)
 
     async def wait_started(self, timeout: float) -> bool:
@@ -382,6 +378,8 @@ class Watcher:
         """Folders moved away: their watches would report under stale paths, so drop them (a worker thread)."""
         assert self._inotify is not None
         exact, prefixes = set(paths), tuple(path + "/" for path in paths)
+        for path in paths:
+            self.unwatched.forget_under(os.path.relpath(path, self.root))
         for wd, folder in list(self._folder_of.items()):
             if folder in exact or folder.startswith(prefixes):
                 self._inotify.remove(wd)

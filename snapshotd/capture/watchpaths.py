@@ -19,35 +19,40 @@ def is_ignore_rules(path: str) -> bool:
     return path.rpartition("/")[2] in IGNORE_FILES
 
 
-def classify(path: str, root: str, git_dir: str | None, reasons: set[str], changed: set[str]) -> None:
-    """File one absolute ``path`` of the worktree ``root`` (or its git dir) into ``changed`` or ``reasons``."""
+def classify(path: str, root: str, git_dir: str | None, reasons: set[str], changed: set[str]) -> bool:
+    """File one absolute ``path`` of the worktree ``root`` (or its git dir) into ``changed`` or ``reasons``;
+    True when it names ignore rules (or the configuration, which may name more)."""
     if git_dir is not None and (path == git_dir or path.startswith(git_dir + os.sep)):
         rel_git = _relative(path, git_dir)
         if rel_git == "index":
             reasons.add("user index changed")
         elif rel_git in ("info/exclude", "config", "config.worktree", "info/sparse-checkout"):
             reasons.add("ignore rules or config changed")
-        return
+            return True
+        return False
     if path != root and not path.startswith(root + os.sep):
-        return
+        return False
     rel = _relative(path, root)
     if rel == ".":
         reasons.add("worktree root changed")
-        return
+        return False
     parts = rel.split(os.sep)
+    rules = False
     if ".git" in parts:
         # Inside a nested repository's git dir: its checked-out commit (the gitlink) may have moved.
         at = parts.index(".git")
         if at == 0:
-            return
+            return False
         rel = "/".join(parts[:at])
     else:
         rel = "/".join(parts)
         if parts[-1] in IGNORE_FILES:
             reasons.add("ignore rules changed")
+            rules = True
         elif parts[-1] == ATTRIBUTES_FILE:
             reasons.add("attribute rules changed")
     changed.add(rel)
+    return rules
 
 
 def _relative(path: str, base: str) -> str:

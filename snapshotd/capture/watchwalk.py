@@ -42,7 +42,10 @@ class WatchTable(Protocol):
 
     def watch_folder(self, folder_fd: int, path: str) -> bool: ...
 
-    def descend(self, rel_parent: str, name: str) -> bool: ...
+    def to_watch(self, folder_fd: int | None, rel: str, names: list[str], rules: bool = False) -> list[str]:
+        """Of the folders ``names`` in ``rel`` (open as ``folder_fd``; ``rules``: it has a ``.gitignore``),
+        those the walk enters."""
+        ...
 
     def held(self) -> int: ...
 
@@ -104,10 +107,17 @@ def _enter(table: WatchTable, fd: int, path: str, rel: str, keep: bool) -> _Fram
     if not keep:
         st = os.fstat(fd)
         ident = (st.st_dev, st.st_ino)
+    names, rules = [], False
     try:
-        names = [entry.name for entry in os.scandir(fd) if entry.is_dir(follow_symlinks=False)]
+        for entry in os.scandir(fd):
+            if entry.is_dir(follow_symlinks=False):
+                names.append(entry.name)
+            elif entry.name == ".gitignore":
+                rules = True
     except OSError:
         names = []
+    if names or rules:
+        names = table.to_watch(fd, rel, names, rules)
     return _Frame(path, rel, iter(names), fd if keep else None, ident)
 
 
@@ -149,8 +159,6 @@ def walk(table: WatchTable, folder_fd: int, path: str, rel: str, budget: Budget,
                 if (st.st_dev, st.st_ino) != below.ident:
                     table.suspect = f"a folder moved while it was being watched: {top.path}"
                     raise _Stopped
-                continue
-            if not table.descend(top.rel, name):
                 continue
             try:
                 child = os.open(name, OPEN_FOLDER, dir_fd=current)

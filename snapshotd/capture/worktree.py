@@ -395,4 +395,5 @@ class WorktreeCapture:
             return Counter()
         watcher = self.watcher
         return Counter({"watcher.events": watcher.events, "watcher.cookie_waits": watcher.cookies.waits,
-                        "watcher.rearms": watcher.rearms, "watcher.kernel_checks": watcher.kernel_checks})
+                        "watcher.rearms": watcher.rearms, "watcher.kernel_checks": watcher.kernel_checks,
+                        "watcher.unwatched_ignored": len(watcher.unwatched.folders)})

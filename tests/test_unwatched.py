@@ -1,0 +1,217 @@
+"""Folders git ignores whole are not watched, and are watched again the moment that changes.
+
+A ``node_modules`` or a build's ``target/`` took watches from the user's
+limit and the worktree's ceiling, and flooded the watcher during an install,
+for paths no capture takes (capture/unwatched.py). Each test checks the trees
+against git's own (``oracle_tree``) and what the watch holds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import trio
+from oracle import oracle_tree
+from repo_helpers import git, init_repo, write
+from test_watch_limits import capture_of
+
+from snapshotd.capture.unwatched import PatternWords
+from snapshotd.capture.worktree import WorktreeCapture
+
+
+def make_folders(root: Path, count: int, file: str = "index.js") -> None:
+    for index in range(count):
+        write(root / f"pkg{index}" / "lib" / file, f"module {index}\n")
+
+
+def watched_paths(capture: WorktreeCapture) -> set[str]:
+    assert capture.watcher is not None
+    root = capture.info.path
+    inside = {os.path.relpath(path, root) for path in capture.watcher._wd_of if path.startswith(root + "/")}
+    return {path for path in inside if path.split("/")[0] != ".git"}
+
+
+async def watched(repo: Path, home: Path, nursery) -> WorktreeCapture:
+    capture = capture_of(repo, home)
+    await capture.ensure_watch(nursery, lambda paths, overflow: None)
+    assert capture.watching, capture.watch_error
+    first = await capture.take()
+    assert first.stats.scan == "full" and first.tree == oracle_tree(repo)
+    return capture
+
+
+async def warm_equals_git(capture: WorktreeCapture, repo: Path) -> None:
+    result = await capture.take()
+    assert result.stats.scan == "watch", result.stats
+    assert result.tree == oracle_tree(repo)
+
+
+async def test_a_folder_git_ignores_is_not_watched_and_costs_no_event(tmp_path, nursery):
+    repo = init_repo(tmp_path / "r", (".gitignore", "node_modules/\n"), ("src/a.js", "a\n"))
+    make_folders(repo / "node_modules", 30)
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None
+    assert capture.watcher.unwatched.folders == {"node_modules"}
+    assert watched_paths(capture) == {"src"}
+    make_folders(repo / "node_modules", 40, "more.js")  # an install: new folders and files
+    write(repo / "node_modules" / "pkg3" / "lib" / "index.js", "changed\n")
+    assert await capture.watcher.sync()
+    assert capture.watcher.dirty == set()  # not one event
+    write(repo / "src" / "a.js", "a changed\n")
+    await warm_equals_git(capture, repo)
+    assert (await capture.verify()).differences == []
+    capture.close()
+
+
+async def test_a_rule_that_no_longer_ignores_the_folder_gets_it_watched(tmp_path, nursery):
+    repo = init_repo(tmp_path / "r", (".gitignore", "node_modules/\n*.log\n"), ("src/a.js", "a\n"))
+    make_folders(repo / "node_modules", 5)
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None and capture.watcher.unwatched.folders == {"node_modules"}
+    write(repo / ".gitignore", "*.log\n")
+    write(repo / "node_modules" / "pkg1" / "lib" / "index.js", "written before the scan\n")
+    rescanned = await capture.take()
+    assert rescanned.stats.scan == "full" and rescanned.tree == oracle_tree(repo)
+    assert capture.watcher.unwatched.folders == set()
+    assert "node_modules/pkg4/lib" in watched_paths(capture)
+    write(repo / "node_modules" / "pkg4" / "lib" / "new.js", "seen by the watch\n")
+    write(repo / "node_modules" / "fresh" / "x.js", "a new folder in it\n")
+    await warm_equals_git(capture, repo)
+    capture.close()
+
+
+async def test_a_tracked_file_keeps_an_ignored_folder_watched(tmp_path, nursery):
+    repo = init_repo(tmp_path / "r", (".gitignore", "build/\nnode_modules/\n"), ("src/a.js", "a\n"))
+    write(repo / "build" / "kept.txt", "tracked in an ignored folder\n")
+    write(repo / "build" / "out" / "x.o", "ignored\n")
+    git(repo, "add", "-f", "build/kept.txt")
+    git(repo, "commit", "-qm", "kept")
+    make_folders(repo / "node_modules", 3)
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None
+    assert capture.watcher.unwatched.folders == {"node_modules", "build/out"}
+    write(repo / "build" / "kept.txt", "changed\n")
+    await warm_equals_git(capture, repo)
+    git(repo, "add", "-f", "node_modules/pkg1/lib/index.js")  # the user's index now tracks a file in it
+    rescanned = await capture.take()
+    assert rescanned.stats.scan == "full" and rescanned.tree == oracle_tree(repo)
+    assert capture.watcher.unwatched.folders == {"build/out", "node_modules/pkg0", "node_modules/pkg2"}
+    assert {"node_modules", "node_modules/pkg1", "node_modules/pkg1/lib"} <= watched_paths(capture)
+    write(repo / "node_modules" / "pkg1" / "lib" / "index.js", "the tracked file changed\n")
+    await warm_equals_git(capture, repo)
+    capture.close()
+
+
+async def test_a_new_ignored_folder_is_left_out_as_it_appears(tmp_path, nursery):
+    repo = init_repo(tmp_path / "r", (".gitignore", "dist/\n__pycache__/\n"), ("src/a.py", "a\n"))
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None and capture.watcher.unwatched.folders == set()
+    write(repo / "dist" / "a" / "b" / "bundle.js", "built\n")
+    write(repo / "src" / "__pycache__" / "a.pyc", "compiled\n")
+    write(repo / "src" / "new.py", "new\n")
+    await warm_equals_git(capture, repo)
+    assert capture.watcher.unwatched.folders == {"dist", "src/__pycache__"}
+    assert watched_paths(capture) == {"src"}
+    shutil.rmtree(repo / "dist")
+    write(repo / ".gitignore", "__pycache__/\n")
+    write(repo / "dist" / "kept.js", "dist is no longer ignored\n")
+    await capture.take()
+    assert capture.watcher.unwatched.folders == {"src/__pycache__"}
+    write(repo / "dist" / "more.js", "seen\n")
+    await warm_equals_git(capture, repo)
+    capture.close()
+
+
+async def test_a_nested_rule_that_takes_a_folder_back_keeps_it_watched(tmp_path, nursery):
+    repo = init_repo(tmp_path / "r", (".gitignore", "cache/\n"), ("sub/.gitignore", "!cache/\n"), ("a.txt", "a\n"))
+    write(repo / "cache" / "deep" / "x", "ignored\n")
+    write(repo / "sub" / "cache" / "deep" / "x", "not ignored: sub/.gitignore takes it back\n")
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None and capture.watcher.unwatched.folders == {"cache"}
+    write(repo / "sub" / "cache" / "deep" / "y", "new\n")
+    await warm_equals_git(capture, repo)
+    capture.close()
+
+
+async def test_a_folder_moved_in_whole_is_asked_under_its_own_rules(tmp_path, nursery):
+    repo = init_repo(tmp_path / "r", (".gitignore", "cache/\n"), ("pkg/a.txt", "a\n"))
+    write(repo / "pkg" / "cache" / "old", "ignored\n")
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None and capture.watcher.unwatched.folders == {"pkg/cache"}
+    incoming = tmp_path / "incoming"
+    write(incoming / ".gitignore", "!cache/\n")
+    write(incoming / "a.txt", "a\n")
+    write(incoming / "cache" / "inner" / "kept", "taken back by the folder's own rules\n")
+    shutil.rmtree(repo / "pkg")
+    incoming.rename(repo / "pkg")
+    await capture.take()
+    assert capture.watcher.unwatched.folders == set()
+    assert "pkg/cache/inner" in watched_paths(capture)
+    write(repo / "pkg" / "cache" / "inner" / "later", "seen by the watch\n")
+    await warm_equals_git(capture, repo)
+    capture.close()
+
+
+async def test_the_user_s_excludes_file_is_a_rule_too(tmp_path, nursery):
+    excludes = write(tmp_path / "excludes", "logs/\n")
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"))
+    git(repo, "config", "core.excludesFile", str(excludes))
+    write(repo / "logs" / "day" / "1.log", "ignored by the excludes file\n")
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None and capture.watcher.unwatched.folders == {"logs"}
+    write(excludes, "")
+    st = os.stat(excludes)
+    os.utime(excludes, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    rescanned = await capture.take()
+    assert rescanned.stats.scan == "full" and rescanned.tree == oracle_tree(repo)
+    assert capture.watcher.unwatched.folders == set()
+    write(repo / "logs" / "day" / "2.log", "seen by the watch\n")
+    await warm_equals_git(capture, repo)
+    capture.close()
+
+
+async def test_the_ceiling_counts_only_the_folders_watched(tmp_path, nursery, monkeypatch):
+    monkeypatch.setenv("SNAPSHOTD_WATCH_CEILING", "40")
+    repo = init_repo(tmp_path / "r", (".gitignore", "target/\n"), ("src/main.rs", "fn main() {}\n"))
+    make_folders(repo / "target", 100)  # 201 folders git ignores
+    capture = await watched(repo, tmp_path / "home", nursery)
+    write(repo / "target" / "pkg7" / "lib" / "index.js", "rebuilt\n")
+    write(repo / "src" / "main.rs", "fn main() { }\n")
+    await warm_equals_git(capture, repo)
+    assert capture.watching
+    capture.close()
+
+
+async def test_nothing_is_left_out_where_git_would_read_a_gitignore_from_the_index(tmp_path, nursery):
+    repo = init_repo(tmp_path / "r", (".gitignore", "node_modules/\n"), ("a.txt", "a\n"))
+    make_folders(repo / "node_modules", 2)
+    git(repo, "update-index", "--skip-worktree", ".gitignore")
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None and capture.watcher.unwatched.folders == set()
+    assert "node_modules/pkg1/lib" in watched_paths(capture)
+    capture.close()
+
+
+async def test_nothing_is_left_out_with_a_split_index(tmp_path, nursery):
+    repo = init_repo(tmp_path / "r", (".gitignore", "node_modules/\n"), ("a.txt", "a\n"))
+    make_folders(repo / "node_modules", 2)
+    git(repo, "update-index", "--split-index")
+    capture = capture_of(repo, tmp_path / "home")
+    await capture.ensure_watch(nursery, lambda paths, overflow: None)
+    with trio.fail_after(10):
+        await capture.take()
+    assert capture.watcher is not None and capture.watcher.unwatched.folders == set()
+    capture.close()
+
+
+def test_pattern_words_can_only_ask_too_often():
+    words = PatternWords()
+    words.read(b"# a comment\n\nnode_modules/\n/build\n!keep/\ndocs/**/gen\n*.egg-info\nvendor/**\n Trailing  \n")
+    for name in ("node_modules", "NODE_MODULES", "build", "gen", "x.egg-info", "vendor", " Trailing"):
+        assert words.could_match(name), name
+    for name in ("keep", "src", "docs", "egg-info"):
+        assert not words.could_match(name), name
+    words.read(b"**\n")
+    assert words.could_match("src")
