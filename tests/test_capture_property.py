@@ -52,8 +52,10 @@ operations = st.one_of(
     st.tuples(st.just("symlink"), st.sampled_from(PATHS), st.sampled_from(LINK_TARGETS)),
     st.tuples(st.just("rename"), st.sampled_from(PATHS), st.sampled_from(PATHS)),
     st.tuples(st.just("ignore"), st.sampled_from(IGNORE_RULES)),
+    st.tuples(st.just("unignore")),
     st.tuples(st.just("move_in"), st.sampled_from(DIRS), st.sampled_from(sorted(MOVED_IN))),
     st.tuples(st.just("git_add"), st.sampled_from(PATHS)),
+    st.tuples(st.just("git_add_force"), st.sampled_from(FILES)),
     st.tuples(st.just("git_commit_am")),
     st.tuples(st.just("git_rm_cached"), st.sampled_from(FILES)),
     st.tuples(st.just("capture")),
@@ -121,6 +123,9 @@ def apply(root: Path, op: Op) -> None:
     elif kind == "ignore":
         with open(root / ".gitignore", "a") as fh:
             fh.write(op[1] + "\n")
+    elif kind == "unignore":  # the newest rule taken back: what it ignored is git's again
+        rules = (root / ".gitignore").read_text().splitlines(keepends=True) if (root / ".gitignore").is_file() else []
+        (root / ".gitignore").write_text("".join(rules[:-1]))
     elif kind == "move_in":
         _, rel, name = op
         staged = Path(tempfile.mkdtemp(prefix="incoming-", dir=root.parent))
@@ -132,6 +137,10 @@ def apply(root: Path, op: Op) -> None:
         os.rename(staged, root / rel)
     elif kind == "git_add":
         git_run(root, "add", "--", op[1], check=False)
+    elif kind == "git_add_force" and os.path.isfile(root / op[1]):
+        git_run(root, "add", "-f", "--", op[1], check=False)
+    elif kind == "git_add_force":
+        pass
     elif kind == "git_commit_am":
         git_run(root, "commit", "-q", "-a", "-m", "user commit", check=False)
     elif kind == "git_rm_cached":
@@ -198,6 +207,10 @@ async def test_random_operations_match_git(tmp_path: Path, mode: str, ops: list[
          ("write", "d3/k.log", b"xy\n")],
         [("move_in", "d1", "picky"), ("capture",), ("write", "d1/sub/y.txt", b"x\n"), ("capture",),
          ("move_in", "d1", "plain"), ("capture",), ("write", "d1/sub/y.txt", b"x\n")],
+        [("ignore", "d3/"), ("mkdir", "d3/x", 2), ("capture",), ("unignore",), ("capture",),
+         ("write", "d3/x/n0.txt", b"y\n"), ("mkdir", "d3/x/z", 1)],
+        [("ignore", "d3/"), ("write", "d3/f.txt", b"x\n"), ("mkdir", "d3/q", 1), ("capture",),
+         ("git_add_force", "d3/f.txt"), ("capture",), ("write", "d3/f.txt", b"y\n"), ("mkdir", "d3/q/r", 1)],
     ],
     ids=[
         "same-size-rewrite-back",
@@ -213,6 +226,8 @@ async def test_random_operations_match_git(tmp_path: Path, mode: str, ops: list[
         "dir-removed-then-file",
         "ignored-folder-replaced-by-one-with-rules",
         "folder-rules-replaced",
+        "unwatched-folder-unignored",
+        "unwatched-folder-force-added",
     ],
 )
 async def test_known_sequences(tmp_path: Path, mode: str, ops: list[Op]) -> None:

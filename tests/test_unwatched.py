@@ -55,6 +55,8 @@ async def test_a_folder_git_ignores_is_not_watched_and_costs_no_event(tmp_path, 
     assert capture.watcher is not None
     assert capture.watcher.unwatched.folders == {"node_modules"}
     assert watched_paths(capture) == {"src"}
+    counts = capture.watch_counters()
+    assert counts["watcher.unwatched_ignored"] == 1 and counts["watcher.watches"] == capture.watcher.held()
     make_folders(repo / "node_modules", 40, "more.js")  # an install: new folders and files
     write(repo / "node_modules" / "pkg3" / "lib" / "index.js", "changed\n")
     assert await capture.watcher.sync()

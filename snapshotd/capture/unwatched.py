@@ -16,9 +16,9 @@ floods the watcher with events. So the walk leaves a folder out when:
 
 A folder left out is decided again before the next full scan whenever the
 rules or the user's index may have changed (a ``.gitignore`` event, the
-stat data of the rule files and the index), and walked and watched if it no
-longer qualifies; any change of those makes the next capture a full scan
-anyway, which lists whatever was written there meanwhile. A folder moved in
+stat data of the rule files and the index); if one no longer qualifies, the
+whole worktree is walked again under the new rules before that scan (a rare
+event: an edit of the rules), which lists whatever was written there meanwhile. A folder moved in
 whole is asked of a check-ignore that has not read the rules of an earlier
 folder at that path. When git cannot answer, the index cannot be read
 in-process, or git would read a ``.gitignore`` from the index (skip-worktree),
@@ -269,13 +269,13 @@ class UnwatchedFolders:
             for decided in (self.folders, self.kept)
         )
 
-    def recheck(self, rule_events: int, root: str) -> list[str]:
-        """Before a full scan: the folders left out that must now be watched (the rules or the index
-        changed and git no longer ignores them whole); those gone are forgotten."""
+    def recheck(self, rule_events: int, root: str) -> bool:
+        """Before a full scan: whether a folder left out must now be watched (the rules or the index changed
+        and git no longer ignores it whole); those gone are forgotten."""
         if not self.folders or not self.begin(rule_events, full=True):
-            return []
+            return False
         earlier, self.folders = self.folders, set()
-        walk = []
+        unignored = False
         for rel in sorted(earlier):
             parent, _, name = rel.rpartition("/")
             try:
@@ -283,9 +283,8 @@ class UnwatchedFolders:
                     continue
             except OSError:
                 continue
-            if self.to_watch(None, parent, [name]):
-                walk.append(rel)
-        return walk
+            unignored = bool(self.to_watch(None, parent, [name])) or unignored
+        return unignored
 
     def close(self) -> None:
         self._oracle.close()

@@ -56,6 +56,7 @@ WATCH_STEP_S = 0.005
 NEW_FOLDERS_BUDGET_S = 5.0  # a batch's new folders watched for longer than this: stop, scan and re-arm
 OVERFLOW_REASON = "kernel event queue overflowed"
 LOST_REASON = "inotify watches lost"
+UNIGNORED_REASON = "a folder git ignored whole no longer is"
 
 class Watcher:
     """The live change feed of one worktree.
@@ -214,13 +215,14 @@ class Watcher:
         if self._inotify is None or not self.live:
             return  # not live: the first walk is still running, and captures are cold until it ends
         if always and self.suspect is None and self.unwatched.folders:
-            await self._walking(self._watch_unignored)
+            await self._owning(self._recheck_unwatched)
         if self.suspect is None and (always or self._unchecked):
             await self._owning(self.check, always)  # the kernel's list of 20,000 watches takes tens of ms to read
         if self._inotify is None or not self.live or self.suspect is None:
             return
         reason = self.suspect
-        log.warning("The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
+        log.log(logging.INFO if reason == UNIGNORED_REASON else logging.WARNING,
+                "The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
         await self._walking(self.arm)
         self.full_scan_reasons.add(reason.split(":")[0] if reason else LOST_REASON)
 
@@ -234,10 +236,10 @@ class Watcher:
             if self._loop is not None:
                 self._loop.cancel()
 
-    def _watch_unignored(self, room: Callable[[], int]) -> None:
-        """Watch the folders left out that git no longer ignores whole (the rules or the index changed)."""
-        for rel in self.unwatched.recheck(self.rule_events, self.root):
-            watch_tree(self, self.root, rel, Budget(self.ceiling, halt=self._halt, room=room))
+    def _recheck_unwatched(self) -> None:
+        """A folder left out that git no longer ignores whole (the rules or the index changed) needs a re-arm."""
+        if self.unwatched.recheck(self.rule_events, self.root):
+            self.suspect = UNIGNORED_REASON
 
     # --- running -----------------------------------------------------------------
 

@@ -396,4 +396,4 @@ class WorktreeCapture:
         watcher = self.watcher
         return Counter({"watcher.events": watcher.events, "watcher.cookie_waits": watcher.cookies.waits,
                         "watcher.rearms": watcher.rearms, "watcher.kernel_checks": watcher.kernel_checks,
-                        "watcher.unwatched_ignored": len(watcher.unwatched.folders)})
+                        "watcher.watches": watcher.held(), "watcher.unwatched_ignored": len(watcher.unwatched.folders)})
