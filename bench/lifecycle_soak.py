@@ -10,7 +10,9 @@ namespaces the run goes on with the limit unchanged, and says so.
 
 Meanwhile: one thread edits, moves, deletes and recreates worktrees at random
 (separate repositories, some with a submodule and a ``.gitattributes``,
-linked worktrees of one repository, plain folders); session threads
+linked worktrees of one repository, plain folders; each writes a build's
+output into folders its ``.gitignore`` names, a rule now and then taken back
+and given again); session threads
 checkpoint them, a share of those under the worktree's lock with the tree
 compared with git's (``tests/oracle.py``); another thread pings every 20 ms.
 
@@ -54,6 +56,7 @@ from oracle import oracle_tree
 CLEAR_KINDS = {"not_found", "not_a_directory", "path_outside_worktree", "git_error"}
 KINDS = ("separate", "submodule", "linked", "plain")
 CALL_TIMEOUT_S = 60.0
+IGNORED_BUILD = "build/\n*.log\n"
 
 
 @dataclass
@@ -128,6 +131,9 @@ class Soak:
             target = path / f"d{folder % 5}" / f"e{folder}"
             target.mkdir(parents=True, exist_ok=True)
             (target / "f.txt").write_text(f"{slot.index} {folder}\n")
+        (path / ".gitignore").write_text(IGNORED_BUILD)
+        for folder in range(3):
+            (path / "build" / f"o{folder}").mkdir(parents=True, exist_ok=True)
 
     def mutate(self) -> None:
         """The mutator thread: one random change to one random worktree at a time."""
@@ -183,6 +189,13 @@ class Soak:
             fresh = path / f"new{rng.randrange(1000)}" / "inner"
             fresh.mkdir(parents=True, exist_ok=True)
             (fresh / "x.txt").write_text("new\n")
+        if rng.random() < 0.3:  # a build's output, in folders git ignores (and so the watch leaves out)
+            output = path / "build" / f"o{rng.randrange(3)}" / f"p{rng.randrange(20)}"
+            output.mkdir(parents=True, exist_ok=True)
+            (output / "x.o").write_text(f"{rng.random()}\n")
+        if rng.random() < 0.05:  # the rule taken back, or given again
+            rules = path / ".gitignore"
+            rules.write_text("*.log\n" if rules.read_text() == IGNORED_BUILD else IGNORED_BUILD)
         if rng.random() < 0.1 and (path / ".gitattributes").exists():
             with open(path / ".gitattributes", "a") as rules:
                 rules.write(f"*.n{rng.randrange(9)} -text\n")
