@@ -84,6 +84,27 @@ async def test_a_rule_that_no_longer_ignores_the_folder_gets_it_watched(tmp_path
     capture.close()
 
 
+async def test_a_folder_the_rules_come_to_ignore_loses_its_watches(tmp_path, nursery):
+    """``npm install``, then ``node_modules/`` added to the rules: its watches go at the next capture."""
+    repo = init_repo(tmp_path / "r", (".gitignore", "*.log\n"), ("src/a.js", "a\n"))
+    make_folders(repo / "node_modules", 5)
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None and "node_modules/pkg4/lib" in watched_paths(capture)
+    write(repo / ".gitignore", "*.log\nnode_modules/\n")
+    rescanned = await capture.take()
+    assert rescanned.stats.scan == "full" and rescanned.tree == oracle_tree(repo)
+    assert capture.watcher.unwatched.folders == {"node_modules"}
+    assert watched_paths(capture) == {"src"}
+    assert capture.watcher.check(always=True)  # the kernel's count agrees with what is held
+    write(repo / "node_modules" / "pkg4" / "lib" / "index.js", "ignored now\n")
+    assert await capture.watcher.sync() and capture.watcher.dirty == set()
+    write(repo / ".gitignore", "*.log\n")
+    await capture.take()
+    write(repo / "node_modules" / "pkg4" / "lib" / "index.js", "git's again\n")
+    await warm_equals_git(capture, repo)
+    capture.close()
+
+
 async def test_a_tracked_file_keeps_an_ignored_folder_watched(tmp_path, nursery):
     repo = init_repo(tmp_path / "r", (".gitignore", "build/\nnode_modules/\n"), ("src/a.js", "a\n"))
     write(repo / "build" / "kept.txt", "tracked in an ignored folder\n")

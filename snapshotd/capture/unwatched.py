@@ -31,11 +31,13 @@ import glob
 import os
 import re
 import stat
+from collections.abc import Iterable
 from fnmatch import translate
 
 import pygit2
 
 from snapshotd.capture.ignores import IgnoreOracle
+from snapshotd.capture.newpaths import outermost
 from snapshotd.capture.scan import FLAG_EXTENDED_SKIP_WORKTREE, git_target, read_index
 from snapshotd.capture.state import config_files
 from snapshotd.capture.userindex import entry_at, holds_entries
@@ -213,7 +215,7 @@ class UnwatchedFolders:
         self._oracle = IgnoreOracle()
         self._rules = _Rules()
         self._basis: tuple[object, ...] | None = None  # the rules' stat data and the watcher's count of rule events
-        self.questions = 0  # check-ignore questions asked (a batch of names is one)
+        self._changed: set[str] = set()  # ignore files events named since the words were last read
 
     def begin(self, rule_events: int, *, full: bool) -> bool:
         """Before a walk: look at the rules again (their files' stat data too when ``full``), and start
@@ -224,10 +226,18 @@ class UnwatchedFolders:
         if basis == self._basis:
             return False
         self._basis, self._rules = basis, _Rules()
-        configs = config_files(self.info)
-        for path in exclude_files(self.info, configs):
+        for path in [*exclude_files(self.info, config_files(self.info)), *self._changed]:
             self.words.read_file(path)
+        self._changed.clear()
         return True
+
+    def note_rules(self, path: str) -> None:
+        """An event named the ignore file ``path`` (absolute): its words are read before the next decision."""
+        if path.endswith("/.gitignore"):
+            if len(self._changed) >= MAX_WORDS:
+                self.words.everything = True
+            else:
+                self._changed.add(path)
 
     def to_watch(self, folder_fd: int | None, rel: str, names: list[str], rules: bool = False) -> list[str]:
         """Of the folders ``names`` in ``rel`` (open as ``folder_fd``, whose ``.gitignore`` is read when
@@ -242,7 +252,6 @@ class UnwatchedFolders:
                  if not is_git_dir_name(name) and (every or self.words.could_match(name))}
         if not asked or self.tracked.unsure:
             return names
-        self.questions += 1
         answers = self._oracle.ask(self._target, self._rules, list(asked))
         if answers is None:
             return names
@@ -269,11 +278,12 @@ class UnwatchedFolders:
             for decided in (self.folders, self.kept)
         )
 
-    def recheck(self, rule_events: int, root: str) -> bool:
-        """Before a full scan: whether a folder left out must now be watched (the rules or the index changed
-        and git no longer ignores it whole); those gone are forgotten."""
-        if not self.folders or not self.begin(rule_events, full=True):
-            return False
+    def recheck(self, rule_events: int, root: str, watched: Iterable[str]) -> tuple[bool, list[str]]:
+        """Before a full scan, if the rules or the index changed: whether a folder left out must now be
+        watched (git no longer ignores it whole), and of the folders ``watched`` (absolute paths), the
+        outermost ones git now ignores whole, left out from here on (their watches are the caller's to drop)."""
+        if not self.begin(rule_events, full=True):
+            return False, []
         earlier, self.folders = self.folders, set()
         unignored = False
         for rel in sorted(earlier):
@@ -284,7 +294,17 @@ class UnwatchedFolders:
             except OSError:
                 continue
             unignored = bool(self.to_watch(None, parent, [name])) or unignored
-        return unignored
+        by_parent: dict[str, list[str]] = {}
+        for path in watched:
+            if path.startswith(root + "/"):
+                parent, _, name = path[len(root) + 1 :].rpartition("/")
+                by_parent.setdefault(parent, []).append(name)
+        before = set(self.folders)
+        for parent, names in sorted(by_parent.items()):
+            self.to_watch(None, parent, names)
+        ignored = outermost(list(self.folders - before))
+        self.folders = before | set(ignored)
+        return unignored, ignored
 
     def close(self) -> None:
         self._oracle.close()

@@ -113,6 +113,7 @@ class Watcher:
         """Turn one absolute path from the watcher into dirty paths or scan reasons (a cookie is neither)."""
         if not self.cookies.seen(path) and classify(path, self.root, self._git_dir, self.full_scan_reasons, changed):
             self.rule_events += 1
+            self.unwatched.note_rules(path)
 
     def take(self) -> tuple[set[str], set[str]]:
         """Hand the dirty set and the scan reasons to a capture, and start a new window."""
@@ -126,8 +127,7 @@ class Watcher:
         self.full_scan_reasons |= reasons
 
     async def seen_since_taken(self) -> set[str]:
-        """The paths seen changed since the last :meth:`take`, left for the next capture (an agent writing
-        while the idle reconciliation scans is no miss); none when the watcher cannot sync."""
+        """The paths seen changed since the last :meth:`take` (an agent writing during a reconciliation's scan)."""
         return set(self.dirty) if await self.sync() else set()
 
     # --- the set of watches --------------------------------------------------------
@@ -214,7 +214,7 @@ class Watcher:
             await self._arming.wait()  # another walk is running: it may serve this one too
         if self._inotify is None or not self.live:
             return  # not live: the first walk is still running, and captures are cold until it ends
-        if always and self.suspect is None and self.unwatched.folders:
+        if always and self.suspect is None:
             await self._owning(self._recheck_unwatched)
         if self.suspect is None and (always or self._unchecked):
             await self._owning(self.check, always)  # the kernel's list of 20,000 watches takes tens of ms to read
@@ -237,9 +237,13 @@ class Watcher:
                 self._loop.cancel()
 
     def _recheck_unwatched(self) -> None:
-        """A folder left out that git no longer ignores whole (the rules or the index changed) needs a re-arm."""
-        if self.unwatched.recheck(self.rule_events, self.root):
+        """After the rules or the index changed: re-arm if a folder left out is git's again; unwatch newly ignored."""
+        unignored, ignored = self.unwatched.recheck(self.rule_events, self.root, list(self._wd_of))
+        if unignored:
             self.suspect = UNIGNORED_REASON
+        elif ignored:
+            self._unwatch_under([f"{self.root}/{rel}" for rel in ignored])
+            self.unwatched.folders.update(ignored)
 
     # --- running -----------------------------------------------------------------
 
@@ -291,11 +295,8 @@ class Watcher:
                 self._inotify = None
 
     async def _owning(self, work: Callable[..., _T], *args: object) -> _T:
-        """``work(*args)`` on a worker thread that owns the watch tables meanwhile (events wait in the kernel).
-
-        Not behind the project's limiter: captures wait for the watcher (their
-        sync), so it must never queue behind their hashing or a long diff.
-        """
+        """``work(*args)`` on a worker thread that owns the watch tables meanwhile (events wait in the kernel);
+        not behind the project's limiter: captures wait for the watcher, never it for their hashing."""
         while self._arming is not None:
             await self._arming.wait()
         self._arming = trio.Event()
