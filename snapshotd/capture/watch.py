@@ -238,7 +238,7 @@ class Watcher:
 
     def _recheck_unwatched(self) -> None:
         """After the rules or the index changed: re-arm if a folder left out is git's again; unwatch newly ignored."""
-        unignored, ignored = self.unwatched.recheck(self.rule_events, self.root, list(self._wd_of))
+        unignored, ignored = self.unwatched.recheck(self.rule_events, self.root, self._wd_of)
         if unignored:
             self.suspect = UNIGNORED_REASON
         elif ignored:
