@@ -15,6 +15,7 @@ from pathlib import Path
 import trio
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, write
+from test_ignores import check_ignore_children
 from test_watch_limits import capture_of
 
 from snapshotd.capture.unwatched import PatternWords
@@ -61,9 +62,14 @@ async def test_a_folder_git_ignores_is_not_watched_and_costs_no_event(tmp_path, 
     write(repo / "node_modules" / "pkg3" / "lib" / "index.js", "changed\n")
     assert await capture.watcher.sync()
     assert capture.watcher.dirty == set()  # not one event
+    assert check_ignore_children() == 0  # the walk's, ended by the full scan: an idle worktree keeps none
     write(repo / "src" / "a.js", "a changed\n")
+    make_folders(repo / "src" / "node_modules", 3)  # asked about as it appears
     await warm_equals_git(capture, repo)
+    assert capture.watcher.unwatched.folders == {"node_modules", "src/node_modules"}
+    assert check_ignore_children() == 2  # the watch's and the capture's
     assert (await capture.verify()).differences == []
+    assert check_ignore_children() == 0
     capture.close()
 
 

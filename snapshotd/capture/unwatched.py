@@ -282,8 +282,14 @@ class UnwatchedFolders:
         """Before a full scan, if the rules or the index changed: whether a folder left out must now be
         watched (git no longer ignores it whole), and of the folders ``watched`` (absolute paths), the
         outermost ones git now ignores whole, left out from here on (their watches are the caller's to drop)."""
-        if not self.begin(rule_events, full=True):
-            return False, []
+        try:
+            if not self.begin(rule_events, full=True):
+                return False, []
+            return self._decide_again(root, watched)
+        finally:
+            self._oracle.close()  # an idle worktree keeps no child: the next question starts one
+
+    def _decide_again(self, root: str, watched: Iterable[str]) -> tuple[bool, list[str]]:
         earlier, self.folders = self.folders, set()
         unignored = False
         for rel in sorted(earlier):
