@@ -242,3 +242,29 @@ async def test_a_restore_writes_under_a_gitattributes_kept_only_in_the_index(tmp
     assert (repo / "a.txt").read_bytes() == b"one\r\ntwo\r\n"
     assert restored == b"one\r\ntwo\r\n"
     assert not (repo / ".gitattributes").exists()
+
+
+@pytest.mark.parametrize("rules", ["* text eol=lf\n", "*.txt filter=up\n"])
+@pytest.mark.parametrize("nested", [False, True], ids=["walked", "listed"])
+@pytest.mark.parametrize("object_format", FORMATS)
+async def test_a_folder_moved_in_with_its_own_attributes(tmp_path: Path, object_format: str, nested: bool, rules: str) -> None:
+    # No event names the .gitattributes of a folder moved in whole: its files were hashed under
+    # the rules of the last full scan (here none: CRLF stored as it is, the filter never run).
+    repo = new_repo(tmp_path / "r", object_format)
+    sh(repo, "config", "filter.up.clean", "tr a-z A-Z")
+    (repo / "a.txt").write_bytes(b"top\n")
+    sh(repo, "add", "a.txt")
+    sh(repo, "commit", "-qm", "init")
+    incoming = tmp_path / "incoming"
+    (incoming / "deep").mkdir(parents=True)
+    (incoming / "deep" / ".gitattributes").write_text(rules)
+    (incoming / "deep" / "x.txt").write_bytes(b"crlf\r\nline\r\n")
+    if nested:  # a repository inside: the folder goes to ls-files, not the walk
+        (incoming / "vendor").mkdir()
+        git(incoming / "vendor", "init", "-q")
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        incoming.rename(repo / "sub")
+        await check(engine, repo, "warm")
+        (repo / "sub" / "deep" / "y.txt").write_bytes(b"more\r\n")
+        await check(engine, repo, "warm")

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 
 from snapshotd.capture.walker import Walker
 from snapshotd.errors import GitError, SpawnTimeout
+from snapshotd.git.attributes import ATTRIBUTES_FILE
 from snapshotd.git.process import GitTarget, start_git_session
 from snapshotd.git.session import Session
 
@@ -169,10 +170,12 @@ class IgnoreOracle:
 
 @dataclass
 class FolderListing:
-    """What ``git add -A`` takes in a folder met anew, as check-ignore settles it: its files, and what it ignores."""
+    """What ``git add -A`` takes in a folder met anew, as check-ignore settles it: its files, and what it ignores;
+    ``attributes``: a ``.gitattributes`` is in it (its rules are the full scan's to read)."""
 
     files: list[str]
     ignored: list[tuple[str, bool]]  # (path, is a folder)
+    attributes: bool = False
 
 
 def list_new_folder(
@@ -190,6 +193,8 @@ def list_new_folder(
         names = walker.names(current)
         if names is None or any(name.lower() == ".git" for name in names):
             return None
+        if ATTRIBUTES_FILE in names:
+            return FolderListing([], [], attributes=True)
         kinds: dict[str, bool] = {}
         for name in names:
             st = walker.lstat(f"{current}/{name}")

@@ -14,6 +14,7 @@ from typing import Protocol
 
 import pygit2
 
+from snapshotd.capture.checkin import is_attributes
 from snapshotd.capture.ignores import IgnoreOracle, Ignores, list_new_folder
 from snapshotd.capture.scan import git_target, own_data_excludes
 from snapshotd.capture.state import CaptureStats
@@ -81,13 +82,21 @@ def apply_new_paths(
     it from the index, which check-ignore ``--no-index`` does not)."""
     unknown = {path: unknown[path] for path in outermost(list(unknown))}
     excludes = own_data_excludes(info)
-    if oracle is not None and not excludes and not warm.flags_ignore_rules and len(unknown) <= MAX_ASKED:
-        unknown = _settle_by_check_ignore(builder, warm, info, oracle, unknown, stats)
-    if len(unknown) > MAX_UNKNOWN_PATHS or sum(len(p) + 1 for p in unknown) > MAX_ARGV_BYTES:
+    try:
+        if oracle is not None and not excludes and not warm.flags_ignore_rules and len(unknown) <= MAX_ASKED:
+            unknown = _settle_by_check_ignore(builder, warm, info, oracle, unknown, stats)
+        if len(unknown) > MAX_UNKNOWN_PATHS or sum(len(p) + 1 for p in unknown) > MAX_ARGV_BYTES:
+            return False
+        if unknown:
+            _apply_listing(builder, warm, info, list(unknown), excludes, stats)
+    except AttributesMetAnew:
         return False
-    if unknown:
-        _apply_listing(builder, warm, info, list(unknown), excludes, stats)
     return True
+
+
+class AttributesMetAnew(Exception):
+    """A folder met anew holds a ``.gitattributes``: no event named it, so only a full scan reads its rules
+    (a folder moved in whole, or made and filled before its watch)."""
 
 
 def holds_tracked(builder: Builder, user: UserIndex, folder: str) -> bool:
@@ -133,6 +142,8 @@ def _settle_by_check_ignore(
                 if listing is None:
                     left[path] = st
                     continue
+                if listing.attributes:
+                    raise AttributesMetAnew(path)
                 for inner, inner_is_folder in listing.ignored:
                     warm.ignored.add(inner, folder=inner_is_folder)
                 for inner in listing.files:
@@ -160,6 +171,10 @@ def _apply_listing(
     for record in listing.split(b"\0"):
         if len(record) > 2:
             listed[os.fsdecode(record[2:])] = record[:1] == b"?"
+    folders = set(unknown)
+    for path in listed:
+        if is_attributes(path) and any(folder in folders for folder in folders_above(path)):
+            raise AttributesMetAnew(path)
     for path in unknown:
         st = builder.walker.lstat(path)
         if st is not None and stat.S_ISDIR(st.st_mode):

@@ -173,7 +173,7 @@ class WorktreeCapture:
         if tree is None:
             reason = sorted(reasons)[0] if reasons else "ignore rules or user index changed"
             if applied:
-                reason = "too many new paths or a pruned store"
+                reason = "new paths for a full scan (many, or rules in a folder met anew) or a pruned store"
             return await self._cold(reason, hints=dirty | applied)
         if applied:
             self.needs_reconcile = True
