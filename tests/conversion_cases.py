@@ -10,7 +10,8 @@ place with the mtime put back, a write in the same second git cannot see by its
 stat data but for ctime), renames,
 deletions, ``git add``, commits, index blobs set with or without CR, a
 ``.gitattributes`` changed in the worktree only, kept only in the index
-(skip-worktree, missing on disk) or deleted, and captures (warm, cold,
+(skip-worktree, missing on disk) or deleted, a folder moved in whole with a
+``.gitattributes`` of its own (no event names that file), and captures (warm, cold,
 ``exact``). After every capture the tree must equal ``git add -A`` +
 ``write-tree`` on a copy of the user's index (tests/oracle.py), run with
 ``core.safecrlf`` off, which changes no content (see snapshotd/capture/checkin.py).
@@ -100,6 +101,7 @@ operations = st.one_of(
     st.tuples(st.just("attrs"), st.sampled_from(FOLDERS), _lines),
     st.tuples(st.just("hide_attrs"), st.sampled_from(FOLDERS)),
     st.tuples(st.just("drop_attrs"), st.sampled_from(FOLDERS)),
+    st.tuples(st.just("move_in"), _lines, st.sampled_from(CONTENTS)),
     st.tuples(st.just("capture"), st.sampled_from(["warm", "exact"])),
     st.tuples(st.just("capture"), st.sampled_from(["warm", "exact"])),
 )
@@ -210,6 +212,12 @@ def apply(repo: Path, op: Op) -> None:
     elif kind == "drop_attrs":
         if (repo / _attributes_path(op[1])).is_file():
             (repo / _attributes_path(op[1])).unlink()
+    elif kind == "move_in":  # a folder moved in whole, its .gitattributes with it: no event names that file
+        staged = Path(tempfile.mkdtemp(prefix="incoming-", dir=repo.parent))
+        (staged / ".gitattributes").write_text("".join(line + "\n" for line in op[1]))
+        (staged / "m.txt").write_bytes(op[2])
+        shutil.rmtree(repo / "m", ignore_errors=True)
+        os.rename(staged, repo / "m")
     else:
         raise AssertionError(f"unknown operation {op!r}")
 

@@ -268,3 +268,50 @@ async def test_a_folder_moved_in_with_its_own_attributes(tmp_path: Path, object_
         await check(engine, repo, "warm")
         (repo / "sub" / "deep" / "y.txt").write_bytes(b"more\r\n")
         await check(engine, repo, "warm")
+
+
+LINE_ENDING_RULES = ["*.cs eol=crlf", "* text=auto", "* text=auto eol=lf", "*.cs text", "*.cs crlf=input",
+                     "*.cs -text", "*.cs eol=lf", "*.cs text=auto eol=crlf"]
+
+
+@pytest.mark.parametrize("rules", LINE_ENDING_RULES)
+async def test_files_with_cr_bytes_are_converted_without_a_process(tmp_path: Path, rules: str) -> None:
+    # Every capture that hashed a file with a CR byte under end-of-line rules started update-index.
+    repo = new_repo(tmp_path / "r", "sha1")
+    (repo / ".gitattributes").write_text(rules + "\n")
+    (repo / "a.cs").write_bytes(b"one\r\ntwo\r\n")
+    (repo / "kept.cs").write_bytes(b"crlf in the index\r\n")
+    sh(repo, "add", "-A")
+    sh(repo, "-c", "core.safecrlf=false", "commit", "-qm", "init")
+    raw = raw_blob(repo, b"crlf in the index\r\n")  # the blob as it is: text=auto keeps such a file's CRLF
+    sh(repo, "update-index", "--cacheinfo", f"100644,{raw},kept.cs")
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        processes = []
+        for round_, data in enumerate([b"one\r\ntwo\r\nthree\r\n", b"lone\rcr\r\n", b"nul\0\r\n", b"mixed\r\nlf\n", b"\r\n"]):
+            (repo / "a.cs").write_bytes(data)
+            (repo / "kept.cs").write_bytes(b"crlf in the index\r\nmore %d\r\n" % round_)
+            (repo / f"new{round_}.cs").write_bytes(data)
+            result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
+            assert result["stats"]["scan"] == "watch"
+            assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
+            processes.append(result["stats"]["processes"])
+        assert processes[1:] == [0, 0, 0, 0], processes  # check-attr and check-ignore start at the first
+
+
+async def test_rules_core_autocrlf_decides_still_go_to_git(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "r", "sha1")
+    sh(repo, "config", "core.autocrlf", "true")
+    (repo / ".gitattributes").write_text("*.md text\n")
+    (repo / "a.cs").write_bytes(b"no rule: core.autocrlf decides\r\n")
+    (repo / "b.md").write_bytes(b"a rule\r\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-qm", "init")
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        for round_ in range(2):
+            (repo / "a.cs").write_bytes(b"edited %d\r\n" % round_)
+            (repo / "b.md").write_bytes(b"edited %d\r\n" % round_)
+            result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
+            assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
+            assert result["stats"]["processes"] >= 1  # update-index, for a.cs

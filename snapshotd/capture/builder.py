@@ -11,11 +11,14 @@ import contextlib
 import os
 import re
 import stat
+from collections.abc import Callable
+from functools import partial
 
 import pygit2
 
 from snapshotd.capture.asis import NotAsIs
 from snapshotd.capture.checkin import Pending, hash_through_git, is_attributes
+from snapshotd.capture.eol import LineEndings, to_git
 from snapshotd.capture.gitlinks import commit_at
 from snapshotd.capture.state import (
     SKIP_NO_COMMIT,
@@ -107,6 +110,7 @@ class TreeBuilder:
         *,
         flagged: set[str] | None = None,
         conflict_ours: dict[str, pygit2.Oid] | None = None,
+        line_endings: LineEndings | None = None,
     ) -> None:
         self.repo = repo
         self.info = info
@@ -122,6 +126,7 @@ class TreeBuilder:
         self.flagged = flagged or set()  # the user's assume-unchanged and skip-worktree entries
         self.conflict_ours = conflict_ours or {}  # "ours" of each conflicted path, read before the conflicts go
         self._git_hash: list[tuple[Pending, os.stat_result, int]] = []
+        self.line_endings = line_endings  # files with a CR byte converted here, not by git (capture/eol.py)
 
     def _entry_mode(self, path: str) -> int | None:
         entry = self._get(path)
@@ -198,11 +203,14 @@ class TreeBuilder:
         self.cache.store(path, st, self.fence_ns, oid)
         return oid
 
-    def _write_blob(self, path: str, st: os.stat_result, as_is_only: bool = False) -> pygit2.Oid | None:
+    def _write_blob(
+        self, path: str, st: os.stat_result, as_is_only: bool = False, convert: Callable[[bytes], bytes] | None = None
+    ) -> pygit2.Oid | None:
         """Store the bytes of the regular file ``st`` describes as a blob; None if another file is there now.
 
         ``as_is_only``: raise :class:`NotAsIs` instead for a file holding a CR
         byte, or too large to read at once, which git's conversion may change.
+        ``convert``: store what it makes of the bytes (NotAsIs for a file too large).
 
         The file is opened from its folder's descriptor (see :class:`Walker`),
         neither following a link nor blocking (a FIFO swapped in since the
@@ -219,7 +227,7 @@ class TreeBuilder:
                 return None
             with os.fdopen(fd, "rb", closefd=False) as handle:
                 if opened.st_size > STREAM_ABOVE:
-                    if as_is_only:
+                    if as_is_only or convert is not None:
                         raise NotAsIs(path)
                     with loose.written_elsewhere(self.repo.path):  # libgit2 writes it
                         return self.repo.create_blob_fromiobase(handle)
@@ -228,9 +236,13 @@ class TreeBuilder:
             os.close(fd)
         if as_is_only and b"\r" in data:
             raise NotAsIs(path)
+        if convert is not None:
+            data = convert(data)
         return loose.write_object(self.repo.path, "blob", data, self.odb, self.batch)
 
-    def _stable_blob(self, path: str, st: os.stat_result, as_is_only: bool = False) -> pygit2.Oid | None:
+    def _stable_blob(
+        self, path: str, st: os.stat_result, as_is_only: bool = False, convert: Callable[[bytes], bytes] | None = None
+    ) -> pygit2.Oid | None:
         """Hash a file, again if it changed while being read, so the blob is never torn.
 
         None when it is gone or no longer a regular file.
@@ -238,7 +250,7 @@ class TreeBuilder:
         oid = None
         for _ in range(5):
             try:
-                oid = self._write_blob(path, st, as_is_only)
+                oid = self._write_blob(path, st, as_is_only, convert)
                 after = self.walker.lstat(path)
             except OSError as exc:
                 if exc.errno in CHANGED:  # gone or replaced meanwhile
@@ -293,6 +305,8 @@ class TreeBuilder:
 
     def finish(self) -> str:
         """Write the blobs hashed here, hash what needs git's filters, then write the tree."""
+        if self._git_hash and self.line_endings is not None and not self.settings.content_filters:
+            self._convert_here(self.line_endings)
         self.batch.write()
         if self._git_hash:
             ids = self._hash_with_git()
@@ -307,6 +321,43 @@ class TreeBuilder:
             with loose.written_elsewhere(self.repo.path):
                 return str(self.index.write_tree(self.repo))
         return str(self.index.write_tree(self.repo))
+
+    def _convert_here(self, line_endings: LineEndings) -> None:
+        """Hash here the files left for git whose line endings check-attr's rules settle (capture/eol.py);
+        the rest stay for git."""
+        if self._kept_attributes():
+            return  # git reads those from the index: check-attr, run with none, would not
+        started = line_endings.oracle.started
+        actions = line_endings.actions([item.path for item, _, _ in self._git_hash])
+        self.stats.processes += line_endings.oracle.started - started
+        if actions is None:
+            return
+        left = []
+        for item, st, mode in self._git_hash:
+            chosen = actions.get(item.path)
+            if chosen is None:
+                left.append((item, st, mode))
+                continue
+            try:
+                oid = self._stable_blob(item.path, st, convert=partial(to_git, chosen=chosen,
+                                                                        index_blob=partial(self._blob, item.basis)))
+            except NotAsIs:
+                left.append((item, st, mode))
+                continue
+            if oid is not None:
+                self.stats.hashed += 1
+                self.cache.store(item.path, st, self.fence_ns, oid, basis=item.basis)
+                self.index.add(pygit2.IndexEntry(item.path, oid, mode))  # type: ignore[arg-type]  # an int mode; pygit2's stub says FileMode
+        self._git_hash = left
+
+    def _blob(self, oid: pygit2.Oid | None) -> bytes | None:
+        """A blob's bytes from the store (None for no blob); NotAsIs when the store lacks it (git reads it then)."""
+        if oid is None:
+            return None
+        try:
+            return bytes(self.odb.read(oid)[1])
+        except (KeyError, ValueError, pygit2.GitError) as exc:
+            raise NotAsIs(str(oid)) from exc
 
     def _is_file(self, path: str) -> bool:
         st = self.walker.lstat(path)

@@ -31,20 +31,15 @@ git would read as pathspec magic (a leading ``:``) goes to ``ls-files`` too.
 
 from __future__ import annotations
 
-import logging
 import os
 import stat
-import threading
-import weakref
 from dataclasses import dataclass
 
+from snapshotd.capture.coprocess import WarmChild
 from snapshotd.capture.walker import Walker
-from snapshotd.errors import GitError, SpawnTimeout
+from snapshotd.errors import SpawnTimeout
 from snapshotd.git.attributes import ATTRIBUTES_FILE
-from snapshotd.git.process import GitTarget, start_git_session
-from snapshotd.git.session import Session
-
-log = logging.getLogger(__name__)
+from snapshotd.git.process import GitTarget
 
 CHECK_IGNORE = ["check-ignore", "--stdin", "-z", "--verbose", "--non-matching", "--no-index"]
 MAX_KEPT = 200_000  # answers kept per warm state; past it they are dropped and asked again
@@ -82,22 +77,12 @@ class Ignores:
         (self.folders if folder else self.files).add(path)
 
 
-class IgnoreOracle:
-    """One worktree's ``git check-ignore --stdin``, started for one warm state.
-
-    Used on a capture's worker thread under the worktree's lock; :meth:`close`
-    may come from the loop at any time (the warm state replaced): it ends the
-    child at once, or leaves that to the capture using it.
-    """
+class IgnoreOracle(WarmChild):
+    """One worktree's ``git check-ignore --stdin``, started for one warm state (capture/coprocess.py)."""
 
     def __init__(self) -> None:
-        self._session: Session | None = None
-        self._started_for: weakref.ref[object] | None = None  # the warm state, not kept alive by this
-        self._failed_for: weakref.ref[object] | None = None  # the warm state a child gave no answer for
+        super().__init__(CHECK_IGNORE)
         self._looked_in: set[str] = set()  # the folders whose ignore files the child may have read, and those above
-        self._lock = threading.Lock()
-        self._retire = False
-        self.started = 0  # children started, ever: a capture counts its own from the difference
 
     def ask(self, target: GitTarget, rules: object, paths: list[str]) -> dict[str, bool] | None:
         """Whether git ignores each of ``paths`` under the rules of the warm state ``rules``; None when
@@ -106,23 +91,12 @@ class IgnoreOracle:
             try:
                 return self._ask(target, rules, paths)
             finally:
-                if self._retire:
-                    self._end()
+                self._after_use()
 
     def _ask(self, target: GitTarget, rules: object, paths: list[str]) -> dict[str, bool] | None:
-        if self._failed_for is not None and self._failed_for() is rules:
+        session = self._child(target, rules)
+        if session is None:
             return None
-        if self._session is None or self._started_for is None or self._started_for() is not rules:
-            self._end()
-            try:
-                self._session = start_git_session(target, CHECK_IGNORE)
-            except GitError as exc:
-                log.debug("check-ignore could not start in %s: %s", target.work_tree, exc)
-                self._failed_for = weakref.ref(rules)
-                return None
-            self._started_for = weakref.ref(rules)
-            self.started += 1
-        session = self._session
         for path in paths:
             folder = path.rpartition("/")[0]
             while folder and folder not in self._looked_in:
@@ -137,10 +111,7 @@ class IgnoreOracle:
                     raise EOFError("check-ignore ended or answered out of turn")
                 answers[path] = len(pattern) > 1 and not pattern.startswith(b"!")
         except (OSError, EOFError, SpawnTimeout) as exc:  # git died (a path beyond a link appeared meanwhile, say)
-            log.debug("check-ignore in %s gave no answer: %s; %s", target.work_tree, exc,
-                      session.stderr.decode("utf-8", "replace").strip())
-            self._end()
-            self._failed_for = weakref.ref(rules)
+            self._gave_no_answer(target, rules, exc)
             return None
         return answers
 
@@ -149,23 +120,10 @@ class IgnoreOracle:
         event named, and git keeps the rules of the folders it read. Then the next question starts anew."""
         with self._lock:
             if folder in self._looked_in:
-                self._started_for = None
+                self._restart()
 
-    def close(self) -> None:
-        """End the child now, or, when a capture is using it, as that capture ends."""
-        if self._lock.acquire(blocking=False):
-            try:
-                self._end()
-            finally:
-                self._lock.release()
-        else:
-            self._retire = True
-
-    def _end(self) -> None:
-        session, self._session, self._started_for, self._retire = self._session, None, None, False
+    def _ended(self) -> None:
         self._looked_in = set()
-        if session is not None:
-            session.close(wait=0)
 
 
 @dataclass

@@ -12,8 +12,9 @@ captures and records): a libgit2 repository is not for two threads at once.
 
 Along with the store it keeps what the next checkpoint of each session needs
 of its head pin (:mod:`snapshotd.store.heads`), used while the session's ref
-still points at that pin, and the check-ignore its warm captures ask about new
-paths (:mod:`snapshotd.capture.ignores`).
+still points at that pin, the check-ignore its warm captures ask about new
+paths (:mod:`snapshotd.capture.ignores`) and the check-attr they ask for the
+line-ending rules of files with a CR byte (:mod:`snapshotd.capture.eol`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 
 import pygit2
 
+from snapshotd.capture.eol import AttributeOracle
 from snapshotd.capture.ignores import IgnoreOracle
 from snapshotd.git.libgit import LibgitRepository
 from snapshotd.git.repository import (
@@ -52,6 +54,7 @@ class Resident:
         self._git_dir: str | None = None
         self.heads = HeadCache()  # the sessions' heads as this store last recorded them
         self.ignores = IgnoreOracle()
+        self.attributes = AttributeOracle()
 
     def in_process(self, info: WorktreeInfo) -> bool:
         """Whether libgit2 opens the worktree's store (SHA-1): decided once per store folder."""
@@ -99,9 +102,14 @@ class Resident:
             self._git_dir = info.git_dir
         return head_of(self._head)
 
+    def end_children(self) -> None:
+        """End check-ignore and check-attr (each started anew at its next question)."""
+        self.ignores.close()
+        self.attributes.close()
+
     def close(self) -> None:
-        """Let go of every repository and end check-ignore (both started anew at the next use): after a
+        """Let go of every repository and end the children (all started anew at the next use): after a
         prune, a move, or at the end."""
         self._store, self._head, self._git_dir, self._in_process = None, None, None, None
         self.heads = HeadCache()
-        self.ignores.close()
+        self.end_children()

@@ -24,9 +24,11 @@ import pygit2
 
 from snapshotd.capture.builder import TreeBuilder, open_repo
 from snapshotd.capture.checkin import is_attributes
+from snapshotd.capture.eol import AttributeOracle, LineEndings
 from snapshotd.capture.gitlinks import note_changes
 from snapshotd.capture.ignores import IgnoreOracle, Ignores
 from snapshotd.capture.newpaths import apply_new_paths, holds_tracked
+from snapshotd.capture.scan import git_target
 from snapshotd.capture.state import (
     CaptureResult,
     CaptureStats,
@@ -247,18 +249,25 @@ def capture_warm(
     fence_ns: int,
     repo: pygit2.Repository | None = None,
     oracle: IgnoreOracle | None = None,
+    attributes: AttributeOracle | None = None,
 ) -> str | None:
     """Apply the dirty paths to the warm index; the new tree, or None when a full scan is needed.
 
     ``repo`` is the worktree's open store, if it keeps one (see capture/resident.py);
-    ``oracle`` its check-ignore, if it keeps one (see capture/ignores.py).
+    ``oracle`` its check-ignore and ``attributes`` its check-attr, if it keeps them
+    (see capture/ignores.py, capture/eol.py).
     """
     repo = repo if repo is not None else open_repo(info)
     if warm.tree not in repo.odb:
         return None  # a gc of the store pruned the last tree: only a full scan can rebuild it
     recording = RecordingIndex(warm.index, warm.tree, warm.user)
+    line_endings = None
+    if attributes is not None:
+        no_index = os.path.join(info.state_dir, "tmp", f"no-index-{os.getpid()}")
+        line_endings = LineEndings(attributes, git_target(info), warm, no_index)
     builder = WarmBuilder(
-        warm, repo, info, recording, warm.settings, cache, stats, size_cap, fence_ns, flagged=warm.flagged
+        warm, repo, info, recording, warm.settings, cache, stats, size_cap, fence_ns, flagged=warm.flagged,
+        line_endings=line_endings,
     )
     try:
         unknown: dict[str, os.stat_result] = {}

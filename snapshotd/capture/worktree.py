@@ -158,8 +158,9 @@ class WorktreeCapture:
             tree: str | None = warm.tree
             if applied:
                 fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))  # a file written to disk
-                repo, ignores = self.resident.store(self.info), self.resident.ignores
-                tree = capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns, repo, ignores)
+                repo, resident = self.resident.store(self.info), self.resident
+                tree = capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns, repo,
+                                    resident.ignores, resident.attributes)
             if tree is not None and then is not None:
                 done.append(time.perf_counter())
                 then(tree)
@@ -201,7 +202,7 @@ class WorktreeCapture:
                 self._forget_failed_capture(hints)
                 raise
         self.warm = WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature) if keep else None
-        self.resident.ignores.close()  # it answered under the rules of the warm state this one replaces
+        self.resident.end_children()  # they answered under the rules of the warm state this one replaces
         self.counters["processes"] += result.stats.processes
         self.counters[f"captures.{result.stats.scan}"] += 1
         if result.stats.fallback:
@@ -290,7 +291,7 @@ class WorktreeCapture:
                     nursery.start_soon(self._supervised, "watch", watcher, self._watch_until_it_ends)
                     nursery.start_soon(self._supervised, "idle reconciliation", watcher, self._reconcile_when_idle)
         finally:
-            self.resident.ignores.close()  # it answered for what was watched
+            self.resident.end_children()  # they answered for what was watched
         if self.watcher is watcher:
             self.watcher = None
             self.warm = None

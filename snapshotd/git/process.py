@@ -206,12 +206,14 @@ def run_git_sync(target: GitTarget, args: Sequence[str], **options: Unpack[GitOp
     return _Call.make(target, args, options).run_sync()
 
 
-def start_git_session(target: GitTarget, args: Sequence[str], *, timeout: float = GIT_TIMEOUT_S) -> spawn.Session:
+def start_git_session(
+    target: GitTarget, args: Sequence[str], *, timeout: float = GIT_TIMEOUT_S, index_file: str | None = None
+) -> spawn.Session:
     """Start one long-lived git (``cat-file --batch-command``) under the same policy as :func:`run_git_sync`.
 
     The caller talks to it through the returned session and must close it.
     """
-    call = _Call.make(target, args, {})
+    call = _Call.make(target, args, {"index_file": index_file})
     with call.errors():
         return spawn.Session(call.argv, cwd=call.cwd, env=call.env, timeout=timeout)
 

@@ -1,0 +1,89 @@
+"""One long-lived git child started for one warm state: ``check-ignore`` and ``check-attr`` answer through it.
+
+Both read rules (ignore, attribute) that hold as long as the warm state does:
+any change of them makes the next capture a full scan, which makes a new warm
+state. So the child is started lazily for a warm state, held by a weak
+reference to it (an old warm state is not kept alive), started anew for the
+next one, and not started again for a warm state it gave no answer for (its
+paths go to git's own commands, as before). It is used on a capture's worker
+thread under the worktree's lock; :meth:`WarmChild.close` may come from the
+loop at any time: it ends the child at once, or leaves that to the capture
+using it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+
+from snapshotd.errors import GitError
+from snapshotd.git.process import GitTarget, start_git_session
+from snapshotd.git.session import Session
+
+log = logging.getLogger(__name__)
+
+
+class WarmChild:
+    """The lifecycle of one long-lived git child per warm state; subclasses talk to it."""
+
+    def __init__(self, args: list[str]) -> None:
+        self._args = args
+        self._session: Session | None = None
+        self._started_for: weakref.ref[object] | None = None  # the warm state, not kept alive by this
+        self._failed_for: weakref.ref[object] | None = None  # the warm state a child gave no answer for
+        self._lock = threading.Lock()
+        self._retire = False
+        self.started = 0  # children started, ever: a capture counts its own from the difference
+
+    def _child(self, target: GitTarget, rules: object, index_file: str | None = None) -> Session | None:
+        """The child answering under the rules of the warm state ``rules`` (started now if need be); None
+        when one gave no answer for it, or none could start. Callers hold ``_lock``."""
+        if self._failed_for is not None and self._failed_for() is rules:
+            return None
+        if self._session is None or self._started_for is None or self._started_for() is not rules:
+            self._end()
+            try:
+                self._session = start_git_session(target, self._args, index_file=index_file)
+            except GitError as exc:
+                log.debug("git %s could not start in %s: %s", self._args[0], target.work_tree, exc)
+                self._failed_for = weakref.ref(rules)
+                return None
+            self._started_for = weakref.ref(rules)
+            self.started += 1
+        return self._session
+
+    def _gave_no_answer(self, target: GitTarget, rules: object, exc: BaseException) -> None:
+        """git stopped or answered out of turn: end it, and ask nothing more of one for these rules."""
+        session = self._session
+        log.debug("git %s in %s gave no answer: %s; %s", self._args[0], target.work_tree, exc,
+                  session.stderr.decode("utf-8", "replace").strip() if session is not None else "")
+        self._end()
+        self._failed_for = weakref.ref(rules)
+
+    def _restart(self) -> None:
+        """The next question starts a new child (callers hold ``_lock``)."""
+        self._started_for = None
+
+    def close(self) -> None:
+        """End the child now, or, when a capture is using it, as that capture ends."""
+        if self._lock.acquire(blocking=False):
+            try:
+                self._end()
+            finally:
+                self._lock.release()
+        else:
+            self._retire = True
+
+    def _after_use(self) -> None:
+        if self._retire:
+            self._end()
+
+    def _end(self) -> None:
+        session, self._session, self._started_for, self._retire = self._session, None, None, False
+        self._ended()
+        if session is not None:
+            session.close(wait=0)
+
+    def _ended(self) -> None:
+        """What a subclass forgets with its child."""
