@@ -244,3 +244,17 @@ def test_pattern_words_can_only_ask_too_often():
         assert not words.could_match(name), name
     words.read(b"**\n")
     assert words.could_match("src")
+
+
+async def test_a_full_scan_files_the_events_so_far_before_it_counts_the_watches(tmp_path, nursery):
+    """An exact capture right after a folder was deleted took the watch for one with gaps, and walked it all again."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "a\n"), ("d/x.txt", "x\n"), ("e/y.txt", "y\n"))
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None
+    rearms = capture.watcher.rearms
+    for folder in ("d", "e"):
+        shutil.rmtree(repo / folder)
+        result = await capture.take(exact=True)
+        assert result.tree == oracle_tree(repo)
+    assert capture.watcher.rearms == rearms and capture.watcher.suspect is None
+    capture.close()

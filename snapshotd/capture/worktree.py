@@ -189,11 +189,11 @@ class WorktreeCapture:
         data look clean."""
         keep = self.watching
         hints = set(hints or ())
-        if keep:
-            assert self.watcher is not None
+        if keep and (watcher := self.watcher) is not None:
             self.counters[f"cold_reasons.{reason}"] += 1
-            await self.watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
-            hints |= self.watcher.take()[0]  # the full scan covers everything the watcher saw so far
+            await watcher.sync()  # the events so far filed first: a folder just deleted is no lost watch
+            await watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
+            hints |= watcher.take()[0]  # the full scan covers everything the watcher saw so far
         async with full_scan_turn():  # a warm capture always finds a thread
             basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
             try:
