@@ -3,7 +3,9 @@
 ``python -m bench.conversion_fuzz --examples N [--seconds S] [--seed K]`` plays
 N random examples (tests/conversion_cases.py) on each of the four runs (SHA-1 on
 libgit2, SHA-256 on the git command back-end, each watched: warm and ``exact``
-captures, and unwatched: cold), stopping a run early after S seconds, and prints each
+captures, and unwatched: cold), and a fifth of rules of line endings alone with only
+the worktree changing between warm captures (their files with a CR byte converted
+in-process), stopping a run early after S seconds, and prints each
 difference from git, shrunk, with the example that gives it. Exits 1 on any.
 The environment is isolated as the test suite's is (a private HOME, no system
 config). Keep shrunk failures as named tests in tests/test_conversion.py.
@@ -52,17 +54,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     scratch = Path(tempfile.mkdtemp(prefix="convfuzz-"))
     _isolate(scratch / "home")
-    from conversion_cases import examples, run_example
+    from conversion_cases import examples, line_ending_examples, run_example
 
     failures: list[str] = []
     for object_format, watched in RUNS:
         failure = _run(scratch, object_format, watched, args, examples, run_example)
         if failure:
             failures.append(failure)
-    return 1 if failures else 0
+    failure = _run(scratch, "sha1", True, args, line_ending_examples, run_example, "sha1 line endings (warm, in-process)")
+    return 1 if failures or failure else 0
 
 
-def _run(scratch: Path, object_format: str, watched: bool, args: argparse.Namespace, examples, run_example) -> str:
+def _run(
+    scratch: Path, object_format: str, watched: bool, args: argparse.Namespace, examples, run_example, name: str = ""
+) -> str:
     """One run of examples; the shrunk difference it found, or "" for none."""
     played = 0
     found = False
@@ -94,7 +99,7 @@ def _run(scratch: Path, object_format: str, watched: bool, args: argparse.Namesp
     except AssertionError as exc:
         failure = str(exc)
         outcome = f"DIFFERENCE\n{exc}"
-    name = f"{object_format} {'watched (warm, exact)' if watched else 'unwatched (cold)'}"
+    name = name or f"{object_format} {'watched (warm, exact)' if watched else 'unwatched (cold)'}"
     print(f"{name}: {played} examples in {time.monotonic() - started:.0f} s: {outcome}", flush=True)
     return failure
 

@@ -87,6 +87,11 @@ def _content_for(path: str) -> st.SearchStrategy[bytes]:
 
 _file_and_content = st.sampled_from(FILES).flatmap(lambda p: st.tuples(st.just(p), _content_for(p)))
 _lines = st.lists(st.sampled_from(ATTRIBUTE_LINES), min_size=1, max_size=3)
+# Rules of line endings alone: a warm capture converts files with a CR byte in-process under them (capture/eol.py).
+_line_ending_lines = st.lists(
+    st.sampled_from([line for line in ATTRIBUTE_LINES if not any(word in line for word in ("filter", "ident", "encoding"))]),
+    min_size=1, max_size=3,
+)
 
 operations = st.one_of(
     _file_and_content.map(lambda pc: ("write", *pc)),
@@ -127,6 +132,32 @@ def examples(object_format: str, max_ops: int = 12, min_ops: int = 0) -> st.Sear
         lambda drawn: {name: value for name, value in drawn.items() if value is not None}
     )
     return st.builds(Example, st.just(object_format), files, attributes, config, st.lists(operations, min_size=min_ops, max_size=max_ops))
+
+
+# Only the worktree changes between warm captures: each is warm, and its files with a CR byte are converted in-process.
+_worktree_operations = st.one_of(
+    _file_and_content.map(lambda pc: ("write", *pc)),
+    _file_and_content.map(lambda pc: ("write", *pc)),
+    st.tuples(st.just("touch"), st.sampled_from(FILES)),
+    _file_and_content.map(lambda pc: ("same_second", *pc)),
+    st.tuples(st.just("rename"), st.sampled_from(FILES), st.sampled_from(FILES)),
+    st.tuples(st.just("delete"), st.sampled_from(FILES)),
+    st.tuples(st.just("capture"), st.just("warm")),
+)
+
+
+def line_ending_examples(object_format: str, max_ops: int = 12, min_ops: int = 0) -> st.SearchStrategy[Example]:
+    """Examples for the warm path's own conversion (capture/eol.py): rules of line endings alone, the index as
+    built (files committed as they were, CRLF ones too, then the rules), and only the worktree changing."""
+    files = st.dictionaries(st.sampled_from(FILES), st.sampled_from(CONTENTS), min_size=1).map(
+        lambda found: {path: (UTF16[1] if path.endswith(".u16") else data) for path, data in found.items()}
+    )
+    attributes = st.dictionaries(st.sampled_from(FOLDERS), _line_ending_lines, min_size=1)
+    config = st.fixed_dictionaries({name: st.sampled_from(values) for name, values in SETTINGS.items()}).map(
+        lambda drawn: {name: value for name, value in drawn.items() if value is not None}
+    )
+    operations = st.lists(_worktree_operations, min_size=min_ops, max_size=max_ops)
+    return st.builds(Example, st.just(object_format), files, attributes, config, operations)
 
 
 def _attributes_path(folder: str) -> str:

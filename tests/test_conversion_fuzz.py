@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conversion_cases import Example, examples, run_example
+from conversion_cases import Example, examples, line_ending_examples, run_example
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 RUNS = [("sha1", True), ("sha1", False), ("sha256", True), ("sha256", False)]
@@ -28,6 +28,14 @@ RUNS = [("sha1", True), ("sha1", False), ("sha256", True), ("sha256", False)]
 async def test_conversion_matches_git(tmp_path: Path, object_format: str, watched: bool, data: st.DataObject) -> None:
     example: Example = data.draw(examples(object_format))
     differences = await run_example(tmp_path, example, watched=watched)
+    assert not differences, differences[0]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(data=st.data())
+async def test_line_endings_converted_on_the_warm_path_match_git(tmp_path: Path, data: st.DataObject) -> None:
+    example: Example = data.draw(line_ending_examples("sha1"))
+    differences = await run_example(tmp_path, example, watched=True)
     assert not differences, differences[0]
 
 
