@@ -1,7 +1,7 @@
 """What one request costs a real daemon over its socket, two checkouts alternating, as ratios.
 
 Usage: ``python -m bench.request_cost OLD_CHECKOUT [NEW_CHECKOUT] [--rounds 6] [--requests 300]
-[--files 2000] [--work DIR] [--attributes] [--strace]``
+[--files 2000] [--work DIR] [--attributes | --crlf] [--strace]``
 
 Each round starts each checkout's daemon (:func:`bench.ours.running_daemon`)
 on one synthetic repository of ``--files`` files (built in ``--work``), warms
@@ -16,7 +16,9 @@ the rate under 250 sessions once the disk's flushes do not (bench/README.md). Th
 the report gives the medians and new ÷ old, the same with the CPU of the daemon's git
 processes added (``with git``), the client's wait per request (``wall``) and the git
 processes started per request (``processes``, exact). ``--attributes`` commits a ``.gitattributes`` of ``* text=auto
-eol=lf`` first, as many projects have: git's end-of-line conversion in play.
+eol=lf`` first, as many projects have: git's end-of-line conversion in play. ``--crlf`` commits
+``* text=auto eol=crlf`` and gives the edited files CRLF endings on disk, as a Windows project
+checked out with its rules has: each edit keeps a CR byte for the conversion to remove.
 
 ``--strace`` instead counts the daemon's system calls (``strace -c -f``) over
 200 one-file checkpoints per checkout: an exact figure, where CPU moves with
@@ -53,11 +55,12 @@ SERIAL = itertools.count()  # new files' names, unique across rounds
 
 
 def edited_files(repo: Path) -> list[Path]:
-    """One tracked file in each of :data:`EDITED` folders (fewer if the tree has fewer)."""
+    """One tracked file in each of :data:`EDITED` folders (fewer if the tree has fewer), not a rule file
+    (``.gitignore``, ``.gitattributes``: a change of one makes the next capture a full scan)."""
     chosen: dict[str, Path] = {}
     for name in os.fsdecode(git(repo, "ls-files", "-z")).split("\0"):
         folder = os.path.dirname(name)
-        if name and folder not in chosen and len(chosen) < EDITED:
+        if name and folder not in chosen and len(chosen) < EDITED and not os.path.basename(name).startswith(".git"):
             chosen[folder] = repo / name
     return list(chosen.values())
 
@@ -181,6 +184,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--attributes", action="store_true",
                         help="commit a .gitattributes of '* text=auto eol=lf' first (git's conversion in play)")
+    parser.add_argument("--crlf", action="store_true",
+                        help="commit '* text=auto eol=crlf' and give the edited files CRLF endings on disk")
     parser.add_argument("--strace", action="store_true", help="count system calls instead (strace -c)")
     args = parser.parse_args()
     if args.strace and shutil.which("strace") is None:
@@ -189,10 +194,13 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="request-cost-", dir=args.work))
     try:
         make_synthetic(work / "repo", args.files, commit=True)
-        if args.attributes:
-            (work / "repo" / ".gitattributes").write_text("* text=auto eol=lf\n")
+        if args.attributes or args.crlf:
+            (work / "repo" / ".gitattributes").write_text(f"* text=auto eol={'crlf' if args.crlf else 'lf'}\n")
             git(work / "repo", "add", ".gitattributes")
             git(work / "repo", "commit", "-qm", "attributes")
+        if args.crlf:
+            for path in edited_files(work / "repo"):
+                path.write_bytes(path.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
         trio.run(run, args, work / "repo")
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -315,3 +315,28 @@ async def test_rules_core_autocrlf_decides_still_go_to_git(tmp_path: Path) -> No
             result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
             assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
             assert result["stats"]["processes"] >= 1  # update-index, for a.cs
+
+
+async def test_only_the_paths_a_filter_an_encoding_or_ident_names_go_to_git(tmp_path: Path) -> None:
+    # Humanizer names working-tree-encoding for *.verified.txt: every file of the project went to git.
+    repo = new_repo(tmp_path / "r", "sha1")
+    sh(repo, "config", "filter.up.clean", "tr a-z A-Z")
+    (repo / ".gitattributes").write_text(
+        "* text=auto\n*.cs eol=crlf\n*.verified.txt text eol=lf working-tree-encoding=UTF-8\n*.up filter=up\n*.id ident\n"
+        "*.set filter\n"
+    )
+    files = {"a.cs": b"class A {}\r\n", "b.verified.txt": b"verified\r\n", "c.up": b"upper\r\n", "d.id": b"$Id$\r\n",
+             "e.set": b"a filter set, no driver\r\n", "f.txt": b"plain\n"}
+    for name, data in files.items():
+        (repo / name).write_bytes(data)
+    sh(repo, "add", "-A")
+    sh(repo, "-c", "core.safecrlf=false", "commit", "-qm", "init")
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        for round_, (name, processes) in enumerate([("a.cs", 1), ("a.cs", 0), ("e.set", 0), ("f.txt", 0),
+                                                    ("b.verified.txt", 1), ("c.up", 1), ("d.id", 1)]):
+            (repo / name).write_bytes(files[name] + b"edit %d\r\n" % round_)
+            result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
+            assert result["stats"]["scan"] == "watch"
+            assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
+            assert result["stats"]["processes"] == processes, (name, result["stats"])

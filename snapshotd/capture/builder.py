@@ -305,7 +305,7 @@ class TreeBuilder:
 
     def finish(self) -> str:
         """Write the blobs hashed here, hash what needs git's filters, then write the tree."""
-        if self._git_hash and self.line_endings is not None and not self.settings.content_filters:
+        if self._git_hash and self.line_endings is not None:
             self._convert_here(self.line_endings)
         self.batch.write()
         if self._git_hash:
@@ -323,8 +323,8 @@ class TreeBuilder:
         return str(self.index.write_tree(self.repo))
 
     def _convert_here(self, line_endings: LineEndings) -> None:
-        """Hash here the files left for git whose line endings check-attr's rules settle (capture/eol.py);
-        the rest stay for git."""
+        """Hash here the files left for git whose bytes check-attr's rules say only line endings may change
+        (capture/eol.py); the rest stay for git."""
         if self._kept_attributes():
             return  # git reads those from the index: check-attr, run with none, would not
         started = line_endings.oracle.started
@@ -334,10 +334,10 @@ class TreeBuilder:
             return
         left = []
         for item, st, mode in self._git_hash:
-            chosen = actions.get(item.path)
-            if chosen is None:
+            if item.path not in actions:
                 left.append((item, st, mode))
                 continue
+            chosen = actions[item.path]
             try:
                 oid = self._stable_blob(item.path, st, convert=partial(to_git, chosen=chosen,
                                                                         index_blob=partial(self._blob, item.basis)))

@@ -1,27 +1,31 @@
-"""git's end-of-line conversion on check-in, in-process: what ``git add`` stores of a file with a CR byte.
+"""git's check-in conversion on the warm path, in-process, for paths only end-of-line rules touch.
 
 A file with a CR byte went to git's ``update-index`` (capture/checkin.py): a
 process at every capture that touched one, in every project whose files have
-CRLF endings under end-of-line rules (``*.cs eol=crlf``, ``* text=auto``).
-Where nothing else converts (no attributes file names a filter, an encoding
-or ``ident``: capture/asis.py; no ``.gitattributes`` stands in the index
-alone), the conversion is convert.c's ``crlf_to_git``, done here:
+CRLF endings under end-of-line rules (``*.cs eol=crlf``, ``* text=auto``); and
+in a project whose attributes name a filter, an encoding or ``ident`` anywhere
+(capture/asis.py: Humanizer names ``working-tree-encoding`` for one kind of
+file), every changed file did. Now the rules of each path are git's own
+answer: ``git check-attr --stdin -z`` of ``text crlf eol filter
+working-tree-encoding ident``, one long-lived child per warm state
+(capture/coprocess.py), run with an index file that does not exist, so that it
+reads the ``.gitattributes`` on disk as ``git add -A`` does once it has
+dropped the deleted ones (a ``.gitattributes`` standing in the index alone
+keeps the capture on git). Its answers are kept: a change of any attributes
+file makes the next capture a full scan, which makes a new warm state (and a
+folder met anew that holds one does too). Then, for a path:
 
-- the rules of a path are git's own answer: ``git check-attr --stdin -z text
-  crlf eol``, one long-lived child per warm state (capture/coprocess.py), run
-  with an empty index, so that it reads the ``.gitattributes`` on disk as
-  ``git add -A`` does once it has dropped the deleted ones. Its answers are
-  kept: a change of any attributes file makes the next capture a full scan,
-  which makes a new warm state (and a folder met anew that holds one does too);
-- ``text`` (set, ``input``, or ``eol`` alone) removes each CR before a LF;
-- ``text=auto`` stores the file as it is when it looks binary (a lone CR, a
-  NUL, or more than one control character in 128 printable ones), or when the
-  user's index blob at its path has CRLF endings and does not look binary
-  (``has_crlf_in_index``, the "safer autocrlf"); otherwise it removes every CR;
-- ``-text`` (``binary``) stores it as it is.
-
-A path whose attributes leave the choice to ``core.autocrlf`` still goes to git,
-as does a file too large to read at once.
+- a filter driver named, an encoding, or ``ident`` set: git hashes it;
+- no CR byte: stored as it is (the end-of-line conversion only removes CRs);
+- ``text`` (set, ``input``, ``crlf``, or ``eol`` alone): each CR before a LF
+  is removed (convert.c's ``crlf_to_git``);
+- ``text=auto``: stored as it is when it looks binary (a lone CR, a NUL, or
+  more than one control character in 128 printable ones) or when the user's
+  index blob at its path has CRLF endings and does not look binary
+  (``has_crlf_in_index``, the "safer autocrlf"); otherwise every CR is removed;
+- ``-text`` (``binary``): stored as it is;
+- no rule, so ``core.autocrlf`` decides: git hashes it, as it does a file too
+  large to read at once.
 """
 
 from __future__ import annotations
@@ -30,13 +34,18 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from snapshotd.capture.asis import NotAsIs
 from snapshotd.capture.coprocess import WarmChild
 from snapshotd.errors import SpawnTimeout
 from snapshotd.git.process import GitTarget
 
 BINARY, TEXT, AUTO = "binary", "text", "auto"
-ATTRIBUTES = ("text", "crlf", "eol")
+ATTRIBUTES = ("text", "crlf", "eol", "filter", "working-tree-encoding", "ident")
 CHECK_ATTR = ["check-attr", "--stdin", "-z", *ATTRIBUTES]
+# Values under which the other three change nothing (a filter is a driver's name; ident set expands $Id$).
+NO_CONTENT_CHANGE = {"filter": ("unspecified", "unset", "set"), "working-tree-encoding": ("unspecified",),
+                     "ident": ("unspecified", "unset")}
+GIT = "git"  # a path whose bytes only git may convert: a filter, an encoding or ident
 # Control characters gather_stats counts as not printable (BS, HT, ESC and FF count as printable; CR and LF apart).
 _NOT_PRINTABLE = bytes(c for c in range(32) if c not in b"\b\t\x1b\x0c\r\n") + b"\x7f"
 
@@ -66,6 +75,14 @@ class TextStats:
         return bool(self.lonecr or self.nul or (self.printable >> 7) < self.nonprintable)
 
 
+def rules_of(values: dict[str, str]) -> str | None:
+    """What ``git add`` does to a path, from check-attr's values: :data:`GIT` when a filter, an encoding or
+    ``ident`` may change its bytes, else its line endings' action (None: ``core.autocrlf`` decides)."""
+    if any(values.get(name, "unspecified") not in allowed for name, allowed in NO_CONTENT_CHANGE.items()):
+        return GIT
+    return action(values.get("text", ""), values.get("crlf", ""), values.get("eol", ""))
+
+
 def action(text: str, crlf: str, eol: str) -> str | None:
     """What ``git add`` does to a path's line endings, from check-attr's values of ``text``, ``crlf`` and ``eol``:
     :data:`BINARY`, :data:`TEXT` or :data:`AUTO`; None when ``core.autocrlf`` decides (convert.c's ``convert_attrs``)."""
@@ -89,10 +106,16 @@ def has_crlf(blob: bytes | None) -> bool:
     return bool(stats.crlf) and not stats.binary()
 
 
-def to_git(data: bytes, chosen: str, index_blob: Callable[[], bytes | None]) -> bytes:
-    """What ``git add`` stores of ``data`` under ``chosen`` (``index_blob``: the user's blob at the path)."""
-    if chosen == BINARY or not data:
+def to_git(data: bytes, chosen: str | None, index_blob: Callable[[], bytes | None]) -> bytes:
+    """What ``git add`` stores of ``data`` under ``chosen`` (``index_blob``: the user's blob at the path);
+    :class:`NotAsIs` when only git knows: :data:`GIT`, or ``core.autocrlf`` decides (``chosen`` None) and a CR
+    is there."""
+    if chosen == GIT:
+        raise NotAsIs("a filter, an encoding or ident")
+    if chosen == BINARY or b"\r" not in data:
         return data
+    if chosen is None:
+        raise NotAsIs("core.autocrlf decides")
     stats = TextStats.of(data)
     if not stats.crlf:
         return data
@@ -129,7 +152,7 @@ class AttributeOracle(WarmChild):
                             if not value.endswith(b"\0") or echoed[:-1] != os.fsencode(path):
                                 raise EOFError("check-attr ended or answered out of turn")
                             values[name[:-1].decode()] = value[:-1].decode("utf-8", "replace")
-                        self._kept[path] = action(values.get("text", ""), values.get("crlf", ""), values.get("eol", ""))
+                        self._kept[path] = rules_of(values)
                 except (OSError, EOFError, SpawnTimeout) as exc:
                     self._gave_no_answer(target, rules, exc)
                     return None
