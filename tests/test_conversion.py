@@ -340,3 +340,27 @@ async def test_only_the_paths_a_filter_an_encoding_or_ident_names_go_to_git(tmp_
             assert result["stats"]["scan"] == "watch"
             assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
             assert result["stats"]["processes"] == processes, (name, result["stats"])
+
+
+async def test_a_folder_moved_out_takes_its_attributes_with_it(tmp_path: Path) -> None:
+    # No event names the .gitattributes of a folder moved out whole: check-attr kept its rules for the
+    # folder that came in at that path next, which has none of its own.
+    repo = new_repo(tmp_path / "r", "sha1")
+    (repo / ".gitattributes").write_text("* text=auto\n")
+    (repo / "x").mkdir()
+    (repo / "x" / "a.txt").write_bytes(b"kept as it is\r\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-qm", "init")
+    (repo / "x" / ".gitattributes").write_text("* -text\n")  # untracked: the index names no rules there
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        (repo / "x" / "a.txt").write_bytes(b"asked about under x's rules\r\n")
+        await check(engine, repo, "warm")
+        (repo / "x").rename(tmp_path / "away")
+        incoming = tmp_path / "incoming"
+        incoming.mkdir()
+        (incoming / "a.txt").write_bytes(b"now under the root's rules alone\r\n")
+        incoming.rename(repo / "x")
+        await check(engine, repo, "warm")
+        (repo / "x" / "a.txt").write_bytes(b"and again\r\n")
+        await check(engine, repo, "warm")

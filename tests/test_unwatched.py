@@ -242,6 +242,8 @@ def test_pattern_words_can_only_ask_too_often():
         assert words.could_match(name), name
     for name in ("keep", "src", "docs", "egg-info"):
         assert not words.could_match(name), name
+    words.read(b"\\!important\n\\#hash\n")  # escaped: the names themselves
+    assert words.could_match("!important") and words.could_match("#hash")
     words.read(b"**\n")
     assert words.could_match("src")
 

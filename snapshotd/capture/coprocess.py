@@ -34,6 +34,7 @@ class WarmChild:
         self._failed_for: weakref.ref[object] | None = None  # the warm state a child gave no answer for
         self._lock = threading.Lock()
         self._retire = False
+        self._looked_in: set[str] = set()  # the folders the child may have read rules in, and those above
         self.started = 0  # children started, ever: a capture counts its own from the difference
 
     def _child(self, target: GitTarget, rules: object, index_file: str | None = None) -> Session | None:
@@ -61,9 +62,20 @@ class WarmChild:
         self._end()
         self._failed_for = weakref.ref(rules)
 
-    def _restart(self) -> None:
-        """The next question starts a new child (callers hold ``_lock``)."""
-        self._started_for = None
+    def _looking_in(self, paths: list[str]) -> None:
+        """Note the folders of ``paths``, whose rule files the child will read (callers hold ``_lock``)."""
+        for path in paths:
+            folder = path.rpartition("/")[0]
+            while folder and folder not in self._looked_in:
+                self._looked_in.add(folder)
+                folder = folder.rpartition("/")[0]
+
+    def met_anew(self, folder: str) -> None:
+        """``folder`` is not the one the child may have looked in (moved in or out whole, no event names the
+        rule files in it), and git keeps the rules of the folders it read: then the next question starts anew."""
+        with self._lock:
+            if folder in self._looked_in:
+                self._started_for = None  # and with the child, what it answered goes (``_ended``)
 
     def close(self) -> None:
         """End the child now, or, when a capture is using it, as that capture ends."""
@@ -81,6 +93,7 @@ class WarmChild:
 
     def _end(self) -> None:
         session, self._session, self._started_for, self._retire = self._session, None, None, False
+        self._looked_in = set()
         self._ended()
         if session is not None:
             session.close(wait=0)

@@ -142,6 +142,7 @@ class AttributeOracle(WarmChild):
                 if session is None:
                     return None
                 asked = [path for path in dict.fromkeys(paths) if path not in self._kept]
+                self._looking_in(asked)
                 try:
                     if asked:
                         session.send(b"".join(os.fsencode(path) + b"\0" for path in asked))

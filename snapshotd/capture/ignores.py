@@ -82,7 +82,6 @@ class IgnoreOracle(WarmChild):
 
     def __init__(self) -> None:
         super().__init__(CHECK_IGNORE)
-        self._looked_in: set[str] = set()  # the folders whose ignore files the child may have read, and those above
 
     def ask(self, target: GitTarget, rules: object, paths: list[str]) -> dict[str, bool] | None:
         """Whether git ignores each of ``paths`` under the rules of the warm state ``rules``; None when
@@ -97,11 +96,7 @@ class IgnoreOracle(WarmChild):
         session = self._child(target, rules)
         if session is None:
             return None
-        for path in paths:
-            folder = path.rpartition("/")[0]
-            while folder and folder not in self._looked_in:
-                self._looked_in.add(folder)
-                folder = folder.rpartition("/")[0]
+        self._looking_in(paths)
         try:
             session.send(b"".join(os.fsencode(path) + b"\0" for path in paths))
             answers = {}
@@ -115,15 +110,6 @@ class IgnoreOracle(WarmChild):
             return None
         return answers
 
-    def met_anew(self, folder: str) -> None:
-        """``folder`` is not the one the child may have looked in: one moved in whole brings ignore files no
-        event named, and git keeps the rules of the folders it read. Then the next question starts anew."""
-        with self._lock:
-            if folder in self._looked_in:
-                self._restart()
-
-    def _ended(self) -> None:
-        self._looked_in = set()
 
 
 @dataclass

@@ -18,9 +18,10 @@ A folder left out is decided again before the next full scan whenever the
 rules or the user's index may have changed (a ``.gitignore`` event, the
 stat data of the rule files and the index); if one no longer qualifies, the
 whole worktree is walked again under the new rules before that scan (a rare
-event: an edit of the rules), which lists whatever was written there meanwhile. A folder moved in
-whole is asked of a check-ignore that has not read the rules of an earlier
-folder at that path. When git cannot answer, the index cannot be read
+event: an edit of the rules), which lists whatever was written there
+meanwhile; a watched folder git now ignores whole loses its watches. A folder
+moved in whole is asked of a check-ignore that has not read the rules of an
+earlier folder at that path. When git cannot answer, the index cannot be read
 in-process, or git would read a ``.gitignore`` from the index (skip-worktree),
 nothing is left out.
 """
@@ -48,7 +49,7 @@ from snapshotd.store.identity import WorktreeInfo
 
 MAX_RULES_BYTES = 1 << 20  # a larger ignore file makes every folder a question
 MAX_WORDS = 10_000
-_GLOB = re.compile(r"[*?\[\\]")
+_GLOB = re.compile(r"[*?\[]")
 
 
 class PatternWords:
@@ -75,7 +76,7 @@ class PatternWords:
             if not parts:
                 self.everything = True
                 continue
-            word = parts[-1].lower()
+            word = parts[-1].lower().replace("\\", "")  # an escaped character stands for itself
             if _GLOB.search(word):
                 self.globs.add(word)
                 self._match = None

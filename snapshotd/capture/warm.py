@@ -273,6 +273,8 @@ def capture_warm(
         unknown: dict[str, os.stat_result] = {}
         for path in sorted(dirty):
             st = builder.walker.lstat(path)
+            if attributes is not None and (st is None or stat.S_ISDIR(st.st_mode)):
+                attributes.met_anew(path)  # gone, or met anew: its rule files are not the ones check-attr read
             if st is None:
                 builder.drop(path)
                 continue
