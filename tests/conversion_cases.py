@@ -11,7 +11,8 @@ stat data but for ctime), renames,
 deletions, ``git add``, commits, index blobs set with or without CR, a
 ``.gitattributes`` changed in the worktree only, kept only in the index
 (skip-worktree, missing on disk) or deleted, a folder moved in whole with a
-``.gitattributes`` of its own (no event names that file), and captures (warm, cold,
+``.gitattributes`` of its own (no event names that file), ``d`` moved out whole
+and another moved in, and captures (warm, cold,
 ``exact``). After every capture the tree must equal ``git add -A`` +
 ``write-tree`` on a copy of the user's index (tests/oracle.py), run with
 ``core.safecrlf`` off, which changes no content (see snapshotd/capture/checkin.py).
@@ -107,6 +108,7 @@ operations = st.one_of(
     st.tuples(st.just("hide_attrs"), st.sampled_from(FOLDERS)),
     st.tuples(st.just("drop_attrs"), st.sampled_from(FOLDERS)),
     st.tuples(st.just("move_in"), _lines, st.sampled_from(CONTENTS)),
+    st.tuples(st.just("swap_d"), st.sampled_from(CONTENTS)),
     st.tuples(st.just("capture"), st.sampled_from(["warm", "exact"])),
     st.tuples(st.just("capture"), st.sampled_from(["warm", "exact"])),
 )
@@ -142,6 +144,7 @@ _worktree_operations = st.one_of(
     _file_and_content.map(lambda pc: ("same_second", *pc)),
     st.tuples(st.just("rename"), st.sampled_from(FILES), st.sampled_from(FILES)),
     st.tuples(st.just("delete"), st.sampled_from(FILES)),
+    st.tuples(st.just("swap_d"), st.sampled_from(CONTENTS)),
     st.tuples(st.just("capture"), st.just("warm")),
 )
 
@@ -249,6 +252,12 @@ def apply(repo: Path, op: Op) -> None:
         (staged / "m.txt").write_bytes(op[2])
         shutil.rmtree(repo / "m", ignore_errors=True)
         os.rename(staged, repo / "m")
+    elif kind == "swap_d":  # d moved out whole (its .gitattributes with it: no event names it), another moved in
+        staged = Path(tempfile.mkdtemp(prefix="incoming-", dir=repo.parent))
+        (staged / "e.txt").write_bytes(op[1])
+        if (repo / "d").is_dir():
+            os.rename(repo / "d", Path(tempfile.mkdtemp(prefix="away-", dir=repo.parent)) / "d")
+        os.rename(staged, repo / "d")
     else:
         raise AssertionError(f"unknown operation {op!r}")
 
