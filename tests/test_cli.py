@@ -41,7 +41,7 @@ CHECKPOINT_KEYS = {
     "id", "tree", "parent", "worktree", "session", "label", "seq", "created_at", "base", "changed", "host",
 }
 WORKTREE_KEYS = {"id", "path", "kind", "git_dir", "common_dir", "head", "branch", "watching", "watch_error",
-                 "presence", "problem"}
+                 "presence", "problem", "watched_folders", "unwatched_ignored"}
 FILE_CHANGE_KEYS = {
     "path", "old_path", "status", "old_mode", "new_mode", "old_oid", "new_oid",
     "binary", "additions", "deletions",
@@ -461,12 +461,18 @@ def test_open_worktrees_status_and_repair(
     plain_cp = checkpoint(plain, env)["checkpoint"]
     assert plain_cp["tree"] == oracle_tree(plain)
 
+    write(repo / ".gitignore", "node_modules/\n")
+    write(repo / "node_modules" / "left" / "out.js", "a package\n")
+    cli("verify", repo, env=env)  # the watcher has heard of both
     listed = cli("worktrees", "--json", env=env).json()
     by_path = {w["path"]: w for w in listed["worktrees"]}
     assert set(by_path) == {str(repo), str(plain)}
     assert by_path[str(plain)]["kind"] == "plain" and by_path[str(plain)]["id"] == plain_cp["worktree"]
+    assert by_path[str(repo)]["unwatched_ignored"] == ["node_modules"]
+    assert by_path[str(repo)]["watched_folders"] >= 1
     listed_text = cli("worktrees", env=env).stdout
     assert wt["id"] in listed_text and str(plain) in listed_text
+    assert "not watched, as git ignores them: node_modules" in listed_text
 
     status = cli("status", "--json", env=env).json()
     assert {"worktrees", "counters"} <= set(status)

@@ -183,6 +183,10 @@ def worktrees(ctx: click.Context, json_output: bool) -> None:
         for wt in result["worktrees"]:
             click.echo(f"{wt['id']}  {wt['kind']:<5} {wt['path']}")
             _problem(wt)
+            if wt.get("watched_folders") is not None:
+                left_out = wt.get("unwatched_ignored") or []
+                shown = f"; not watched, as git ignores them: {', '.join(left_out)}" if left_out else ""
+                click.echo(f"    watching {wt['watched_folders']} folders{shown}")
 
     invoke(ctx, "worktrees", {}, human)
 

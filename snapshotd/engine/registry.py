@@ -48,6 +48,7 @@ from snapshotd.store.identity import (
 from snapshotd.threads import thread_limiter
 
 MAX_VANISHED_KEPT = 64  # worktrees found gone or moved that are still shown; older ones are forgotten
+UNWATCHED_SHOWN = 20  # folders git ignores whole, left unwatched, a worktree's wire names (the first, sorted)
 
 OnChange = Callable[[str, set[str], bool], None]
 """Called with a worktree's id, the paths its watcher saw change, and whether events were lost."""
@@ -332,6 +333,9 @@ class Registry:
         head, branch = await trio.to_thread.run_sync(worktree_head, state.info, limiter=thread_limiter)
         wire = state.info.to_wire(head, branch, state.capture.watching)
         wire["watch_error"] = state.capture.watch_error
+        watcher = state.capture.watcher if state.capture.watching else None
+        wire["watched_folders"] = watcher.held() if watcher is not None else None
+        wire["unwatched_ignored"] = sorted(watcher.unwatched.folders)[:UNWATCHED_SHOWN] if watcher is not None else []
         wire.update(state.capture.to_wire())
         if summary:
             wire.update(await trio.to_thread.run_sync(checkpoint_summary, state.info, limiter=thread_limiter))
