@@ -94,13 +94,19 @@ _line_ending_lines = st.lists(
     min_size=1, max_size=3,
 )
 
-operations = st.one_of(
+# What happens in the worktree alone: a warm capture after these stays warm.
+_worktree_changes = [
     _file_and_content.map(lambda pc: ("write", *pc)),
     _file_and_content.map(lambda pc: ("write", *pc)),
     st.tuples(st.just("touch"), st.sampled_from(FILES)),
     _file_and_content.map(lambda pc: ("same_second", *pc)),
     st.tuples(st.just("rename"), st.sampled_from(FILES), st.sampled_from(FILES)),
     st.tuples(st.just("delete"), st.sampled_from(FILES)),
+    st.tuples(st.just("swap_d"), st.sampled_from(CONTENTS)),
+]
+
+operations = st.one_of(
+    *_worktree_changes,
     st.tuples(st.just("stage"), st.sampled_from([*FILES, "."])),
     st.tuples(st.just("commit")),
     _file_and_content.map(lambda pc: ("index_blob", *pc)),
@@ -108,10 +114,11 @@ operations = st.one_of(
     st.tuples(st.just("hide_attrs"), st.sampled_from(FOLDERS)),
     st.tuples(st.just("drop_attrs"), st.sampled_from(FOLDERS)),
     st.tuples(st.just("move_in"), _lines, st.sampled_from(CONTENTS)),
-    st.tuples(st.just("swap_d"), st.sampled_from(CONTENTS)),
     st.tuples(st.just("capture"), st.sampled_from(["warm", "exact"])),
     st.tuples(st.just("capture"), st.sampled_from(["warm", "exact"])),
 )
+# Only the worktree changes between warm captures: each is warm, and its files with a CR byte are converted in-process.
+_worktree_operations = st.one_of(*_worktree_changes, st.tuples(st.just("capture"), st.just("warm")))
 
 
 @dataclass
@@ -125,42 +132,27 @@ class Example:
     ops: list[Op] = field(default_factory=list)
 
 
-def examples(object_format: str, max_ops: int = 12, min_ops: int = 0) -> st.SearchStrategy[Example]:
+def _examples(
+    object_format: str, lines: st.SearchStrategy[list[str]], ops: st.SearchStrategy[Op], max_ops: int, min_ops: int
+) -> st.SearchStrategy[Example]:
     files = st.dictionaries(st.sampled_from(FILES), st.sampled_from(CONTENTS), min_size=1).map(
         lambda found: {path: (UTF16[1] if path.endswith(".u16") else data) for path, data in found.items()}
     )
-    attributes = st.dictionaries(st.sampled_from(FOLDERS), _lines, min_size=1)
+    attributes = st.dictionaries(st.sampled_from(FOLDERS), lines, min_size=1)
     config = st.fixed_dictionaries({name: st.sampled_from(values) for name, values in SETTINGS.items()}).map(
         lambda drawn: {name: value for name, value in drawn.items() if value is not None}
     )
-    return st.builds(Example, st.just(object_format), files, attributes, config, st.lists(operations, min_size=min_ops, max_size=max_ops))
+    return st.builds(Example, st.just(object_format), files, attributes, config, st.lists(ops, min_size=min_ops, max_size=max_ops))
 
 
-# Only the worktree changes between warm captures: each is warm, and its files with a CR byte are converted in-process.
-_worktree_operations = st.one_of(
-    _file_and_content.map(lambda pc: ("write", *pc)),
-    _file_and_content.map(lambda pc: ("write", *pc)),
-    st.tuples(st.just("touch"), st.sampled_from(FILES)),
-    _file_and_content.map(lambda pc: ("same_second", *pc)),
-    st.tuples(st.just("rename"), st.sampled_from(FILES), st.sampled_from(FILES)),
-    st.tuples(st.just("delete"), st.sampled_from(FILES)),
-    st.tuples(st.just("swap_d"), st.sampled_from(CONTENTS)),
-    st.tuples(st.just("capture"), st.just("warm")),
-)
+def examples(object_format: str, max_ops: int = 12, min_ops: int = 0) -> st.SearchStrategy[Example]:
+    return _examples(object_format, _lines, operations, max_ops, min_ops)
 
 
 def line_ending_examples(object_format: str, max_ops: int = 12, min_ops: int = 0) -> st.SearchStrategy[Example]:
     """Examples for the warm path's own conversion (capture/eol.py): rules of line endings alone, the index as
     built (files committed as they were, CRLF ones too, then the rules), and only the worktree changing."""
-    files = st.dictionaries(st.sampled_from(FILES), st.sampled_from(CONTENTS), min_size=1).map(
-        lambda found: {path: (UTF16[1] if path.endswith(".u16") else data) for path, data in found.items()}
-    )
-    attributes = st.dictionaries(st.sampled_from(FOLDERS), _line_ending_lines, min_size=1)
-    config = st.fixed_dictionaries({name: st.sampled_from(values) for name, values in SETTINGS.items()}).map(
-        lambda drawn: {name: value for name, value in drawn.items() if value is not None}
-    )
-    operations = st.lists(_worktree_operations, min_size=min_ops, max_size=max_ops)
-    return st.builds(Example, st.just(object_format), files, attributes, config, operations)
+    return _examples(object_format, _line_ending_lines, _worktree_operations, max_ops, min_ops)
 
 
 def _attributes_path(folder: str) -> str:
