@@ -3,7 +3,10 @@
 A repository with a ``.gitattributes`` had every changed file hashed by git, one
 process per capture. A file without a CR byte is recorded as it is unless an
 attributes file names a filter, an encoding or ``ident`` (capture/asis.py):
-those are hashed in-process, the others still by git. Every tree is git's own.
+those are hashed in-process, the others still by git. On the warm path the
+rules are asked per path of one check-attr (capture/eol.py), which starts once
+per warm state: only the paths a filter, an encoding or ``ident`` touches go
+to git. Every tree is git's own.
 """
 
 from __future__ import annotations
@@ -55,15 +58,28 @@ async def test_a_file_with_a_cr_is_hashed_by_git(watched_engine, tmp_path):
     assert git(repo, "cat-file", "blob", blob) == "one\ntwo"
 
 
-async def test_an_attributes_file_naming_a_filter_or_ident_keeps_git_for_every_file(watched_engine, tmp_path):
-    for name, attributes in [("filter", "*.dat filter=lfs\n"), ("ident", "*.c ident\n"),
-                             ("encoding", "*.txt working-tree-encoding=UTF-16\n"), ("comment", "# no ident here\n")]:
+async def test_an_attributes_file_naming_a_filter_or_ident_sends_only_its_paths_to_git(watched_engine, tmp_path):
+    for name, attributes, touched in [("filter", "*.dat filter=lfs\n", "x.dat"), ("ident", "*.c ident\n", "x.c"),
+                                      ("encoding", "*.txt working-tree-encoding=UTF-16\n", "x.txt"),
+                                      ("comment", "# no ident here\n", None)]:
         repo = make_repo(tmp_path / name, "* text=auto\n" + attributes)
         await warm_up(watched_engine, repo)
-        (repo / "readme.md").write_text("changed\n")
-        result = await checkpoint(watched_engine, repo)
-        assert result["stats"]["processes"] == 1, name
-        assert result["checkpoint"]["tree"] == oracle_tree(repo), name
+        processes = []
+        for round_ in range(2):
+            (repo / "readme.md").write_text(f"changed {round_}\n")
+            result = await checkpoint(watched_engine, repo)
+            processes.append(result["stats"]["processes"])
+            assert result["checkpoint"]["tree"] == oracle_tree(repo), name
+        if touched is not None:
+            (repo / touched).write_bytes(b"\xff\xfea\x00\n\x00" if name == "encoding" else b"$Id$ data\n")
+            git(repo, "add", touched)  # tracked, so no check of its ignore rules
+            await checkpoint(watched_engine, repo)  # the index changed: a full scan
+            (repo / touched).write_bytes(b"\xff\xfeb\x00\n\x00" if name == "encoding" else b"$Id$ more\n")
+            result = await checkpoint(watched_engine, repo)
+            processes.append(result["stats"]["processes"])
+            assert result["checkpoint"]["tree"] == oracle_tree(repo), name
+        # check-attr starts, then readme.md needs nothing; the file the rule touches needs git (and check-attr anew)
+        assert processes == ([1, 0, 2] if touched else [1, 0]), name
 
 
 async def test_an_ident_in_an_untracked_attributes_file_found_at_the_scan(watched_engine, tmp_path):
@@ -74,6 +90,10 @@ async def test_an_ident_in_an_untracked_attributes_file_found_at_the_scan(watche
     first = await warm_up(watched_engine, repo)
     assert first["checkpoint"]["tree"] == oracle_tree(repo)
     (repo / "src" / "a.cs").write_text("// $Id: other $\nclass B {}\n")
+    result = await checkpoint(watched_engine, repo)
+    assert result["stats"]["processes"] == 2  # check-attr starting, then git for the ident
+    assert result["checkpoint"]["tree"] == oracle_tree(repo)
+    (repo / "src" / "a.cs").write_text("// $Id: more $\nclass B {}\n")
     result = await checkpoint(watched_engine, repo)
     assert result["stats"]["processes"] == 1
     assert result["checkpoint"]["tree"] == oracle_tree(repo)
@@ -90,7 +110,7 @@ async def test_a_filter_added_to_the_attributes_is_seen_at_once(watched_engine, 
     assert result["checkpoint"]["tree"] == oracle_tree(repo)
     (repo / "src" / "a.cs").write_text("// $Id: y $\nmore\n")
     result = await checkpoint(watched_engine, repo)
-    assert result["stats"]["scan"] == "watch" and result["stats"]["processes"] == 1
+    assert result["stats"]["scan"] == "watch" and result["stats"]["processes"] == 2  # check-attr starting, and git
     assert result["checkpoint"]["tree"] == oracle_tree(repo)
 
 
@@ -104,5 +124,5 @@ async def test_an_index_of_version_4_is_walked_for_its_attributes(watched_engine
     await warm_up(watched_engine, repo)
     (repo / "src" / "a.cs").write_text("// $Id: y $\nclass C {}\n")
     result = await checkpoint(watched_engine, repo)
-    assert result["stats"]["processes"] == 1
+    assert result["stats"]["processes"] == 2  # check-attr starting, then git for the ident
     assert result["checkpoint"]["tree"] == oracle_tree(repo)
