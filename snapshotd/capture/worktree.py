@@ -139,6 +139,8 @@ class WorktreeCapture:
             if reason == "watcher not warm" and not self.resident.in_process(self.info):
                 # The warm path keeps libgit2 indexes; here every capture is git's full scan.
                 reason = f"{object_format(self.info.store_dir)} repository"
+            if watcher is not None and watcher.live:
+                await watcher.sync()  # the events so far filed first: a folder just deleted is no lost watch
             return await self._cold(reason)
         started = time.perf_counter()
         if not await watcher.sync():
@@ -158,9 +160,8 @@ class WorktreeCapture:
             tree: str | None = warm.tree
             if applied:
                 fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))  # a file written to disk
-                repo, resident = self.resident.store(self.info), self.resident
-                tree = capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns, repo,
-                                    resident.ignores, resident.attributes)
+                tree = capture_warm(self.info, warm, applied, self.cache, stats, self.size_cap, fence_ns,
+                                    self.resident.store(self.info), self.resident.ignores, self.resident.attributes)
             if tree is not None and then is not None:
                 done.append(time.perf_counter())
                 then(tree)
@@ -191,7 +192,6 @@ class WorktreeCapture:
         hints = set(hints or ())
         if keep and (watcher := self.watcher) is not None:
             self.counters[f"cold_reasons.{reason}"] += 1
-            await watcher.sync()  # the events so far filed first: a folder just deleted is no lost watch
             await watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
             hints |= watcher.take()[0]  # the full scan covers everything the watcher saw so far
         async with full_scan_turn():  # a warm capture always finds a thread
