@@ -223,18 +223,14 @@ class Watcher:
         reason = self.suspect
         log.log(logging.INFO if reason == UNIGNORED_REASON else logging.WARNING,
                 "The watch of %s may have gaps (%s); watching it again, next capture scans in full", self.root, reason)
-        await self._walking(self.arm)
-        self.full_scan_reasons.add(reason.split(":")[0] if reason else LOST_REASON)
-
-    async def _walking(self, work: Callable[[Callable[[], int]], None]) -> None:
-        """A capture's walk, in its turn; past a limit the watch ends (its loop is told), the capture goes on cold."""
         try:
             async with supply.walks:
-                await self._owning(work, supply.room(self))
-        except WatchGivenUp as exc:
+                await self._owning(self.arm, supply.room(self))
+        except WatchGivenUp as exc:  # past a limit now: the watch ends (its loop is told), this capture goes on cold
             self._limit, self.live = exc, False
             if self._loop is not None:
                 self._loop.cancel()
+        self.full_scan_reasons.add(reason.split(":")[0] if reason else LOST_REASON)
 
     def _recheck_unwatched(self) -> None:
         """After the rules or the index changed: re-arm if a folder left out is git's again; unwatch newly ignored."""
