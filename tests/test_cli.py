@@ -468,11 +468,15 @@ def test_open_worktrees_status_and_repair(
     by_path = {w["path"]: w for w in listed["worktrees"]}
     assert set(by_path) == {str(repo), str(plain)}
     assert by_path[str(plain)]["kind"] == "plain" and by_path[str(plain)]["id"] == plain_cp["worktree"]
-    assert by_path[str(repo)]["unwatched_ignored"] == ["node_modules"]
-    assert by_path[str(repo)]["watched_folders"] >= 1
     listed_text = cli("worktrees", env=env).stdout
     assert wt["id"] in listed_text and str(plain) in listed_text
-    assert "not watched, as git ignores them: node_modules" in listed_text
+    if by_path[str(repo)]["watching"]:
+        assert by_path[str(repo)]["unwatched_ignored"] == ["node_modules"]
+        assert by_path[str(repo)]["watched_folders"] >= 1
+        assert "not watched, as git ignores them: node_modules" in listed_text
+    else:  # no inotify (SNAPSHOTD_DISABLE): nothing is watched, nor said to be
+        assert (by_path[str(repo)]["watched_folders"], by_path[str(repo)]["unwatched_ignored"]) == (None, [])
+        assert "watching" not in listed_text
 
     status = cli("status", "--json", env=env).json()
     assert {"worktrees", "counters"} <= set(status)
