@@ -20,6 +20,7 @@ import weakref
 from snapshotd.errors import GitError
 from snapshotd.git.process import GitTarget, start_git_session
 from snapshotd.git.session import Session
+from snapshotd.paths import folders_above
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,7 @@ class WarmChild:
     def _looking_in(self, paths: list[str]) -> None:
         """Note the folders of ``paths``, whose rule files the child will read (callers hold ``_lock``)."""
         for path in paths:
-            folder = path.rpartition("/")[0]
-            while folder and folder not in self._looked_in:
-                self._looked_in.add(folder)
-                folder = folder.rpartition("/")[0]
+            self._looked_in.update(folders_above(path))
 
     def met_anew(self, folder: str) -> None:
         """``folder`` is not the one the child may have looked in (moved in or out whole, no event names the

@@ -39,11 +39,11 @@ import pygit2
 
 from snapshotd.capture.ignores import IgnoreOracle
 from snapshotd.capture.newpaths import outermost
-from snapshotd.capture.scan import FLAG_EXTENDED_SKIP_WORKTREE, git_target, read_index
+from snapshotd.capture.scan import git_target, index_facts, read_index
 from snapshotd.capture.state import config_files
-from snapshotd.capture.userindex import entry_at, holds_entries
+from snapshotd.capture.userindex import holds_entries
 from snapshotd.capture.warm import exclude_files, rule_sources, signature_of
-from snapshotd.capture.watchpaths import descend
+from snapshotd.capture.watchpaths import descend, is_ignore_rules
 from snapshotd.paths import is_git_dir_name
 from snapshotd.store.identity import WorktreeInfo
 
@@ -123,8 +123,9 @@ class TrackedFolders:
 
     A version 2 index stores every path whole, so a folder's name found
     nowhere in its bytes holds no entry; otherwise libgit2 reads it and
-    answers exactly. ``unsure`` when neither can (a split index) or when git
-    would read a ``.gitignore`` from it (skip-worktree): then nothing is left out.
+    answers exactly. ``unsure`` when neither can (a split index) or when it
+    flags a ``.gitignore`` (git reads a skip-worktree one from the index): then
+    nothing is left out.
     """
 
     def __init__(self, info: WorktreeInfo) -> None:
@@ -160,8 +161,8 @@ class TrackedFolders:
         if split:
             self.unsure = True
         elif self._raw[4:8] != (2).to_bytes(4, "big"):
-            self._load()
-            self.unsure = self._index is None or _flags_ignore_rules(self._index)
+            self._load()  # a flagged .gitignore: as WarmState.flags_ignore_rules, the warm path's rule
+            self.unsure = self._index is None or any(map(is_ignore_rules, index_facts(self._index, self._raw)[0]))
 
     def _load(self) -> None:
         if self._index is None and self._git_dir is not None:
@@ -182,17 +183,6 @@ class TrackedFolders:
             return True
         at = pygit2.C.git_index_find(pygit2.ffi.NULL, index._index, os.fsencode(folder)) == 0
         return at or holds_entries(index, folder)
-
-
-def _flags_ignore_rules(index: pygit2.Index) -> bool:
-    """Whether a ``.gitignore`` entry is flagged skip-worktree (git reads it from the index if it is not on disk)."""
-    for position in range(len(index)):
-        entry = entry_at(index, position)
-        if entry.flags_extended & FLAG_EXTENDED_SKIP_WORKTREE:
-            path = pygit2.ffi.string(entry.path)
-            if path == b".gitignore" or path.endswith(b"/.gitignore"):
-                return True
-    return False
 
 
 class _Rules:

@@ -272,7 +272,7 @@ class WorktreeCapture:
         self.watcher, self.warm = None, None
 
     def close(self) -> None:
-        """End the worktree's own tasks (its watcher and the idle reconciliation; check-ignore ends with them)."""
+        """End the worktree's own tasks (its watcher and the idle reconciliation; its git children end with them)."""
         if self._cancel is not None:
             self._cancel.cancel()
 
