@@ -1,7 +1,7 @@
 """What one request costs a real daemon over its socket, two checkouts alternating, as ratios.
 
 Usage: ``python -m bench.request_cost OLD_CHECKOUT [NEW_CHECKOUT] [--rounds 6] [--requests 300]
-[--files 2000] [--work DIR] [--attributes | --crlf] [--strace]``
+[--files 2000] [--work DIR] [--attributes | --crlf] [--strace | --idle-turns N [--idle 8]]``
 
 Each round starts each checkout's daemon (:func:`bench.ours.running_daemon`)
 on one synthetic repository of ``--files`` files (built in ``--work``), warms
@@ -19,6 +19,13 @@ processes started per request (``processes``, exact). ``--attributes`` commits a
 eol=lf`` first, as many projects have: git's end-of-line conversion in play. ``--crlf`` commits
 ``* text=auto eol=crlf`` and gives the edited files CRLF endings on disk, as a Windows project
 checked out with its rules has: each edit keeps a CR byte for the conversion to remove.
+
+``--idle-turns N`` instead plays N agent-like turns a pause apart (``--idle``
+seconds, past the idle reconciliation's full scan): each writes a new file,
+appends to a tracked one and to a log, then checkpoints. Per turn: the git
+processes the checkpoint started, those the daemon started in all (the
+reconciliation's too), the daemon's CPU with git's over the turn and its pause,
+and the client's wait for the checkpoint.
 
 ``--strace`` instead counts the daemon's system calls (``strace -c -f``) over
 200 one-file checkpoints per checkout: an exact figure, where CPU moves with
@@ -130,6 +137,35 @@ async def one_round(checkout: Path, repo: Path, edited: list[Path], requests: in
     return out
 
 
+async def idle_turns(checkout: Path, repo: Path, edited: list[Path], turns: int, idle: float) -> dict[str, float]:
+    """Per turn of :data:`--idle-turns`: processes (the checkpoint's, and all), CPU with git, the client's wait."""
+    async with running_daemon("request-cost", checkout=str(checkout)) as daemon:
+        work = Workload(daemon, repo, edited)
+        for index in range(WARM_UP):
+            await work.checkpoint_after_an_edit(index)
+        await trio.sleep(idle)
+        started, before = await daemon.processes_started(), daemon.cpu_seconds_with_git()
+        own, waits = [], []
+        for index in range(turns):
+            folder = edited[index % len(edited)].parent
+            (folder / f"new-{next(SERIAL)}.txt").write_text(f"new {index}\n")
+            with open(edited[index % len(edited)], "ab") as out:
+                out.write(b"edit\r\n" if b"\r\n" in edited[index % len(edited)].read_bytes() else b"edit\n")
+            with open(folder / "run.log", "a") as log:
+                log.write(f"line {index}\n")
+            began = trio.current_time()
+            result = await daemon.call("checkpoint", work.where)
+            waits.append(1000 * (trio.current_time() - began))
+            own.append(result["stats"]["processes"])
+            await trio.sleep(idle)
+        return {
+            "idle turn: the checkpoint's processes": statistics.mean(own),
+            "idle turn: processes in all": (await daemon.processes_started() - started) / turns,
+            "idle turn: CPU with git": 1000 * (daemon.cpu_seconds_with_git() - before) / turns,
+            "idle turn: checkpoint, wall": statistics.median(waits),
+        }
+
+
 async def count_calls(checkout: Path, repo: Path, edited: list[Path]) -> dict[str, int]:
     """The daemon's system calls, by name, over :data:`STRACE_REQUESTS` one-file checkpoints."""
     summary = Path(tempfile.mkstemp(prefix="request-cost-strace-", suffix=".txt")[1])
@@ -168,7 +204,11 @@ async def run(args: argparse.Namespace, repo: Path) -> None:
     results: dict[Path, dict[str, list[float]]] = {checkout: {} for checkout in checkouts}
     for index in range(args.rounds):
         for checkout in checkouts if index % 2 == 0 else checkouts[::-1]:
-            for name, value in (await one_round(checkout, repo, edited, args.requests)).items():
+            if args.idle_turns:
+                measured = await idle_turns(checkout, repo, edited, args.idle_turns, args.idle)
+            else:
+                measured = await one_round(checkout, repo, edited, args.requests)
+            for name, value in measured.items():
                 results[checkout].setdefault(name, []).append(value)
     old, new = checkouts
     print(f"daemon CPU per request (ms; wall: the client's wait), medians of {args.rounds} rounds of "
@@ -187,6 +227,9 @@ def main() -> None:
     parser.add_argument("--crlf", action="store_true",
                         help="commit '* text=auto eol=crlf' and give the edited files CRLF endings on disk")
     parser.add_argument("--strace", action="store_true", help="count system calls instead (strace -c)")
+    parser.add_argument("--idle-turns", type=int, default=0,
+                        help="play this many turns a pause apart instead (each past the idle reconciliation)")
+    parser.add_argument("--idle", type=float, default=8.0, help="seconds of pause after each --idle-turns turn")
     args = parser.parse_args()
     if args.strace and shutil.which("strace") is None:
         raise SystemExit("--strace needs strace on the PATH")

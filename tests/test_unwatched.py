@@ -69,7 +69,7 @@ async def test_a_folder_git_ignores_is_not_watched_and_costs_no_event(tmp_path, 
     assert capture.watcher.unwatched.folders == {"node_modules", "src/node_modules"}
     assert check_ignore_children() == 2  # the watch's and the capture's
     assert (await capture.verify()).differences == []
-    assert check_ignore_children() == 0
+    assert check_ignore_children() == 1  # the capture's goes on: no rule changed (test_children_carried.py)
     capture.close()
 
 

@@ -3,9 +3,13 @@
 Both read rules (ignore, attribute) that hold as long as the warm state does:
 any change of them makes the next capture a full scan, which makes a new warm
 state. So the child is started lazily for a warm state, held by a weak
-reference to it (an old warm state is not kept alive), started anew for the
-next one, and not started again for a warm state it gave no answer for (its
-paths go to git's own commands, as before). It is used on a capture's worker
+reference to it (an old warm state is not kept alive), and not started again
+for a warm state it gave no answer for (its paths go to git's own commands, as
+before). A full scan that proves the rules unchanged (the idle reconciliation,
+``verify``, ``exact``: capture/warm.py, ``same_rules``) hands the child on to
+the warm state it makes, with what it answered, unless the scan met anew a
+folder whose rule files the child may have read. A child left unasked for
+:data:`IDLE_S` is ended: 250 idle worktrees hold no process. It is used on a capture's worker
 thread under the worktree's lock; :meth:`WarmChild.close` may come from the
 loop at any time: it ends the child at once, or leaves that to the capture
 using it.
@@ -15,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 
 from snapshotd.errors import GitError
@@ -23,6 +28,8 @@ from snapshotd.git.session import Session
 from snapshotd.paths import folders_above
 
 log = logging.getLogger(__name__)
+
+IDLE_S = 60.0  # a child no capture asked anything for this long is ended (started anew when needed)
 
 
 class WarmChild:
@@ -37,6 +44,8 @@ class WarmChild:
         self._retire = False
         self._looked_in: set[str] = set()  # the folders the child may have read rules in, and those above
         self.started = 0  # children started, ever: a capture counts its own from the difference
+        self.carried = 0  # times a child went on answering for the next warm state (:meth:`carry`)
+        self._used = 0.0  # when the child was last asked (monotonic)
 
     def _child(self, target: GitTarget, rules: object, index_file: str | None = None) -> Session | None:
         """The child answering under the rules of the warm state ``rules`` (started now if need be); None
@@ -53,6 +62,7 @@ class WarmChild:
                 return None
             self._started_for = weakref.ref(rules)
             self.started += 1
+        self._used = time.monotonic()
         return self._session
 
     def _gave_no_answer(self, target: GitTarget, rules: object, exc: BaseException) -> None:
@@ -74,6 +84,31 @@ class WarmChild:
         with self._lock:
             if folder in self._looked_in:
                 self._started_for = None  # and with the child, what it answered goes (``_ended``)
+
+    def carry(self, old: object, new: object, met_anew: set[str]) -> None:
+        """The warm state ``new`` holds ``old``'s rules: the child answers for it too, unless a path in
+        ``met_anew`` (changed since the child was last told) is a folder it may have read rules in."""
+        if not self._lock.acquire(blocking=False):
+            self.close()  # a capture is using it: not the one being replaced's
+            return
+        try:
+            if self._started_for is None or self._started_for() is not old or not self._looked_in.isdisjoint(met_anew):
+                self._end()
+            else:
+                self._started_for = weakref.ref(new)
+                self.carried += 1
+        finally:
+            self._lock.release()
+
+    def end_if_idle(self) -> None:
+        """End the child if no capture asked it anything for :data:`IDLE_S` (a worktree left alone holds none)."""
+        if self._session is None or not self._lock.acquire(blocking=False):
+            return  # none, or a capture is asking it now
+        try:
+            if time.monotonic() - self._used >= IDLE_S:
+                self._end()
+        finally:
+            self._lock.release()
 
     def close(self) -> None:
         """End the child now, or, when a capture is using it, as that capture ends."""

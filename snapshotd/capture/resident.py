@@ -102,6 +102,17 @@ class Resident:
             self._git_dir = info.git_dir
         return head_of(self._head)
 
+    def carry_children(self, old: object, new: object, met_anew: set[str]) -> None:
+        """Hand check-ignore and check-attr on from the warm state ``old`` to ``new``, whose rules are the same
+        (:meth:`.WarmChild.carry`)."""
+        self.ignores.carry(old, new, met_anew)
+        self.attributes.carry(old, new, met_anew)
+
+    def end_idle_children(self) -> None:
+        """End check-ignore and check-attr if no capture asked them anything for a while (:data:`.IDLE_S`)."""
+        self.ignores.end_if_idle()
+        self.attributes.end_if_idle()
+
     def end_children(self) -> None:
         """End check-ignore and check-attr (each started anew at its next question)."""
         self.ignores.close()

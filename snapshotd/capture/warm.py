@@ -91,6 +91,7 @@ class WarmState:
     index_mtime_ns: int
     sources: list[str]
     signature: tuple[object, ...]
+    rules: object = None  # what proves the rules unchanged since (:meth:`same_rules`); None proves nothing
     not_ignored: set[str] = field(default_factory=set)
     ignored: Ignores = field(default_factory=Ignores)  # check-ignore's answers (capture/ignores.py)
     skipped: dict[str, Skip] = field(default_factory=dict)  # left out of the last tree, still on disk
@@ -101,9 +102,19 @@ class WarmState:
         """Whether the user's index flags a ``.gitignore`` (skip-worktree: git reads it from the index)."""
         return any(is_ignore_rules(path) for path in self.flagged)
 
+    def same_rules(self, other: WarmState | None) -> bool:
+        """Whether ``other`` was read under the rules this one was: the same rule files by stat (the user's
+        index aside), and the same live watch, not walked again and told of no rule file's change in between."""
+        return other is not None and self.rules is not None and other.rules == self.rules
+
     @classmethod
     def from_cold(
-        cls, result: CaptureResult, index_mtime_ns: int, sources: list[str], signature: tuple[object, ...]
+        cls,
+        result: CaptureResult,
+        index_mtime_ns: int,
+        sources: list[str],
+        signature: tuple[object, ...],
+        rules: object = None,
     ) -> WarmState | None:
         if result.index is None or result.user is None or result.settings is None:
             return None
@@ -116,6 +127,7 @@ class WarmState:
             index_mtime_ns=index_mtime_ns,
             sources=sources,
             signature=signature,
+            rules=rules,
             skipped=dict(result.stats.skipped),
             gitlinks=set(result.gitlinks or ()),
         )
@@ -178,18 +190,28 @@ class WarmBasis:
     sources: list[str]
     signature: tuple[object, ...]
     index_mtime_ns: int
+    index: str | None = None  # the user's index, the one source the warm state's git children never read
 
     @classmethod
     def read(cls, info: WorktreeInfo, keep: bool) -> WarmBasis:
         """Read them from disk (config files, stat calls): on a worker thread."""
         sources = rule_sources(info) if keep else []
         index_mtime_ns = 0
-        if info.git_dir is not None:
+        index = None if info.git_dir is None else os.path.join(info.git_dir, "index")
+        if index is not None:
             try:
-                index_mtime_ns = os.stat(os.path.join(info.git_dir, "index")).st_mtime_ns
+                index_mtime_ns = os.stat(index).st_mtime_ns
             except OSError:
                 index_mtime_ns = 0
-        return cls(sources, signature_of(sources), index_mtime_ns)
+        return cls(sources, signature_of(sources), index_mtime_ns, index)
+
+    def rules(self, epoch: tuple[object, ...] | None) -> object:
+        """:attr:`WarmState.rules` for a warm state read now under the watch's ``epoch``
+        (:meth:`~snapshotd.capture.watch.Watcher.rules_epoch`): None when the watch may have gaps."""
+        if epoch is None:
+            return None
+        files = tuple((path, stat) for path, stat in zip(self.sources, self.signature[1:], strict=True) if path != self.index)
+        return epoch, self.signature[0], files
 
 
 class WarmBuilder(TreeBuilder):

@@ -38,7 +38,7 @@ from snapshotd.capture.inotify import (
 )
 from snapshotd.capture.presence import GONE, MOVED
 from snapshotd.capture.unwatched import UnwatchedFolders
-from snapshotd.capture.watchpaths import classify
+from snapshotd.capture.watchpaths import IGNORE_RULES, classify
 from snapshotd.capture.watchsupply import supply
 from snapshotd.capture.watchwalk import Budget, watch_tree
 from snapshotd.errors import WatchGivenUp
@@ -106,20 +106,27 @@ class Watcher:
         self._loop: trio.CancelScope | None = None
         self.unwatched = UnwatchedFolders(info)  # folders git ignores whole, left out of the walks
         self.rule_events = 0  # events that named ignore rules or the configuration
+        self.rule_changes = 0  # those, and events that named attribute rules
 
     # --- classification ----------------------------------------------------------
 
     def _classify(self, path: str, changed: set[str]) -> None:
         """Turn one absolute path from the watcher into dirty paths or scan reasons (a cookie is neither)."""
-        if not self.cookies.seen(path) and classify(path, self.root, self._git_dir, self.full_scan_reasons, changed):
+        seen, reasons = self.cookies.seen(path), self.full_scan_reasons
+        rules = None if seen else classify(path, self.root, self._git_dir, reasons, changed)
+        self.rule_changes += rules is not None
+        if rules == IGNORE_RULES:
             self.rule_events += 1
             self.unwatched.note_rules(path)
 
+    def rules_epoch(self) -> tuple[object, ...] | None:
+        """Equal while no event named a rule file and the watch had no gap (None while it may have one)."""
+        return (self, self.rearms, self.rule_changes) if self.live and self.suspect is None else None
+
     def take(self) -> tuple[set[str], set[str]]:
         """Hand the dirty set and the scan reasons to a capture, and start a new window."""
-        dirty, reasons = self.dirty, self.full_scan_reasons
-        self.dirty, self.full_scan_reasons = set(), set()
-        return dirty, reasons
+        taken, self.dirty, self.full_scan_reasons = (self.dirty, self.full_scan_reasons), set(), set()
+        return taken
 
     def put_back(self, dirty: set[str], reasons: set[str]) -> None:
         """Return what :meth:`take` handed to a capture that failed, so the next one sees it again."""
@@ -204,12 +211,9 @@ class Watcher:
         return self.suspect is None
 
     async def ensure_whole(self, *, always: bool = False) -> None:
-        """Re-arm when the watch may have gaps, and ask the next capture for a full scan if so.
-
-        Called before a capture trusts the dirty set and before every full scan (``always``, when folders
-        left out are decided again), so the scan covers what lost watches missed. Walks run on a worker
-        thread (a hostile rename loop cannot hold the event loop); events wait in the kernel meanwhile.
-        """
+        """Re-arm when the watch may have gaps, and ask the next capture for a full scan if so: before a capture
+        trusts the dirty set, and before every full scan (``always``: folders left out decided again). Walks run
+        on a worker thread (a rename loop cannot hold the loop); events wait in the kernel meanwhile."""
         while self._arming is not None:
             await self._arming.wait()  # another walk is running: it may serve this one too
         if self._inotify is None or not self.live:

@@ -12,6 +12,7 @@ import os
 
 IGNORE_FILES = (".gitignore",)
 ATTRIBUTES_FILE = ".gitattributes"  # line endings and filters: a change may give unchanged files new blobs
+IGNORE_RULES, ATTRIBUTE_RULES = "ignore", "attributes"  # what rules an event names (:func:`classify`)
 
 
 def is_ignore_rules(path: str) -> bool:
@@ -19,38 +20,40 @@ def is_ignore_rules(path: str) -> bool:
     return path.rpartition("/")[2] in IGNORE_FILES
 
 
-def classify(path: str, root: str, git_dir: str | None, reasons: set[str], changed: set[str]) -> bool:
+def classify(path: str, root: str, git_dir: str | None, reasons: set[str], changed: set[str]) -> str | None:
     """File one absolute ``path`` of the worktree ``root`` (or its git dir) into ``changed`` or ``reasons``;
-    True when it names ignore rules (or the configuration, which may name more)."""
+    :data:`IGNORE_RULES` when it names ignore rules (or the configuration, which may name more),
+    :data:`ATTRIBUTE_RULES` when it names attribute rules, else None."""
     if git_dir is not None and (path == git_dir or path.startswith(git_dir + os.sep)):
         rel_git = _relative(path, git_dir)
         if rel_git == "index":
             reasons.add("user index changed")
         elif rel_git in ("info/exclude", "config", "config.worktree", "info/sparse-checkout"):
             reasons.add("ignore rules or config changed")
-            return True
-        return False
+            return IGNORE_RULES
+        return None
     if path != root and not path.startswith(root + os.sep):
-        return False
+        return None
     rel = _relative(path, root)
     if rel == ".":
         reasons.add("worktree root changed")
-        return False
+        return None
     parts = rel.split(os.sep)
-    rules = False
+    rules: str | None = None
     if ".git" in parts:
         # Inside a nested repository's git dir: its checked-out commit (the gitlink) may have moved.
         at = parts.index(".git")
         if at == 0:
-            return False
+            return None
         rel = "/".join(parts[:at])
     else:
         rel = "/".join(parts)
         if parts[-1] in IGNORE_FILES:
             reasons.add("ignore rules changed")
-            rules = True
+            rules = IGNORE_RULES
         elif parts[-1] == ATTRIBUTES_FILE:
             reasons.add("attribute rules changed")
+            rules = ATTRIBUTE_RULES
     changed.add(rel)
     return rules
 

@@ -2,7 +2,7 @@
 
 The engine keeps one :class:`WorktreeCapture` per open worktree and asks it
 for a tree with :meth:`WorktreeCapture.take`. A warm capture applies the live
-watcher's dirty set to the last tree; a cold one is a full scan. While the
+watcher's dirty set to the last tree; a cold one is a full scan. When the
 worktree is quiet after warm captures, the idle reconciliation checks the warm
 tree against a full scan and reports every change the watcher missed.
 
@@ -99,13 +99,10 @@ class WorktreeCapture:
     # --- taking a tree -----------------------------------------------------------
 
     async def take(self, *, exact: bool = False, then: Then | None = None) -> CaptureResult:
-        """The worktree's tree now; callers hold ``lock``.
+        """The worktree's tree now, warm when a live watcher's dirty set can be trusted; callers hold ``lock``.
 
-        Warm when a live watcher's dirty set can be trusted, cold otherwise.
-        ``then``, given the tree, runs on a warm capture's worker thread
-        (saving a hand-off to another); a cold capture leaves it to the caller.
-        A capture that fails because the worktree vanished meanwhile says so
-        (``not_found``, naming the worktree and ``repair``).
+        ``then``, given the tree, runs on a warm capture's worker thread (saving a hand-off); a cold capture
+        leaves it to the caller. A capture that fails as the worktree vanished says so (``not_found``).
         """
         opened = self.info  # a worktree moved meanwhile is at a new place by the time it fails
         try:
@@ -188,12 +185,12 @@ class WorktreeCapture:
     async def _cold(self, reason: str, hints: set[str] | None = None) -> CaptureResult:
         """A full scan, in its turn among them; paths the watcher saw change are re-hashed even if their stat
         data look clean."""
-        keep = self.watching
-        hints = set(hints or ())
+        keep, hints, epoch = self.watching, set(hints or ()), None
         if keep and (watcher := self.watcher) is not None:
             self.counters[f"cold_reasons.{reason}"] += 1
             await watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
             hints |= watcher.take()[0]  # the full scan covers everything the watcher saw so far
+            epoch = watcher.rules_epoch()
         async with full_scan_turn():  # a warm capture always finds a thread
             basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
             try:
@@ -201,8 +198,14 @@ class WorktreeCapture:
             except BaseException:
                 self._forget_failed_capture(hints)
                 raise
-        self.warm = WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature) if keep else None
-        self.resident.end_children()  # they answered under the rules of the warm state this one replaces
+        old, self.warm = self.warm, None
+        if keep:
+            self.warm = WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature,
+                                            basis.rules(epoch))
+        if self.warm is not None and self.warm.same_rules(old):
+            self.resident.carry_children(old, self.warm, hints)  # what they answered holds for the new one
+        else:
+            self.resident.end_children()  # they answered under the rules of the warm state this one replaces
         self.counters["processes"] += result.stats.processes
         self.counters[f"captures.{result.stats.scan}"] += 1
         if result.stats.fallback:
@@ -211,11 +214,8 @@ class WorktreeCapture:
         return result
 
     def _forget_failed_capture(self, dirty: set[str]) -> None:
-        """A capture failed part-way: drop the warm state it may have half changed, keep what it took.
-
-        The next capture is then a full scan that re-hashes ``dirty`` whatever
-        their stat data say, as if the failed one had never run.
-        """
+        """A capture failed part-way: drop the warm state it may have half changed, keep what it took. The next
+        capture is then a full scan that re-hashes ``dirty`` whatever their stat data say."""
         self.warm = None
         if self.watcher is not None:
             self.watcher.put_back(dirty, {"a capture failed"})
@@ -241,7 +241,6 @@ class WorktreeCapture:
 
     async def ensure_watch(self, nursery: trio.Nursery | None, on_change: OnChange) -> None:
         """Watch the worktree where it is now (again, after it moved); no nursery means no watching.
-
         ``on_change`` hears every batch of changed paths (for subscriptions)."""
         if self.watcher is not None and self.watched != self.info:
             self.forget_watch()
@@ -357,17 +356,15 @@ class WorktreeCapture:
             self._cancel.cancel()
 
     async def _reconcile_when_idle(self, watcher: Watcher) -> None:
-        """After warm captures, once the worktree is quiet, check the warm tree against a full scan.
-
-        Every difference is a change the watcher missed; it is counted as
-        ``watch_miss`` (which must stay 0) and the full scan's result is kept.
-        Each round also checks that the worktree is still where it was opened.
-        """
+        """After warm captures, once the worktree is quiet, check the warm tree against a
+        full scan: each difference is a change the watcher missed (``watch_miss``, which must stay 0); the scan's
+        result is kept. Each round also checks that the worktree is still where it was opened."""
         while True:
             await trio.sleep(PRESENCE_CHECK_S)
             vanished = await trio.to_thread.run_sync(presence.check, self.info, self._root, watcher.vanished)
             if vanished is not None:
                 raise FileNotFoundError(vanished.message)  # the supervisor records it
+            self.resident.end_idle_children()
             if not self._due_for_reconcile():
                 continue
             async with full_scans:  # its turn first, not under the lock: a checkpoint here never waits for it
@@ -392,9 +389,8 @@ class WorktreeCapture:
 
     def watch_counters(self) -> Counter[str]:
         """The watcher's own counts for ``status`` (none without a watcher)."""
-        if self.watcher is None:
+        if (watcher := self.watcher) is None:
             return Counter()
-        watcher = self.watcher
         return Counter({"watcher.events": watcher.events, "watcher.cookie_waits": watcher.cookies.waits,
                         "watcher.rearms": watcher.rearms, "watcher.kernel_checks": watcher.kernel_checks,
                         "watcher.watches": watcher.held(), "watcher.unwatched_ignored": len(watcher.unwatched.folders)})
