@@ -51,6 +51,14 @@ _GIT_ENV = {
 
 
 @pytest.fixture(autouse=True)
+def _own_reconciliation_share(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The daemon-wide share of time for idle reconciliations starts unspent in each test."""
+    from snapshotd.capture import pace
+
+    monkeypatch.setattr(pace, "fleet", pace.FleetShare())
+
+
+@pytest.fixture(autouse=True)
 def _isolated_git(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))

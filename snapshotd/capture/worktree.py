@@ -4,7 +4,7 @@ The engine keeps one :class:`WorktreeCapture` per open worktree and asks it
 for a tree with :meth:`WorktreeCapture.take`. A warm capture applies the live
 watcher's dirty set to the last tree; a cold one is a full scan. When the
 worktree is quiet after warm captures, the idle reconciliation checks the warm
-tree against a full scan and reports every change the watcher missed.
+tree against a full scan, paced (:mod:`.pace`), and reports what the watcher missed.
 
 The worktree's own tasks (its watcher, the idle reconciliation, the presence
 check) run under :meth:`WorktreeCapture._run`, a supervisor: a task that fails
@@ -29,6 +29,7 @@ from snapshotd.capture import presence
 from snapshotd.capture.core import capture_cold
 from snapshotd.capture.gitlinks import moved as moved_gitlinks
 from snapshotd.capture.misses import VerifyResult, watch_misses
+from snapshotd.capture.pace import ReconcilePace
 from snapshotd.capture.resident import Resident
 from snapshotd.capture.state import CaptureResult, CaptureStats, StatCache, Then, make_fence
 from snapshotd.capture.warm import WarmBasis, WarmState, capture_warm, signature_of
@@ -70,6 +71,7 @@ class WorktreeCapture:
         self.watched: WorktreeInfo | None = None  # where the watcher was started (the worktree may have moved since)
         self.warm: WarmState | None = None
         self.needs_reconcile = False
+        self.pace = ReconcilePace()  # how soon the next reconciliation may come (capture/pace.py)
         self.last_activity = time.monotonic()
         self.vanished: presence.Vanished | None = None  # the worktree is no longer where it was opened
         self.failure: str | None = None  # why the worktree's own tasks last failed (it is cold since)
@@ -356,7 +358,7 @@ class WorktreeCapture:
             self._cancel.cancel()
 
     async def _reconcile_when_idle(self, watcher: Watcher) -> None:
-        """After warm captures, once the worktree is quiet, check the warm tree against a
+        """After warm captures, once the worktree is quiet (and its pace allows), check the warm tree against a
         full scan: each difference is a change the watcher missed (``watch_miss``, which must stay 0); the scan's
         result is kept. Each round also checks that the worktree is still where it was opened."""
         while True:
@@ -375,17 +377,19 @@ class WorktreeCapture:
                     if warm.stats.scan != "watch":
                         self.needs_reconcile = False
                         continue
-                    seen = await watcher.seen_since_taken()
+                    began, seen = time.monotonic(), await watcher.seen_since_taken()
                     cold = await self._cold("idle reconciliation")
                     seen |= await watcher.seen_since_taken()
                     self.needs_reconcile = False
                     self.counters["reconciliations"] += 1
-                    await watch_misses(self.info, warm.tree, cold.tree, "idle reconciliation", self.counters, seen)
+                    misses = await watch_misses(self.info, warm.tree, cold.tree, "idle reconciliation",
+                                                self.counters, seen)
+                    self.pace.done(began, missed=bool(misses))
             self.last_activity = time.monotonic()
 
     def _due_for_reconcile(self) -> bool:
         quiet = time.monotonic() - self.last_activity >= RECONCILE_IDLE_S
-        return self.needs_reconcile and quiet and self.watching and not self.lock.locked()
+        return self.needs_reconcile and quiet and self.watching and not self.lock.locked() and self.pace.due()
 
     def watch_counters(self) -> Counter[str]:
         """The watcher's own counts for ``status`` (none without a watcher)."""
