@@ -237,6 +237,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="request-cost-", dir=args.work))
     try:
         make_synthetic(work / "repo", args.files, commit=True)
+        git(work / "repo", "repack", "-a", "-d", "-q")  # else the daemon's background packing packs them in a round
         if args.attributes or args.crlf:
             (work / "repo" / ".gitattributes").write_text(f"* text=auto eol={'crlf' if args.crlf else 'lf'}\n")
             git(work / "repo", "add", ".gitattributes")

@@ -44,7 +44,7 @@ from .trees import Tree
 
 CALL_TIMEOUT_S = 60.0
 PING_EVERY_S = 0.05
-RECONCILE_WAIT_S = 7.0
+RECONCILE_WAIT_S = 2.0
 
 
 @dataclass
@@ -200,8 +200,10 @@ async def run_level(
                 window.stop = True
         if spy is not None:
             await trio.to_thread.run_sync(spy.wait)
-        log(f"    {sessions} sessions: window done, waiting for the idle reconciliation ...")
-        await trio.sleep(RECONCILE_WAIT_S)
+        log(f"    {sessions} sessions: window done, verifying each worktree ...")
+        await trio.sleep(RECONCILE_WAIT_S)  # the sessions' last checkpoints answered
+        for tree in trees:  # a full scan against the warm tree: each difference counts as a watch_miss
+            await daemon.call("verify", {"path": str(tree.path)})
         status = await daemon.call("status")
         peak = daemon.peak_rss()
     objects = count_objects(trees[0].path)

@@ -4,16 +4,17 @@ the time for all worktrees together.
 The reconciliation (capture/worktree.py) compares the warm tree with a full
 scan once a worktree is quiet after warm captures: the check that the watcher
 missed nothing (``watch_miss``, which has stayed 0). Run after every burst, it
-cost a full scan per agent turn: 40 ms of CPU a turn at 2,000 files, over a
-second at 20,000 (``bench.request_cost --idle-turns``), five to a hundred
-times the turn's own checkpoint, and at 250 worktrees of a big repository
-more than the daemon's core. So a worktree's first reconciliation comes at
-its first quiet moment, as before; after each that finds nothing the next
-waits twice as long (:data:`FIRST_SPACING_S` up to :data:`LONGEST_SPACING_S`),
-and one that finds a miss brings them back to every quiet moment. Across the
-daemon, reconciliations take at most :data:`SHARE` of the time: after one of
-``d`` seconds the next, of any worktree, waits ``d * (1 / SHARE - 1)``.
-``verify`` and ``exact`` are asked for and never wait here.
+cost a full scan per agent turn, which grows with the tree: an agent's turn a
+pause apart cost 41 ms of CPU at 2,000 files and 161 ms at 20,000 with it, 14
+and 34 ms paced (``bench.request_cost --idle-turns``), and 250 worktrees of a
+big repository would spend the daemon's core on it. So a worktree's first
+reconciliation comes at its first quiet moment, as before; after each that
+finds nothing the next waits twice as long (:data:`FIRST_SPACING_S` up to
+:data:`LONGEST_SPACING_S`), and one that finds a miss brings them back to
+every quiet moment. Across the daemon, reconciliations take at most
+:data:`SHARE` of the time: after one of ``d`` seconds the next, of any
+worktree, waits ``d * (1 / SHARE - 1)``. ``verify`` and ``exact`` are asked
+for and never wait here.
 """
 
 from __future__ import annotations
