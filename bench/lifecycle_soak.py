@@ -71,6 +71,14 @@ class Slot:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def differing_paths(path: Path, ours: str, git_tree: str) -> str:
+    """``git diff-tree`` of the two trees, read now (the worktree and its objects may be gone by the report)."""
+    try:
+        return os.fsdecode(git(path, "diff-tree", "-r", ours, git_tree)).strip().replace("\n", "; ")
+    except (RuntimeError, OSError) as error:
+        return f"(not read: {error})"
+
+
 class Soak:
     def __init__(self, root: Path, options: argparse.Namespace) -> None:
         self.root = root
@@ -245,8 +253,10 @@ class Soak:
             want = oracle_tree(path, fresh_index=slot.kind == "plain")
             self.count("compared")
             if done["checkpoint"]["tree"] != want:
+                paths = differing_paths(path, done["checkpoint"]["tree"], want)
                 with self.lock:
-                    self.differences.append(f"{path}: snapshotd {done['checkpoint']['tree']}, git {want}")
+                    self.differences.append(f"{path} ({slot.kind}, {done['stats']['scan']} capture): snapshotd "
+                                            f"{done['checkpoint']['tree']}, git {want}: {paths}")
 
     def pinger(self) -> None:
         while not self.stop.is_set():

@@ -90,6 +90,25 @@ async def test_a_rule_that_no_longer_ignores_the_folder_gets_it_watched(tmp_path
     capture.close()
 
 
+async def test_a_rule_taken_back_as_a_new_folder_appears_still_gets_the_folder_watched(tmp_path, nursery):
+    """The new folder's walk reads the new rules first; the full scan after it must still decide the folders
+    left out under the old ones again (the lifecycle soak's first difference from git in this code)."""
+    repo = init_repo(tmp_path / "r", (".gitignore", "build/\n*.log\n"), ("src/a.js", "a\n"))
+    (repo / "build" / "o0").mkdir(parents=True)
+    ignored_too = tmp_path / "r" / "src" / "target"
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None and capture.watcher.unwatched.folders == {"build"}
+    write(repo / ".gitignore", "*.log\ntarget/\n")
+    write(repo / "feature" / "inner" / "x.js", "a new folder, walked in the same batch\n")
+    write(ignored_too / "y.o", "ignored by the rule given\n")  # a folder the rules come to ignore meanwhile
+    rescanned = await capture.take()
+    assert rescanned.stats.scan == "full" and rescanned.tree == oracle_tree(repo)
+    assert capture.watcher.unwatched.folders == {"src/target"}
+    write(repo / "build" / "o0" / "x.o", "written after the scan: only the watch sees it\n")
+    await warm_equals_git(capture, repo)
+    capture.close()
+
+
 async def test_a_folder_the_rules_come_to_ignore_loses_its_watches(tmp_path, nursery):
     """``npm install``, then ``node_modules/`` added to the rules: its watches go at the next capture."""
     repo = init_repo(tmp_path / "r", (".gitignore", "*.log\n"), ("src/a.js", "a\n"))

@@ -206,21 +206,27 @@ class UnwatchedFolders:
         self._oracle = IgnoreOracle()
         self._rules = _Rules()
         self._basis: tuple[object, ...] | None = None  # the rules' stat data and the watcher's count of rule events
+        self._decided: tuple[object, ...] | None = None  # the basis every folder left out was decided under
         self._changed: set[str] = set()  # ignore files events named since the words were last read
 
-    def begin(self, rule_events: int, *, full: bool) -> bool:
+    def begin(self, rule_events: int, *, full: bool) -> None:
         """Before a walk: look at the rules again (their files' stat data too when ``full``), and start
-        check-ignore anew if they may have changed; True when they may have."""
+        check-ignore anew if they may have changed."""
         signature = signature_of(rule_sources(self.info)) if full or self._basis is None else self._basis[0]
         basis = (signature, rule_events)
         self.tracked.refresh()
         if basis == self._basis:
-            return False
+            return
         self._basis, self._rules = basis, _Rules()
         for path in [*exclude_files(self.info, config_files(self.info)), *self._changed]:
             self.words.read_file(path)
         self._changed.clear()
-        return True
+
+    def start_over(self, rule_events: int) -> None:
+        """Before a walk of the whole worktree: every folder is decided anew, under the rules as they are now."""
+        self.begin(rule_events, full=True)
+        self.forget_under("")
+        self._decided = self._basis
 
     def note_rules(self, path: str) -> None:
         """An event named the ignore file ``path`` (absolute): its words are read before the next decision."""
@@ -274,9 +280,12 @@ class UnwatchedFolders:
         watched (git no longer ignores it whole), and of the folders ``watched`` (absolute paths), the
         outermost ones git now ignores whole, left out from here on (their watches are the caller's to drop)."""
         try:
-            if not self.begin(rule_events, full=True):
+            self.begin(rule_events, full=True)  # a walk of new folders may have begun under new rules already
+            if self._basis == self._decided:
                 return False, []
-            return self._decide_again(root, watched)
+            decisions = self._decide_again(root, watched)
+            self._decided = self._basis
+            return decisions
         finally:
             self._oracle.close()  # an idle worktree keeps no child: the next question starts one
 

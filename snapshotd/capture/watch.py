@@ -172,8 +172,7 @@ class Watcher:
         before = dict(self._folder_of)
         self._folder_of.clear()
         self._wd_of.clear()
-        self.unwatched.begin(self.rule_events, full=True)
-        self.unwatched.forget_under("")
+        self.unwatched.start_over(self.rule_events)
         try:
             watch_tree(self, self.root, "", Budget(self.ceiling, halt=self._halt, room=room))
         except BaseException:
