@@ -5,7 +5,7 @@ The reconciliation (capture/worktree.py) compares the warm tree with a full
 scan once a worktree is quiet after warm captures: the check that the watcher
 missed nothing (``watch_miss``, which has stayed 0). Run after every burst, it
 cost a full scan per agent turn, which grows with the tree: an agent's turn a
-pause apart cost 41 ms of CPU at 2,000 files and 161 ms at 20,000 with it, 14
+pause apart cost 34 ms of CPU at 2,000 files and 161 ms at 20,000 with it, 14
 and 34 ms paced (``bench.request_cost --idle-turns``), and 250 worktrees of a
 big repository would spend the daemon's core on it. So a worktree's first
 reconciliation comes at its first quiet moment, as before; after each that
