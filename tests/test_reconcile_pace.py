@@ -93,3 +93,20 @@ async def test_worktrees_reconciliations_together_take_a_share_of_the_time(tmp_p
     assert await reconciled(second_counters, 1, within=3)
     first.close()
     second.close()
+
+
+async def test_a_miss_verify_finds_brings_the_reconciliation_back_too(tmp_path, nursery, quick, monkeypatch):
+    monkeypatch.setattr(pace, "FIRST_SPACING_S", 60.0)
+    repo = make_repo(tmp_path / "r")
+    capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
+    await a_turn(capture, repo, "one\n")
+    assert await reconciled(counters, 1, within=5)
+    assert capture.pace.spacing == 60.0
+    with open(repo / "src" / "a.py", "r+b") as handle, mmap.mmap(handle.fileno(), 0) as mapped:
+        mapped[:5] = b"PRINT"  # through a shared mapping: inotify reports nothing
+        mapped.flush()
+        async with capture.lock:
+            assert [miss.path for miss in (await capture.verify()).differences] == ["src/a.py"]
+    await a_turn(capture, repo, "two\n")
+    assert await reconciled(counters, 2, within=10)  # at the next quiet moment, not a minute later
+    capture.close()

@@ -14,7 +14,7 @@ finds nothing the next waits twice as long (:data:`FIRST_SPACING_S` up to
 every quiet moment. Across the daemon, reconciliations take at most
 :data:`SHARE` of the time: after one of ``d`` seconds the next, of any
 worktree, waits ``d * (1 / SHARE - 1)``. ``verify`` and ``exact`` are asked
-for and never wait here.
+for and never wait here; a miss ``verify`` finds resets the spacing too.
 """
 
 from __future__ import annotations
@@ -59,3 +59,8 @@ class ReconcilePace:
         self.last = ended
         self.spacing = 0.0 if missed else min(LONGEST_SPACING_S, max(FIRST_SPACING_S, 2 * self.spacing))
         fleet.spent(began, ended)
+
+    def verified(self, *, missed: bool) -> None:
+        """``verify`` ran: a miss it found brings the reconciliation back at every quiet moment."""
+        if missed:
+            self.spacing = 0.0

@@ -176,8 +176,7 @@ class WorktreeCapture:
             if applied:
                 reason = "new paths for a full scan (many, or rules in a folder met anew) or a pruned store"
             return await self._cold(reason, hints=dirty | applied)
-        if applied:
-            self.needs_reconcile = True
+        self.needs_reconcile = self.needs_reconcile or bool(applied)
         stats.skipped = dict(warm.skipped)
         stats.ms = ((done[0] if done else time.perf_counter()) - started) * 1000
         self.counters["processes"] += stats.processes
@@ -226,17 +225,18 @@ class WorktreeCapture:
     def forget_objects(self) -> None:
         """Drop the warm tree, the stat cache and the open store: a prune may have removed objects they name
         (libgit2's object cache may still hold them). The next capture hashes afresh, in a store opened anew."""
-        self.warm = None
-        self.cache = StatCache()
+        self.warm, self.cache = None, StatCache()
         self.resident.close()
 
     async def verify(self) -> VerifyResult:
-        """The warm state against a full scan now; the scan's result becomes the warm state. Callers hold ``lock``."""
+        """The warm state against a full scan now; the scan's result becomes the warm state (a miss brings the
+        idle reconciliation back at every quiet moment). Callers hold ``lock``."""
         warm = await self.take()
         started = time.perf_counter()
         disk = await self._cold("verify")
         scan_ms = (time.perf_counter() - started) * 1000
         differences = await watch_misses(self.info, warm.tree, disk.tree, "verify", self.counters)
+        self.pace.verified(missed=bool(differences))
         return VerifyResult(differences, scan_ms)
 
     # --- watching ----------------------------------------------------------------
