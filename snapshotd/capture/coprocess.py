@@ -44,7 +44,6 @@ class WarmChild:
         self._retire = False
         self._looked_in: set[str] = set()  # the folders the child may have read rules in, and those above
         self.started = 0  # children started, ever: a capture counts its own from the difference
-        self.carried = 0  # times a child went on answering for the next warm state (:meth:`carry`)
         self._used = 0.0  # when the child was last asked (monotonic)
 
     def _child(self, target: GitTarget, rules: object, index_file: str | None = None) -> Session | None:
@@ -96,7 +95,6 @@ class WarmChild:
                 self._end()
             else:
                 self._started_for = weakref.ref(new)
-                self.carried += 1
         finally:
             self._lock.release()
 
