@@ -147,11 +147,11 @@ async def idle_turns(checkout: Path, repo: Path, edited: list[Path], turns: int,
         started, before = await daemon.processes_started(), daemon.cpu_seconds_with_git()
         own, waits = [], []
         for index in range(turns):
-            folder = edited[index % len(edited)].parent
-            (folder / f"new-{next(SERIAL)}.txt").write_text(f"new {index}\n")
-            with open(edited[index % len(edited)], "ab") as out:
-                out.write(b"edit\r\n" if b"\r\n" in edited[index % len(edited)].read_bytes() else b"edit\n")
-            with open(folder / "run.log", "a") as log:
+            tracked = edited[index % len(edited)]
+            (tracked.parent / f"new-{next(SERIAL)}.txt").write_text(f"new {index}\n")
+            with open(tracked, "ab") as out:
+                out.write(b"edit\r\n" if b"\r\n" in tracked.read_bytes() else b"edit\n")
+            with open(tracked.parent / "run.log", "a") as log:
                 log.write(f"line {index}\n")
             began = trio.current_time()
             result = await daemon.call("checkpoint", work.where)
