@@ -20,6 +20,7 @@ from test_watch_limits import capture_of
 
 from snapshotd.capture.unwatched import PatternWords
 from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.engine.registry import watch_counts
 
 
 def make_folders(root: Path, count: int, file: str = "index.js") -> None:
@@ -56,7 +57,7 @@ async def test_a_folder_git_ignores_is_not_watched_and_costs_no_event(tmp_path, 
     assert capture.watcher is not None
     assert capture.watcher.unwatched.folders == {"node_modules"}
     assert watched_paths(capture) == {"src"}
-    counts = capture.watch_counters()
+    counts = watch_counts(capture)
     assert counts["watcher.unwatched_ignored"] == 1 and counts["watcher.watches"] == capture.watcher.held()
     make_folders(repo / "node_modules", 40, "more.js")  # an install: new folders and files
     write(repo / "node_modules" / "pkg3" / "lib" / "index.js", "changed\n")

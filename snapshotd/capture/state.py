@@ -11,6 +11,7 @@ import os
 import secrets
 import stat
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -144,6 +145,13 @@ class CaptureStats:
 
     def skip(self, path: str, reason: str, *, size: int | None = None, cap: int | None = None) -> None:
         self.skipped[path] = Skip(reason, size, cap)
+
+    def count_into(self, counters: Counter[str]) -> None:
+        """Add this capture to the counts ``status`` reports: its processes, its kind, the kind of its fallback."""
+        counters["processes"] += self.processes
+        counters[f"captures.{self.scan}"] += 1
+        if self.fallback:
+            counters["fallbacks." + ("object_format" if self.fallback.startswith("object format") else "git_index")] += 1
 
     def to_wire(self) -> dict[str, Any]:
         return {

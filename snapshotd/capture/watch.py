@@ -12,7 +12,6 @@ suspect: the next capture is a full scan, after a re-arm from a new walk.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import threading
@@ -33,14 +32,13 @@ from snapshotd.capture.inotify import (
     IN_MOVED_TO,
     IN_Q_OVERFLOW,
     IN_UNMOUNT,
-    OPEN_FOLDER,
     Inotify,
 )
 from snapshotd.capture.presence import GONE, MOVED
 from snapshotd.capture.unwatched import UnwatchedFolders
 from snapshotd.capture.watchpaths import IGNORE_RULES, classify
 from snapshotd.capture.watchsupply import supply
-from snapshotd.capture.watchwalk import Budget, watch_tree
+from snapshotd.capture.watchwalk import Budget, watch_each, watch_tree
 from snapshotd.errors import WatchGivenUp
 from snapshotd.settings import watch_ceiling
 from snapshotd.store.identity import WorktreeInfo
@@ -91,6 +89,7 @@ class Watcher:
         self.vanished: str | None = None  # the root itself was moved or deleted (presence.MOVED, GONE): the watch ends
         self._on_change = on_change
         self._started = trio.Event()
+        self._walking = trio.Event()  # the first walk's turn came (walks take turns: watchsupply)
         self._git_dir = os.path.realpath(info.git_dir) if info.git_dir else None
         self._inotify: Inotify | None = None
         self._folder_of: dict[int, str] = {}  # wd -> absolute folder path
@@ -181,14 +180,9 @@ class Watcher:
         extras = [self.cookie_dir]
         if self._git_dir is not None:
             extras += [self._git_dir, os.path.join(self._git_dir, "info")]
-        for extra in extras:  # folders outside the walk, each on its own
-            with contextlib.suppress(OSError):
-                fd = os.open(extra, OPEN_FOLDER)
-                try:
-                    self.watch_folder(fd, extra)
-                finally:
-                    os.close(fd)
-        for wd in (before.keys() | self._inotify.kernel_watches()) - self._folder_of.keys():
+        watch_each(self, extras)  # folders outside the walk
+        stale = before.keys() | (self._inotify.kernel_watches() if self.rearms else set())  # none in a new instance
+        for wd in stale - self._folder_of.keys():
             self._inotify.remove(wd)
         self.rearms += 1
         if self.suspect is None:
@@ -254,6 +248,7 @@ class Watcher:
             self._inotify = Inotify()
             supply.join(self)
             async with supply.walks:
+                self._walking.set()
                 supply.fits(self, self.need)
                 await trio.to_thread.run_sync(self.arm, supply.room(self))
             self.live = served = True
@@ -282,6 +277,7 @@ class Watcher:
         finally:
             self.live = False
             self._started.set()
+            self._walking.set()
             self._halt.set()
             with trio.CancelScope(shield=True):  # a capture's re-arm on a worker thread stops at its next folder
                 while self._arming is not None:
@@ -322,8 +318,11 @@ class Watcher:
             if inside and self.unwatched.met_anew(rel):
                 watch_tree(self, self.root, rel, budget)
 
-    async def wait_started(self, timeout: float) -> bool:
-        """Wait until the watch is confirmed live (or failed); True when live."""
+    async def wait_started(self, timeout: float, queued: float = 0.0) -> bool:
+        """Wait until the watch is confirmed live (or failed); True when live. ``timeout`` counts from the first
+        walk's turn among the walks, itself waited for at most ``queued``."""
+        with trio.move_on_after(queued):
+            await self._walking.wait()
         with trio.move_on_after(timeout):
             await self._started.wait()
         return self.live

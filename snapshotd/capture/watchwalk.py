@@ -206,3 +206,14 @@ def watch_tree(table: WatchTable, root: str, rel: str, budget: Budget) -> int:
         return walk(table, fd, os.path.join(root, rel) if rel else root, rel, budget, root)
     finally:
         os.close(fd)
+
+
+def watch_each(table: WatchTable, folders: list[str]) -> None:
+    """Watch each folder on its own, none below it (folders outside the worktree's walk); one gone is left."""
+    for folder in folders:
+        with contextlib.suppress(OSError):
+            fd = os.open(folder, OPEN_FOLDER)
+            try:
+                table.watch_folder(fd, folder)
+            finally:
+                os.close(fd)

@@ -42,7 +42,8 @@ from snapshotd.threads import current_caller, full_scan_turn, full_scans, thread
 
 log = logging.getLogger(__name__)
 
-WATCH_START_TIMEOUT_S = 5.0
+WATCH_START_TIMEOUT_S = 5.0  # a first walk that takes longer leaves the request to a full scan unwatched
+WATCH_QUEUE_WAIT_S = 30.0  # what it waits for the walk's turn (25 first walks of 100,000 files: 15 s)
 RECONCILE_IDLE_S = 5.0
 PRESENCE_CHECK_S = RECONCILE_IDLE_S / 2
 VANISH_GRACE_S = 0.3  # a failed capture looks again after this for a worktree being deleted
@@ -179,20 +180,17 @@ class WorktreeCapture:
         self.needs_reconcile = self.needs_reconcile or bool(applied)
         stats.skipped = dict(warm.skipped)
         stats.ms = ((done[0] if done else time.perf_counter()) - started) * 1000
-        self.counters["processes"] += stats.processes
-        self.counters["captures.watch"] += 1
+        stats.count_into(self.counters)
         return CaptureResult(tree=warm.tree, stats=stats, index=None, flagged=set())
 
     async def _cold(self, reason: str, hints: set[str] | None = None) -> CaptureResult:
         """A full scan, in its turn among them; paths the watcher saw change are re-hashed even if their stat
         data look clean."""
-        keep, hints, epoch = self.watching, set(hints or ()), None
-        if keep and (watcher := self.watcher) is not None:
-            self.counters[f"cold_reasons.{reason}"] += 1
-            await watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
-            hints |= watcher.take()[0]  # the full scan covers everything the watcher saw so far
-            epoch = watcher.rules_epoch()
+        hints = set(hints or ())
+        keep, epoch = await self._watched_scan(reason, hints, late=False)
         async with full_scan_turn():  # a warm capture always finds a thread
+            if not keep:  # a watch come live while this scan waited for its turn (a fleet's start) serves it
+                keep, epoch = await self._watched_scan(reason, hints, late=True)
             basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
             try:
                 result = await capture_cold(self.info, self.cache, self.size_cap, hints=hints, resident=self.resident)
@@ -207,12 +205,19 @@ class WorktreeCapture:
             self.resident.carry_children(old, self.warm, hints)  # what they answered holds for the new one
         else:
             self.resident.end_children()  # they answered under the rules of the warm state this one replaces
-        self.counters["processes"] += result.stats.processes
-        self.counters[f"captures.{result.stats.scan}"] += 1
-        if result.stats.fallback:
-            kind = "object_format" if result.stats.fallback.startswith("object format") else "git_index"
-            self.counters[f"fallbacks.{kind}"] += 1
+        result.stats.count_into(self.counters)
         return result
+
+    async def _watched_scan(self, reason: str, hints: set[str], *, late: bool) -> tuple[bool, tuple[object, ...] | None]:
+        """Ready a full scan whose result becomes the warm state: whether it can (watched), the rules' epoch."""
+        if not self.watching or (watcher := self.watcher) is None:
+            return False, None
+        self.counters[f"cold_reasons.{reason}"] += 1
+        if late:
+            await watcher.sync()  # its walk's events filed: a folder deleted meanwhile is no lost watch
+        await watcher.ensure_whole(always=True)  # watches re-armed before the scan reads the disk
+        hints |= watcher.take()[0]  # the full scan covers everything the watcher saw so far
+        return True, watcher.rules_epoch()
 
     def _forget_failed_capture(self, dirty: set[str]) -> None:
         """A capture failed part-way: drop the warm state it may have half changed, keep what it took. The next
@@ -251,6 +256,8 @@ class WorktreeCapture:
         if self._root is None:  # the root as this request finds it: one made anew later is not this one
             self._root = await trio.to_thread.run_sync(presence.root_id, self.info.path, limiter=thread_limiter)
         if nursery is None or self.watcher is not None or not self._retry.due():
+            if self.watcher is not None and not self.watcher.live:  # starting: wait as the request that started it
+                await self.watcher.wait_started(WATCH_START_TIMEOUT_S, WATCH_QUEUE_WAIT_S)
             return
         if not facilities.available("inotify"):  # lost since the engine started (inotify_init1 said ENOSYS)
             return
@@ -264,7 +271,7 @@ class WorktreeCapture:
         self.watcher = watcher
         self.watched = self.info
         nursery.start_soon(self._run, watcher)
-        if not await watcher.wait_started(WATCH_START_TIMEOUT_S):
+        if not await watcher.wait_started(WATCH_START_TIMEOUT_S, WATCH_QUEUE_WAIT_S):
             self.counters["watch_failures"] += 1
 
     def forget_watch(self) -> None:
@@ -390,11 +397,3 @@ class WorktreeCapture:
     def _due_for_reconcile(self) -> bool:
         quiet = time.monotonic() - self.last_activity >= RECONCILE_IDLE_S
         return self.needs_reconcile and quiet and self.watching and not self.lock.locked() and self.pace.due()
-
-    def watch_counters(self) -> Counter[str]:
-        """The watcher's own counts for ``status`` (none without a watcher)."""
-        if (watcher := self.watcher) is None:
-            return Counter()
-        return Counter({"watcher.events": watcher.events, "watcher.cookie_waits": watcher.cookies.waits,
-                        "watcher.rearms": watcher.rearms, "watcher.kernel_checks": watcher.kernel_checks,
-                        "watcher.watches": watcher.held(), "watcher.unwatched_ignored": len(watcher.unwatched.folders)})

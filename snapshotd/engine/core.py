@@ -31,7 +31,7 @@ from snapshotd.engine.disk import disk_refusals
 from snapshotd.engine.locked import Locked, locked
 from snapshotd.engine.packing import BackgroundPacking
 from snapshotd.engine.recording import record_many
-from snapshotd.engine.registry import Registry, WorktreeState
+from snapshotd.engine.registry import Registry, WorktreeState, watch_counts
 from snapshotd.engine.repair import repair
 from snapshotd.engine.subscriptions import Subscriptions, require_connection
 from snapshotd.errors import InvalidParams, MethodNotFound, Unsupported, WorktreeMismatch
@@ -379,7 +379,7 @@ class Engine:
         counters.setdefault("watch_miss", 0)
         states = self.registry.shown()  # a copy: other requests open worktrees while this one awaits
         for state in states:
-            for name, count in state.capture.watch_counters().items():
+            for name, count in watch_counts(state.capture).items():
                 counters[name] = counters.get(name, 0) + count
         return {
             "worktrees": [await self.registry.wire_worktree(state, summary=True) for state in states],

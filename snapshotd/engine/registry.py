@@ -346,3 +346,12 @@ class Registry:
         for state in self.worktrees.values():
             state.capture.close()
         self.worktrees.clear()
+
+
+def watch_counts(capture: WorktreeCapture) -> Counter[str]:
+    """A worktree's watcher's own counts for ``status`` (none without a watcher)."""
+    if (watcher := capture.watcher) is None:
+        return Counter()
+    return Counter({"watcher.events": watcher.events, "watcher.cookie_waits": watcher.cookies.waits,
+                    "watcher.rearms": watcher.rearms, "watcher.kernel_checks": watcher.kernel_checks,
+                    "watcher.watches": watcher.held(), "watcher.unwatched_ignored": len(watcher.unwatched.folders)})

@@ -1,0 +1,87 @@
+"""A fleet's start: worktrees opened together, their first walks taking turns (capture/watchsupply.py).
+
+At a daemon's start under 250 sessions on 25 worktrees of 100,000 files, the
+first walks take half a second each, one at a time. A first request that gave
+up waiting after 5 s scanned the worktree unwatched, and its next capture
+scanned it again: two full scans instead of one, and the last worktree's first
+answer came after half a minute. Now a request waits for its walk's turn (the
+5 s count the walk's own time), and a full scan that waited for its turn while
+the walk ended becomes the warm state. Each test checks the trees against git's.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import trio
+from oracle import oracle_tree
+from repo_helpers import init_repo, write
+from test_watch_limits import capture_of
+
+from snapshotd.capture import worktree
+from snapshotd.capture.state import CaptureResult
+from snapshotd.capture.watchsupply import supply
+from snapshotd.capture.worktree import WorktreeCapture
+from snapshotd.threads import full_scans
+
+
+async def first_request(capture: WorktreeCapture, nursery: trio.Nursery, results: list[CaptureResult]) -> None:
+    """What the engine does for a worktree's first checkpoint: watch it, then capture under its lock."""
+    await capture.ensure_watch(nursery, lambda paths, overflow: None)
+    async with capture.lock:
+        results.append(await capture.take())
+
+
+async def next_capture_is_warm(capture: WorktreeCapture, repo, counters: Counter[str]) -> None:
+    write(repo / "src" / "a.py", "a changed\n")
+    async with capture.lock:
+        second = await capture.take()
+    assert second.stats.scan == "watch", counters
+    assert second.tree == oracle_tree(repo)
+    assert counters["captures.full"] == 1, counters
+
+
+async def test_first_requests_wait_for_their_walks_turn_and_share_one_full_scan(tmp_path, nursery, monkeypatch):
+    """The worktree's other sessions wait for the walk too, instead of scanning it unwatched meanwhile."""
+    monkeypatch.setattr(worktree, "WATCH_START_TIMEOUT_S", 0.2)
+    repo = init_repo(tmp_path / "r", ("src/a.py", "a\n"), ("docs/b.md", "b\n"))
+    counters: Counter[str] = Counter()
+    capture = capture_of(repo, tmp_path / "home", counters)
+    results: list[CaptureResult] = []
+    # supply.walks: the walks of the worktrees ahead, held for longer than the start timeout
+    async with trio.open_nursery() as requests, supply.walks:
+        requests.start_soon(first_request, capture, nursery, results)
+        await trio.sleep(0.1)
+        requests.start_soon(first_request, capture, nursery, results)  # another session's first checkpoint
+        await trio.sleep(1.0)
+        assert not results  # both still wait for the walk's turn, neither scans unwatched
+    assert [each.stats.scan for each in results] == ["full", "watch"]
+    assert all(each.tree == oracle_tree(repo) for each in results)
+    await next_capture_is_warm(capture, repo, counters)
+
+
+async def test_a_full_scan_that_waited_while_the_walk_ended_becomes_the_warm_state(tmp_path, nursery, monkeypatch):
+    monkeypatch.setattr(worktree, "WATCH_START_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(worktree, "WATCH_QUEUE_WAIT_S", 0.1)
+    repo = init_repo(tmp_path / "r", ("src/a.py", "a\n"), ("docs/b.md", "b\n"))
+    counters: Counter[str] = Counter()
+    capture = capture_of(repo, tmp_path / "home", counters)
+    results: list[CaptureResult] = []
+    others = [object() for _ in range(int(full_scans.total_tokens))]
+    async with trio.open_nursery() as requests:
+        for other in others:  # the full scans of the worktrees ahead
+            await full_scans.acquire_on_behalf_of(other)
+        try:
+            async with supply.walks:
+                requests.start_soon(first_request, capture, nursery, results)
+                await trio.sleep(0.5)  # the request gave up on the walk and waits for its scan's turn
+                assert not capture.watching and not results
+            with trio.fail_after(10):
+                while not capture.watching:  # the walk ran and ended while the scan still waited
+                    await trio.sleep(0.01)
+        finally:
+            for other in others:
+                full_scans.release_on_behalf_of(other)
+    (first,) = results
+    assert first.stats.scan == "full" and first.tree == oracle_tree(repo)
+    await next_capture_is_warm(capture, repo, counters)
