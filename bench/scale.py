@@ -45,6 +45,7 @@ from .trees import Tree
 CALL_TIMEOUT_S = 60.0
 PING_EVERY_S = 0.05
 RECONCILE_WAIT_S = 2.0
+SLOWEST_SHOWN = 5
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Window:
     pool: list[AsyncClient] = field(default_factory=list)
     phases: dict[str, list[float]] = field(default_factory=dict)  # the daemon's split of each capture's time
     halves: tuple[list[float], list[float]] = field(default_factory=lambda: ([], []))  # latencies by when they began
+    late: list[dict[str, Any]] = field(default_factory=list)  # the second half's captures: what a slow one waited for
 
     def half(self, t: float) -> list[float]:
         """The latencies of captures begun in the window's first or second half (is the start's work still felt?)."""
@@ -116,6 +118,9 @@ async def _session(
             if counted:
                 window.latencies.append((trio.current_time() - t0) * 1000)
                 window.half(t0).append(window.latencies[-1])
+                if window.half(t0) is window.halves[1]:
+                    window.late.append({"ms": round(window.latencies[-1], 1), "began_s": round(t0 - window.start, 1),
+                                        "scan": result["stats"]["scan"], "phases": result["stats"].get("phases", {})})
                 window.scans[result["stats"]["scan"]] += 1
                 for phase, ms in result["stats"].get("phases", {}).items():  # absent from an older daemon
                     window.phases.setdefault(phase, []).append(ms)
@@ -229,6 +234,7 @@ async def run_level(
         "latency_ms": summarize(window.latencies),
         "latency_ms_by_half": [summarize(half) for half in window.halves],
         "phases_ms": {phase: summarize(values) for phase, values in window.phases.items()},
+        "slowest_second_half": sorted(window.late, key=lambda each: -each["ms"])[:SLOWEST_SHOWN],
         "scans": dict(window.scans),
         "processes_in_window": proc_end - proc_start,
         "processes_per_capture": round((proc_end - proc_start) / max(completed, 1), 4),
@@ -346,6 +352,9 @@ async def run(
                     f"{phase} {figures.get('median')} / {figures.get('p99')}"
                     for phase, figures in result["phases_ms"].items()
                 ))
+            for slow in result["slowest_second_half"]:
+                log(f"      slow in the second half: {slow['ms']} ms, begun at {slow['began_s']} s, {slow['scan']}, "
+                    + ", ".join(f"{phase} {ms:.1f}" for phase, ms in slow["phases"].items()))
             out.append(result)
             clear_sessions(trees)
     return out
