@@ -4,9 +4,10 @@ At a daemon's start under 250 sessions on 25 worktrees of 100,000 files, the
 first walks take half a second each, one at a time. A first request that gave
 up waiting after 5 s scanned the worktree unwatched, and its next capture
 scanned it again: two full scans instead of one, and the last worktree's first
-answer came after half a minute. Now a request waits for its walk's turn (the
-5 s count the walk's own time), and a full scan that waited for its turn while
-the walk ended becomes the warm state. Each test checks the trees against git's.
+answer came after half a minute. Now a request whose scan is dear waits for its
+walk's turn (the 5 s count the walk's own time), and a full scan that waited for
+its turn while the walk ended becomes the warm state. Each test checks the trees
+against git's.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from oracle import oracle_tree
 from repo_helpers import init_repo, write
 from test_watch_limits import capture_of
 
-from snapshotd.capture import worktree
+from snapshotd.capture import firstwalk
 from snapshotd.capture.state import CaptureResult
 from snapshotd.capture.watchsupply import supply
 from snapshotd.capture.worktree import WorktreeCapture
@@ -43,7 +44,8 @@ async def next_capture_is_warm(capture: WorktreeCapture, repo, counters: Counter
 
 async def test_first_requests_wait_for_their_walks_turn_and_share_one_full_scan(tmp_path, nursery, monkeypatch):
     """The worktree's other sessions wait for the walk too, instead of scanning it unwatched meanwhile."""
-    monkeypatch.setattr(worktree, "WATCH_START_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(firstwalk, "WATCH_START_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(firstwalk, "DEAR_INDEX_BYTES", 0)  # as a big worktree's
     repo = init_repo(tmp_path / "r", ("src/a.py", "a\n"), ("docs/b.md", "b\n"))
     counters: Counter[str] = Counter()
     capture = capture_of(repo, tmp_path / "home", counters)
@@ -61,8 +63,9 @@ async def test_first_requests_wait_for_their_walks_turn_and_share_one_full_scan(
 
 
 async def test_a_full_scan_that_waited_while_the_walk_ended_becomes_the_warm_state(tmp_path, nursery, monkeypatch):
-    monkeypatch.setattr(worktree, "WATCH_START_TIMEOUT_S", 0.1)
-    monkeypatch.setattr(worktree, "WATCH_QUEUE_WAIT_S", 0.1)
+    monkeypatch.setattr(firstwalk, "WATCH_START_TIMEOUT_S", 0.1)
+    monkeypatch.setattr(firstwalk, "WATCH_QUEUE_WAIT_S", 0.1)
+    monkeypatch.setattr(firstwalk, "DEAR_INDEX_BYTES", 0)
     repo = init_repo(tmp_path / "r", ("src/a.py", "a\n"), ("docs/b.md", "b\n"))
     counters: Counter[str] = Counter()
     capture = capture_of(repo, tmp_path / "home", counters)
@@ -85,3 +88,24 @@ async def test_a_full_scan_that_waited_while_the_walk_ended_becomes_the_warm_sta
     (first,) = results
     assert first.stats.scan == "full" and first.tree == oracle_tree(repo)
     await next_capture_is_warm(capture, repo, counters)
+
+
+async def test_a_small_worktree_does_not_wait_for_the_walks_ahead(tmp_path, nursery, monkeypatch):
+    """A scan of a few files is cheaper than waiting for 25 big walks: the request scans unwatched after the
+    start timeout, as before, and the worktree is watched once its walk's turn comes."""
+    monkeypatch.setattr(firstwalk, "WATCH_START_TIMEOUT_S", 0.2)
+    repo = init_repo(tmp_path / "r", ("src/a.py", "a\n"), ("docs/b.md", "b\n"))
+    counters: Counter[str] = Counter()
+    capture = capture_of(repo, tmp_path / "home", counters)
+    results: list[CaptureResult] = []
+    async with trio.open_nursery() as requests, supply.walks:
+        requests.start_soon(first_request, capture, nursery, results)
+        with trio.fail_after(10):
+            while not results:  # answered while the walks ahead still hold their turn
+                await trio.sleep(0.01)
+        assert not capture.watching
+    (first,) = results
+    assert first.stats.scan == "full" and first.tree == oracle_tree(repo)
+    with trio.fail_after(10):
+        while not capture.watching:
+            await trio.sleep(0.01)

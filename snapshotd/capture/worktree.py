@@ -27,6 +27,7 @@ import trio
 from snapshotd import facilities
 from snapshotd.capture import presence
 from snapshotd.capture.core import capture_cold
+from snapshotd.capture.firstwalk import wait_for_walk
 from snapshotd.capture.gitlinks import moved as moved_gitlinks
 from snapshotd.capture.misses import VerifyResult, watch_misses
 from snapshotd.capture.pace import ReconcilePace
@@ -42,8 +43,6 @@ from snapshotd.threads import current_caller, full_scan_turn, full_scans, thread
 
 log = logging.getLogger(__name__)
 
-WATCH_START_TIMEOUT_S = 5.0  # a first walk that takes longer leaves the request to a full scan unwatched
-WATCH_QUEUE_WAIT_S = 30.0  # what it waits for the walk's turn (25 first walks of 100,000 files: 15 s)
 RECONCILE_IDLE_S = 5.0
 PRESENCE_CHECK_S = RECONCILE_IDLE_S / 2
 VANISH_GRACE_S = 0.3  # a failed capture looks again after this for a worktree being deleted
@@ -257,7 +256,7 @@ class WorktreeCapture:
             self._root = await trio.to_thread.run_sync(presence.root_id, self.info.path, limiter=thread_limiter)
         if nursery is None or self.watcher is not None or not self._retry.due():
             if self.watcher is not None and not self.watcher.live:  # starting: wait as the request that started it
-                await self.watcher.wait_started(WATCH_START_TIMEOUT_S, WATCH_QUEUE_WAIT_S)
+                await wait_for_walk(self.watcher, self.info)
             return
         if not facilities.available("inotify"):  # lost since the engine started (inotify_init1 said ENOSYS)
             return
@@ -271,7 +270,7 @@ class WorktreeCapture:
         self.watcher = watcher
         self.watched = self.info
         nursery.start_soon(self._run, watcher)
-        if not await watcher.wait_started(WATCH_START_TIMEOUT_S, WATCH_QUEUE_WAIT_S):
+        if not await wait_for_walk(watcher, self.info):
             self.counters["watch_failures"] += 1
 
     def forget_watch(self) -> None:

@@ -1,0 +1,40 @@
+"""How long a worktree's first requests wait for its first walk, so that their full scan is watched.
+
+A full scan made before the worktree is watched cannot become its warm state:
+the next capture scans again. At a fleet's start (25 worktrees of 100,000
+files, their first walks taking turns: :mod:`.watchsupply`) those second scans
+doubled the work everyone waited behind. So where a scan is dear, a request
+waits for its walk's turn as well as for the walk; where it is cheap, a request
+waits only a little, then scans unwatched (docs/architecture.md, "A fleet's start").
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+from snapshotd.capture.watch import Watcher
+from snapshotd.store.identity import WorktreeInfo
+from snapshotd.threads import thread_limiter
+
+WATCH_START_TIMEOUT_S = 5.0  # the walk's own time; a longer one leaves the request to a full scan unwatched
+WATCH_QUEUE_WAIT_S = 30.0  # what a dear scan's request waits for the walk's turn (25 first walks of 100,000 files: 15 s)
+DEAR_INDEX_BYTES = 1 << 20  # a user's index this big (about 12,000 files) makes a full scan dear
+
+
+def scan_is_dear(info: WorktreeInfo) -> bool:
+    """Whether a full scan of the worktree costs enough to wait for its walk's turn (by its index's size)."""
+    if info.git_dir is None:
+        return False
+    try:
+        return os.stat(os.path.join(info.git_dir, "index")).st_size >= DEAR_INDEX_BYTES
+    except OSError:
+        return False
+
+
+async def wait_for_walk(watcher: Watcher, info: WorktreeInfo) -> bool:
+    """Wait for the worktree's first walk as :data:`WATCH_START_TIMEOUT_S` and :func:`scan_is_dear` say; True when
+    the watch is live."""
+    dear = await trio.to_thread.run_sync(scan_is_dear, info, limiter=thread_limiter)
+    return await watcher.wait_started(WATCH_START_TIMEOUT_S, WATCH_QUEUE_WAIT_S if dear else 0.0)
