@@ -42,13 +42,21 @@ async def next_capture_is_warm(capture: WorktreeCapture, repo, counters: Counter
     assert counters["captures.full"] == 1, counters
 
 
-async def test_first_requests_wait_for_their_walks_turn_and_share_one_full_scan(tmp_path, nursery, monkeypatch):
-    """The worktree's other sessions wait for the walk too, instead of scanning it unwatched meanwhile."""
-    monkeypatch.setattr(firstwalk, "WATCH_START_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(firstwalk, "DEAR_INDEX_BYTES", 0)  # as a big worktree's
+def new_worktree(tmp_path, monkeypatch, *, dear: bool, start_s: float, queue_s: float | None = None):
+    """A small repository not opened yet, its full scan taken as ``dear`` or not; the waits shortened."""
+    monkeypatch.setattr(firstwalk, "WATCH_START_TIMEOUT_S", start_s)
+    if queue_s is not None:
+        monkeypatch.setattr(firstwalk, "WATCH_QUEUE_WAIT_S", queue_s)
+    if dear:
+        monkeypatch.setattr(firstwalk, "DEAR_INDEX_BYTES", 0)  # as a big worktree's
     repo = init_repo(tmp_path / "r", ("src/a.py", "a\n"), ("docs/b.md", "b\n"))
     counters: Counter[str] = Counter()
-    capture = capture_of(repo, tmp_path / "home", counters)
+    return repo, capture_of(repo, tmp_path / "home", counters), counters
+
+
+async def test_first_requests_wait_for_their_walks_turn_and_share_one_full_scan(tmp_path, nursery, monkeypatch):
+    """The worktree's other sessions wait for the walk too, instead of scanning it unwatched meanwhile."""
+    repo, capture, counters = new_worktree(tmp_path, monkeypatch, dear=True, start_s=0.2)
     results: list[CaptureResult] = []
     # supply.walks: the walks of the worktrees ahead, held for longer than the start timeout
     async with trio.open_nursery() as requests, supply.walks:
@@ -63,12 +71,7 @@ async def test_first_requests_wait_for_their_walks_turn_and_share_one_full_scan(
 
 
 async def test_a_full_scan_that_waited_while_the_walk_ended_becomes_the_warm_state(tmp_path, nursery, monkeypatch):
-    monkeypatch.setattr(firstwalk, "WATCH_START_TIMEOUT_S", 0.1)
-    monkeypatch.setattr(firstwalk, "WATCH_QUEUE_WAIT_S", 0.1)
-    monkeypatch.setattr(firstwalk, "DEAR_INDEX_BYTES", 0)
-    repo = init_repo(tmp_path / "r", ("src/a.py", "a\n"), ("docs/b.md", "b\n"))
-    counters: Counter[str] = Counter()
-    capture = capture_of(repo, tmp_path / "home", counters)
+    repo, capture, counters = new_worktree(tmp_path, monkeypatch, dear=True, start_s=0.1, queue_s=0.1)
     results: list[CaptureResult] = []
     others = [object() for _ in range(int(full_scans.total_tokens))]
     async with trio.open_nursery() as requests:
@@ -93,10 +96,7 @@ async def test_a_full_scan_that_waited_while_the_walk_ended_becomes_the_warm_sta
 async def test_a_small_worktree_does_not_wait_for_the_walks_ahead(tmp_path, nursery, monkeypatch):
     """A scan of a few files is cheaper than waiting for 25 big walks: the request scans unwatched after the
     start timeout, as before, and the worktree is watched once its walk's turn comes."""
-    monkeypatch.setattr(firstwalk, "WATCH_START_TIMEOUT_S", 0.2)
-    repo = init_repo(tmp_path / "r", ("src/a.py", "a\n"), ("docs/b.md", "b\n"))
-    counters: Counter[str] = Counter()
-    capture = capture_of(repo, tmp_path / "home", counters)
+    repo, capture, _ = new_worktree(tmp_path, monkeypatch, dear=False, start_s=0.2)
     results: list[CaptureResult] = []
     async with trio.open_nursery() as requests, supply.walks:
         requests.start_soon(first_request, capture, nursery, results)
