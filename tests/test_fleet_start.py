@@ -29,6 +29,7 @@ from snapshotd.threads import full_scans
 async def first_request(capture: WorktreeCapture, nursery: trio.Nursery, results: list[CaptureResult]) -> None:
     """What the engine does for a worktree's first checkpoint: watch it, then capture under its lock."""
     await capture.ensure_watch(nursery, lambda paths, overflow: None)
+    await capture.wait_for_watch()
     async with capture.lock:
         results.append(await capture.take())
 
@@ -106,6 +107,19 @@ async def test_a_small_worktree_does_not_wait_for_the_walks_ahead(tmp_path, nurs
         assert not capture.watching
     (first,) = results
     assert first.stats.scan == "full" and first.tree == oracle_tree(repo)
+    with trio.fail_after(10):
+        while not capture.watching:
+            await trio.sleep(0.01)
+
+
+async def test_a_read_at_a_fleets_start_does_not_wait_for_the_walks_ahead(tmp_path, nursery, monkeypatch):
+    """``list`` or ``show`` needs no watch: opening the worktree waits for the start timeout at most, however dear
+    its scan, and the watch starts when its turn comes."""
+    _, capture, _ = new_worktree(tmp_path, monkeypatch, dear=True, start_s=0.2)
+    async with supply.walks:
+        with trio.fail_after(5):
+            await capture.ensure_watch(nursery, lambda paths, overflow: None)
+        assert not capture.watching
     with trio.fail_after(10):
         while not capture.watching:
             await trio.sleep(0.01)

@@ -33,8 +33,8 @@ def scan_is_dear(info: WorktreeInfo) -> bool:
         return False
 
 
-async def wait_for_walk(watcher: Watcher, info: WorktreeInfo) -> bool:
-    """Wait for the worktree's first walk as :data:`WATCH_START_TIMEOUT_S` and :func:`scan_is_dear` say; True when
-    the watch is live."""
-    dear = await trio.to_thread.run_sync(scan_is_dear, info, limiter=thread_limiter)
+async def wait_for_walk(watcher: Watcher, info: WorktreeInfo, *, checkpoint: bool) -> bool:
+    """Wait for the worktree's first walk: :data:`WATCH_START_TIMEOUT_S`, and for a ``checkpoint`` whose scan is
+    dear (:func:`scan_is_dear`) its turn too (a read needs no watch); True when the watch is live."""
+    dear = checkpoint and await trio.to_thread.run_sync(scan_is_dear, info, limiter=thread_limiter)
     return await watcher.wait_started(WATCH_START_TIMEOUT_S, WATCH_QUEUE_WAIT_S if dear else 0.0)

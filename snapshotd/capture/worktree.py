@@ -198,8 +198,7 @@ class WorktreeCapture:
                 raise
         old, self.warm = self.warm, None
         if keep:
-            self.warm = WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature,
-                                            basis.rules(epoch))
+            self.warm = WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature, basis.rules(epoch))
         if self.warm is not None and self.warm.same_rules(old):
             self.resident.carry_children(old, self.warm, hints)  # what they answered holds for the new one
         else:
@@ -255,8 +254,6 @@ class WorktreeCapture:
         if self._root is None:  # the root as this request finds it: one made anew later is not this one
             self._root = await trio.to_thread.run_sync(presence.root_id, self.info.path, limiter=thread_limiter)
         if nursery is None or self.watcher is not None or not self._retry.due():
-            if self.watcher is not None and not self.watcher.live:  # starting: wait as the request that started it
-                await wait_for_walk(self.watcher, self.info)
             return
         if not facilities.available("inotify"):  # lost since the engine started (inotify_init1 said ENOSYS)
             return
@@ -270,8 +267,13 @@ class WorktreeCapture:
         self.watcher = watcher
         self.watched = self.info
         nursery.start_soon(self._run, watcher)
-        if not await wait_for_walk(watcher, self.info):
+        if not await wait_for_walk(watcher, self.info, checkpoint=False):
             self.counters["watch_failures"] += 1
+
+    async def wait_for_watch(self) -> None:
+        """Before a checkpoint: wait for a watch that is starting as :mod:`.firstwalk` says (reads do not)."""
+        if self.watcher is not None and not self.watcher.live:
+            await wait_for_walk(self.watcher, self.info, checkpoint=True)
 
     def forget_watch(self) -> None:
         """Stop the watcher and drop the warm tree built from it (it watched another place)."""

@@ -151,13 +151,13 @@ class Engine:
     # --- checkpoint ----------------------------------------------------------------
 
     async def _checkpoint(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        started = time.perf_counter()
-        options = CheckpointOptions.from_params(params)
+        started, options = time.perf_counter(), CheckpointOptions.from_params(params)
         named_by_path = options.where.path is not None
         # $HOME or / refused before opening (a watch of all of $HOME is costly too), in the same look at the path
         state = await self.registry.resolve(options.where, checkpoint=named_by_path and not options.force)
         if not named_by_path and not options.force:
             refuse_broad_folder(state.info.path)
+        await state.capture.wait_for_watch()  # a watch starting: where a scan is dear, its one scan waits for it
         return (await self._take_checkpoint(state, options, started)).to_wire()
 
     async def _take_checkpoint(
