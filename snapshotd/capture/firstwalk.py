@@ -12,11 +12,8 @@ from __future__ import annotations
 
 import os
 
-import trio
-
 from snapshotd.capture.watch import Watcher
 from snapshotd.store.identity import WorktreeInfo
-from snapshotd.threads import thread_limiter
 
 WATCH_START_TIMEOUT_S = 5.0  # the walk's own time; a longer one leaves the request to a full scan unwatched
 WATCH_QUEUE_WAIT_S = 30.0  # what a dear scan's request waits for the walk's turn (25 first walks of 100,000 files: 15 s)
@@ -33,8 +30,7 @@ def scan_is_dear(info: WorktreeInfo) -> bool:
         return False
 
 
-async def wait_for_walk(watcher: Watcher, info: WorktreeInfo, *, checkpoint: bool) -> bool:
-    """Wait for the worktree's first walk: :data:`WATCH_START_TIMEOUT_S`, and for a ``checkpoint`` whose scan is
-    dear (:func:`scan_is_dear`) its turn too (a read needs no watch); True when the watch is live."""
-    dear = checkpoint and await trio.to_thread.run_sync(scan_is_dear, info, limiter=thread_limiter)
+async def wait_for_walk(watcher: Watcher, *, dear: bool) -> bool:
+    """Wait for the worktree's first walk: :data:`WATCH_START_TIMEOUT_S`, and where its scan is ``dear``
+    (:func:`scan_is_dear`, a checkpoint's: a read needs no watch) its turn too; True when the watch is live."""
     return await watcher.wait_started(WATCH_START_TIMEOUT_S, WATCH_QUEUE_WAIT_S if dear else 0.0)

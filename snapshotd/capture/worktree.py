@@ -27,7 +27,7 @@ import trio
 from snapshotd import facilities
 from snapshotd.capture import presence
 from snapshotd.capture.core import capture_cold
-from snapshotd.capture.firstwalk import wait_for_walk
+from snapshotd.capture.firstwalk import scan_is_dear, wait_for_walk
 from snapshotd.capture.gitlinks import moved as moved_gitlinks
 from snapshotd.capture.misses import VerifyResult, watch_misses
 from snapshotd.capture.pace import ReconcilePace
@@ -67,6 +67,7 @@ class WorktreeCapture:
         self.cache = StatCache()
         self.resident = Resident()  # the open store, its back-end decided once (here, on the opening thread)
         self.resident.in_process(info)
+        self.scan_dear = scan_is_dear(info)  # read here, on the opening thread, once: what the first walk is worth
         self.watcher: Watcher | None = None
         self.watched: WorktreeInfo | None = None  # where the watcher was started (the worktree may have moved since)
         self.warm: WarmState | None = None
@@ -267,13 +268,13 @@ class WorktreeCapture:
         self.watcher = watcher
         self.watched = self.info
         nursery.start_soon(self._run, watcher)
-        if not await wait_for_walk(watcher, self.info, checkpoint=False):
+        if not await wait_for_walk(watcher, dear=False):
             self.counters["watch_failures"] += 1
 
     async def wait_for_watch(self) -> None:
         """Before a checkpoint: wait for a watch that is starting as :mod:`.firstwalk` says (reads do not)."""
         if self.watcher is not None and not self.watcher.live:
-            await wait_for_walk(self.watcher, self.info, checkpoint=True)
+            await wait_for_walk(self.watcher, dear=self.scan_dear)
 
     def forget_watch(self) -> None:
         """Stop the watcher and drop the warm tree built from it (it watched another place)."""
@@ -357,10 +358,7 @@ class WorktreeCapture:
             return
         if self.vanished is None:
             self.counters[f"worktrees_{vanished.how}"] += 1
-        self.vanished = vanished
-        self.warm = None
-        self.needs_reconcile = False
-        self.cache = StatCache()
+        self.vanished, self.warm, self.needs_reconcile, self.cache = vanished, None, False, StatCache()
         self.resident.close()
         if self._cancel is not None:
             self._cancel.cancel()
