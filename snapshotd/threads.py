@@ -147,9 +147,10 @@ cover, many wait for one, and those worktrees take turns here.
 """
 
 
-def full_scan_turn() -> contextlib.AbstractAsyncContextManager[object]:
+def full_scan_turn(dear: bool = True) -> contextlib.AbstractAsyncContextManager[object]:
     """A full scan's turn behind :data:`full_scans`, or the one its task holds already (the idle
-    reconciliation takes its turn before the worktree's lock, and its own capture may scan in full)."""
-    if trio.lowlevel.current_task() in full_scans.statistics().borrowers:
+    reconciliation takes its turn before the worktree's lock, and its own capture may scan in full);
+    none for a scan that is not ``dear`` (a few thousand files: over before a dear one's turn would come)."""
+    if not dear or trio.lowlevel.current_task() in full_scans.statistics().borrowers:
         return contextlib.nullcontext()
     return full_scans

@@ -94,16 +94,24 @@ async def test_a_full_scan_that_waited_while_the_walk_ended_becomes_the_warm_sta
     await next_capture_is_warm(capture, repo, counters)
 
 
-async def test_a_small_worktree_does_not_wait_for_the_walks_ahead(tmp_path, nursery, monkeypatch):
+async def test_a_small_worktree_does_not_wait_for_the_walks_or_the_full_scans_ahead(tmp_path, nursery, monkeypatch):
     """A scan of a few files is cheaper than waiting for 25 big walks: the request scans unwatched after the
-    start timeout, as before, and the worktree is watched once its walk's turn comes."""
+    start timeout, as before, without waiting for the big worktrees' full scans either, and the worktree is
+    watched once its walk's turn comes."""
     repo, capture, _ = new_worktree(tmp_path, monkeypatch, dear=False, start_s=0.2)
     results: list[CaptureResult] = []
+    others = [object() for _ in range(int(full_scans.total_tokens))]
     async with trio.open_nursery() as requests, supply.walks:
-        requests.start_soon(first_request, capture, nursery, results)
-        with trio.fail_after(10):
-            while not results:  # answered while the walks ahead still hold their turn
-                await trio.sleep(0.01)
+        for other in others:  # the big worktrees' full scans
+            await full_scans.acquire_on_behalf_of(other)
+        try:
+            requests.start_soon(first_request, capture, nursery, results)
+            with trio.fail_after(10):
+                while not results:  # answered while the walks and the scans ahead still hold their turns
+                    await trio.sleep(0.01)
+        finally:
+            for other in others:
+                full_scans.release_on_behalf_of(other)
         assert not capture.watching
     (first,) = results
     assert first.stats.scan == "full" and first.tree == oracle_tree(repo)

@@ -13,7 +13,7 @@ import trio
 from oracle import oracle_tree
 from repo_helpers import init_repo, write
 
-from snapshotd.capture import worktree as worktree_mod
+from snapshotd.capture import firstwalk, worktree as worktree_mod
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.settings import size_cap
 from snapshotd.store.identity import Records, identify, locate
@@ -173,6 +173,7 @@ async def test_full_scans_take_turns_and_leave_a_thread_for_warm_captures(tmp_pa
     warm_repo = make_repo(tmp_path / "warm")
     warm_capture, _, _ = await watched(warm_repo, tmp_path / "home", nursery)
     monkeypatch.setattr(worktree_mod, "capture_cold", counted)
+    monkeypatch.setattr(firstwalk, "DEAR_INDEX_BYTES", 0)  # as big worktrees' (small ones' scans take no turn)
     repos = [make_repo(tmp_path / f"r{index}") for index in range(4)]
     captures = [capture_of(repo, tmp_path / "home", Counter()) for repo in repos]  # no watch: every capture is full
     trees: dict[int, str] = {}

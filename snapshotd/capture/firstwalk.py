@@ -5,7 +5,8 @@ the next capture scans again. At a fleet's start (25 worktrees of 100,000
 files, their first walks taking turns: :mod:`.watchsupply`) those second scans
 doubled the work everyone waited behind. So where a scan is dear, a request
 waits for its walk's turn as well as for the walk; where it is cheap, a request
-waits only a little, then scans unwatched (docs/architecture.md, "A fleet's start").
+waits only a little, then scans unwatched, without waiting behind the dear scans
+either (docs/architecture.md, "A fleet's start").
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ DEAR_INDEX_BYTES = 1 << 20  # a user's index this big (about 12,000 files) makes
 
 
 def scan_is_dear(info: WorktreeInfo) -> bool:
-    """Whether a full scan of the worktree costs enough to wait for its walk's turn (by its index's size)."""
+    """Whether a full scan of the worktree costs enough to wait for its walk's turn and take turns with the other
+    dear ones (:func:`snapshotd.threads.full_scan_turn`): by its index's size; a plain folder's is not known."""
     if info.git_dir is None:
-        return False
+        return True
     try:
         return os.stat(os.path.join(info.git_dir, "index")).st_size >= DEAR_INDEX_BYTES
     except OSError:

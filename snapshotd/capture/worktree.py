@@ -188,7 +188,7 @@ class WorktreeCapture:
         data look clean."""
         hints = set(hints or ())
         keep, epoch = await self._watched_scan(reason, hints, late=False)
-        async with full_scan_turn():  # a warm capture always finds a thread
+        async with full_scan_turn(self.scan_dear):  # a warm capture always finds a thread
             if not keep:  # a watch come live while this scan waited for its turn (a fleet's start) serves it
                 keep, epoch = await self._watched_scan(reason, hints, late=True)
             basis = await trio.to_thread.run_sync(WarmBasis.read, self.info, keep, limiter=thread_limiter)
