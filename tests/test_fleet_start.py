@@ -98,7 +98,7 @@ async def test_a_small_worktree_does_not_wait_for_the_walks_or_the_full_scans_ah
     """A scan of a few files is cheaper than waiting for 25 big walks: the request scans unwatched after the
     start timeout, as before, without waiting for the big worktrees' full scans either, and the worktree is
     watched once its walk's turn comes."""
-    repo, capture, _ = new_worktree(tmp_path, monkeypatch, dear=False, start_s=0.2)
+    repo, capture, _ = new_worktree(tmp_path, monkeypatch, dear=False, start_s=60)  # a wait for it would show
     results: list[CaptureResult] = []
     others = [object() for _ in range(int(full_scans.total_tokens))]
     async with trio.open_nursery() as requests, supply.walks:
@@ -123,7 +123,7 @@ async def test_a_small_worktree_does_not_wait_for_the_walks_or_the_full_scans_ah
 async def test_a_read_at_a_fleets_start_does_not_wait_for_the_walks_ahead(tmp_path, nursery, monkeypatch):
     """``list`` or ``show`` needs no watch: opening the worktree waits for the start timeout at most, however dear
     its scan, and the watch starts when its turn comes."""
-    _, capture, _ = new_worktree(tmp_path, monkeypatch, dear=True, start_s=0.2)
+    _, capture, _ = new_worktree(tmp_path, monkeypatch, dear=True, start_s=60)
     async with supply.walks:
         with trio.fail_after(5):
             await capture.ensure_watch(nursery, lambda paths, overflow: None)

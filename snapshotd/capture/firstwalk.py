@@ -18,6 +18,7 @@ from snapshotd.store.identity import WorktreeInfo
 
 WATCH_START_TIMEOUT_S = 5.0  # the walk's own time; a longer one leaves the request to a full scan unwatched
 WATCH_QUEUE_WAIT_S = 30.0  # what a dear scan's request waits for the walk's turn (25 first walks of 100,000 files: 15 s)
+WATCH_TURN_GRACE_S = 0.5  # a walk whose turn has not come by then waits behind others: a cheap scan goes first
 DEAR_INDEX_BYTES = 1 << 20  # a user's index this big (about 12,000 files) makes a full scan dear
 
 
@@ -33,6 +34,7 @@ def scan_is_dear(info: WorktreeInfo) -> bool:
 
 
 async def wait_for_walk(watcher: Watcher, *, dear: bool) -> bool:
-    """Wait for the worktree's first walk: :data:`WATCH_START_TIMEOUT_S`, and where its scan is ``dear``
-    (:func:`scan_is_dear`, a checkpoint's: a read needs no watch) its turn too; True when the watch is live."""
-    return await watcher.wait_started(WATCH_START_TIMEOUT_S, WATCH_QUEUE_WAIT_S if dear else 0.0)
+    """Wait for the worktree's first walk, :data:`WATCH_START_TIMEOUT_S` once its turn came: for that turn too
+    where its scan is ``dear`` (:func:`scan_is_dear`, a checkpoint's: a read needs no watch), else only if it
+    comes at once. True when the watch is live."""
+    return await watcher.wait_started(WATCH_START_TIMEOUT_S, WATCH_QUEUE_WAIT_S if dear else WATCH_TURN_GRACE_S)

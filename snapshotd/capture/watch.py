@@ -318,12 +318,13 @@ class Watcher:
             if inside and self.unwatched.met_anew(rel):
                 watch_tree(self, self.root, rel, budget)
 
-    async def wait_started(self, timeout: float, queued: float = 0.0) -> bool:
+    async def wait_started(self, timeout: float, queued: float | None = None) -> bool:
         """Wait until the watch is confirmed live (or failed); True when live. ``timeout`` counts from the first
-        walk's turn among the walks, itself waited for at most ``queued``."""
-        with trio.move_on_after(queued):
+        walk's turn among the walks, itself waited for at most ``queued`` (``timeout`` if None; not come by
+        then: no wait for the walk)."""
+        with trio.move_on_after(timeout if queued is None else queued):
             await self._walking.wait()
-        with trio.move_on_after(timeout):
+        with trio.move_on_after(timeout if self._walking.is_set() else 0):
             await self._started.wait()
         return self.live
 

@@ -272,9 +272,9 @@ class WorktreeCapture:
             self.counters["watch_failures"] += 1
 
     async def wait_for_watch(self) -> None:
-        """Before a checkpoint: wait for a watch that is starting as :mod:`.firstwalk` says (reads do not)."""
-        if self.watcher is not None and not self.watcher.live:
-            await wait_for_walk(self.watcher, dear=self.scan_dear)
+        """Before a checkpoint whose scan is dear: wait for a starting watch's turn too (:mod:`.firstwalk`)."""
+        if self.scan_dear and self.watcher is not None and not self.watcher.live:
+            await wait_for_walk(self.watcher, dear=True)
 
     def forget_watch(self) -> None:
         """Stop the watcher and drop the warm tree built from it (it watched another place)."""
