@@ -268,7 +268,7 @@ class WorktreeCapture:
         self.watcher = watcher
         self.watched = self.info
         nursery.start_soon(self._run, watcher)
-        if not await wait_for_walk(watcher, dear=False):
+        if not await wait_for_walk(watcher, dear=False) and watcher.error is not None:  # not one waiting its turn
             self.counters["watch_failures"] += 1
 
     async def wait_for_watch(self) -> None:
