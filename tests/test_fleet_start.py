@@ -18,12 +18,12 @@ import trio
 from oracle import oracle_tree
 from repo_helpers import init_repo, write
 from test_watch_limits import capture_of
+from test_worktree_capture import full_scans_held
 
 from snapshotd.capture import firstwalk
 from snapshotd.capture.state import CaptureResult
 from snapshotd.capture.watchsupply import supply
 from snapshotd.capture.worktree import WorktreeCapture
-from snapshotd.threads import full_scans
 
 
 async def first_request(capture: WorktreeCapture, nursery: trio.Nursery, results: list[CaptureResult]) -> None:
@@ -73,22 +73,16 @@ async def test_first_requests_wait_for_their_walks_turn_and_share_one_full_scan(
 
 async def test_a_full_scan_that_waited_while_the_walk_ended_becomes_the_warm_state(tmp_path, nursery, monkeypatch):
     repo, capture, counters = new_worktree(tmp_path, monkeypatch, dear=True, start_s=0.1, queue_s=0.1)
+    monkeypatch.setattr(firstwalk, "WATCH_TURN_GRACE_S", 0.1)  # every wait for the walk over well before it runs
     results: list[CaptureResult] = []
-    others = [object() for _ in range(int(full_scans.total_tokens))]
-    async with trio.open_nursery() as requests:
-        for other in others:  # the full scans of the worktrees ahead
-            await full_scans.acquire_on_behalf_of(other)
-        try:
-            async with supply.walks:
-                requests.start_soon(first_request, capture, nursery, results)
-                await trio.sleep(0.5)  # the request gave up on the walk and waits for its scan's turn
-                assert not capture.watching and not results
-            with trio.fail_after(10):
-                while not capture.watching:  # the walk ran and ended while the scan still waited
-                    await trio.sleep(0.01)
-        finally:
-            for other in others:
-                full_scans.release_on_behalf_of(other)
+    async with trio.open_nursery() as requests, full_scans_held():  # the full scans of the worktrees ahead
+        async with supply.walks:
+            requests.start_soon(first_request, capture, nursery, results)
+            await trio.sleep(1.0)  # the request gave up on the walk and waits for its scan's turn
+            assert not capture.watching and not results
+        with trio.fail_after(10):
+            while not capture.watching:  # the walk ran and ended while the scan still waited
+                await trio.sleep(0.01)
     (first,) = results
     assert first.stats.scan == "full" and first.tree == oracle_tree(repo)
     await next_capture_is_warm(capture, repo, counters)
@@ -100,18 +94,12 @@ async def test_a_small_worktree_does_not_wait_for_the_walks_or_the_full_scans_ah
     watched once its walk's turn comes."""
     repo, capture, _ = new_worktree(tmp_path, monkeypatch, dear=False, start_s=60)  # a wait for it would show
     results: list[CaptureResult] = []
-    others = [object() for _ in range(int(full_scans.total_tokens))]
     async with trio.open_nursery() as requests, supply.walks:
-        for other in others:  # the big worktrees' full scans
-            await full_scans.acquire_on_behalf_of(other)
-        try:
+        async with full_scans_held():  # the big worktrees' full scans
             requests.start_soon(first_request, capture, nursery, results)
             with trio.fail_after(10):
                 while not results:  # answered while the walks and the scans ahead still hold their turns
                     await trio.sleep(0.01)
-        finally:
-            for other in others:
-                full_scans.release_on_behalf_of(other)
         assert not capture.watching
     (first,) = results
     assert first.stats.scan == "full" and first.tree == oracle_tree(repo)

@@ -6,6 +6,8 @@ import mmap
 import os
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,19 @@ from snapshotd.capture import firstwalk, worktree as worktree_mod
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.settings import size_cap
 from snapshotd.store.identity import Records, identify, locate
+
+
+@asynccontextmanager
+async def full_scans_held() -> AsyncIterator[None]:
+    """Every turn of the full scans taken, as by other worktrees' scans, until the block ends."""
+    others = [object() for _ in range(int(worktree_mod.full_scans.total_tokens))]
+    for other in others:
+        await worktree_mod.full_scans.acquire_on_behalf_of(other)
+    try:
+        yield
+    finally:
+        for other in others:
+            worktree_mod.full_scans.release_on_behalf_of(other)
 
 
 def make_repo(root: Path) -> Path:
@@ -210,10 +225,7 @@ async def test_an_idle_reconciliation_waits_for_its_turn_without_holding_the_wor
     capture, counters, _ = await watched(repo, tmp_path / "home", nursery)
     write(repo / "README", "edited\n")
     assert (await capture.take()).stats.scan == "watch"  # a warm capture: a reconciliation is due once quiet
-    others = [object() for _ in range(worktree_mod.full_scans.total_tokens)]
-    for other in others:
-        await worktree_mod.full_scans.acquire_on_behalf_of(other)
-    try:
+    async with full_scans_held():
         await trio.sleep(0.5)  # quiet, and past several rounds of the reconciliation's check
         write(repo / "README", "edited again\n")
         with trio.fail_after(5):
@@ -221,9 +233,6 @@ async def test_an_idle_reconciliation_waits_for_its_turn_without_holding_the_wor
                 result = await capture.take()
         assert result.stats.scan == "watch" and result.tree == oracle_tree(repo)
         assert counters["reconciliations"] == 0
-    finally:
-        for other in others:
-            worktree_mod.full_scans.release_on_behalf_of(other)
     with trio.fail_after(10):
         while counters["reconciliations"] == 0:
             await trio.sleep(0.05)
