@@ -25,6 +25,7 @@ from oracle import oracle_tree
 from repo_helpers import git, git_run
 
 from snapshotd.engine.core import Engine
+from snapshotd.errors import SnapshotdError
 
 FORMATS = ["sha1", "sha256"]
 KINDS = ["cold", "warm", "exact"]
@@ -299,22 +300,89 @@ async def test_files_with_cr_bytes_are_converted_without_a_process(tmp_path: Pat
         assert processes[1:] == [0, 0, 0, 0], processes  # check-attr and check-ignore start at the first
 
 
-async def test_rules_core_autocrlf_decides_still_go_to_git(tmp_path: Path) -> None:
+# core.autocrlf as written in .git/config: git reads "Input" as input, a name alone as true, a number as a boolean.
+AUTOCRLF_LINES = ["autocrlf = true", "autocrlf = input", "autocrlf = false", "autocrlf", "autocrlf = Input",
+                  "autocrlf = 2", "autocrlf = 0"]
+
+
+@pytest.mark.parametrize("attributes", ["", "*.md text\n"])
+@pytest.mark.parametrize("line", AUTOCRLF_LINES)
+async def test_core_autocrlf_decides_without_a_process(tmp_path: Path, line: str, attributes: str) -> None:
+    # A file no text, crlf or eol rule covers is converted as core.autocrlf says: it went to update-index.
     repo = new_repo(tmp_path / "r", "sha1")
-    sh(repo, "config", "core.autocrlf", "true")
+    (repo / "kept.cs").write_bytes(b"crlf in the index\r\n")
+    sh(repo, "-c", "core.autocrlf=false", "add", "-A")
+    sh(repo, "commit", "-qm", "init")  # kept.cs's blob has CRLF: the safer autocrlf keeps its endings
+    with open(repo / ".git" / "config", "a") as config:
+        config.write(f"[core]\n\t{line}\n")
+    if attributes:
+        (repo / ".gitattributes").write_text(attributes)
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        processes = []
+        for round_, data in enumerate([b"one\r\ntwo\r\n", b"lone\rcr\r\n", b"nul\0\r\n", b"mixed\r\nlf\n", b"\r\n"]):
+            (repo / "a.cs").write_bytes(data)
+            (repo / "b.md").write_bytes(b"a rule\r\n%d\r\n" % round_)
+            (repo / "kept.cs").write_bytes(b"crlf in the index\r\nmore %d\r\n" % round_)
+            result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
+            assert result["stats"]["scan"] == "watch"
+            assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
+            processes.append(result["stats"]["processes"])
+        assert processes[1:] == [0, 0, 0, 0], processes  # check-attr and check-ignore start at the first
+
+
+async def test_the_system_config_counts_and_its_change_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # core.autocrlf is read once per warm state, from the files git reads (libgit2's own search skips
+    # GIT_CONFIG_SYSTEM), and a change of any of them must end that state.
+    system = tmp_path / "gitconfig"
+    system.write_text("[core]\n\tautocrlf = true\n")
+    monkeypatch.setenv("GIT_CONFIG_SYSTEM", str(system))
+    monkeypatch.delenv("GIT_CONFIG_NOSYSTEM")
+    repo = new_repo(tmp_path / "r", "sha1")
     (repo / ".gitattributes").write_text("*.md text\n")
-    (repo / "a.cs").write_bytes(b"no rule: core.autocrlf decides\r\n")
-    (repo / "b.md").write_bytes(b"a rule\r\n")
+    (repo / "a.cs").write_bytes(b"one\n")
     sh(repo, "add", "-A")
     sh(repo, "commit", "-qm", "init")
     async with running_engine("warm") as engine:
         await check(engine, repo, "warm")
-        for round_ in range(2):
-            (repo / "a.cs").write_bytes(b"edited %d\r\n" % round_)
-            (repo / "b.md").write_bytes(b"edited %d\r\n" % round_)
+        for config, data in [("true", b"one\r\n"), ("false", b"two\r\n"), ("input", b"three\r\n")]:
+            system.write_text(f"[core]\n\tautocrlf = {config}\n")
+            (repo / "a.cs").write_bytes(data)
+            await check(engine, repo, "warm")  # stored as LF, as it is, as LF
+            (repo / "a.cs").write_bytes(data + b"more\r\n")
             result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
+            assert result["stats"]["scan"] == "watch"
             assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
-            assert result["stats"]["processes"] >= 1  # update-index, for a.cs
+
+
+@pytest.mark.parametrize("extension", [True, False])
+async def test_config_worktree_counts_under_its_extension_only(tmp_path: Path, extension: bool) -> None:
+    repo = new_repo(tmp_path / "r", "sha1")
+    (repo / ".gitattributes").write_text("*.md text\n")
+    (repo / "a.cs").write_bytes(b"one\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-qm", "init")
+    if extension:
+        sh(repo, "config", "extensions.worktreeConfig", "true")
+    (repo / ".git" / "config.worktree").write_text("[core]\n\tautocrlf = input\n")
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        (repo / "a.cs").write_bytes(b"one\r\n")
+        await check(engine, repo, "warm")  # LF with the extension, as it is without
+
+
+async def test_a_core_autocrlf_git_refuses_stops_the_capture_with_gits_words(tmp_path: Path) -> None:
+    repo = new_repo(tmp_path / "r", "sha1")
+    (repo / ".gitattributes").write_text("*.md text\n")
+    (repo / "a.cs").write_bytes(b"one\r\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-qm", "init")
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        sh(repo, "config", "core.autocrlf", "maybe")
+        (repo / "a.cs").write_bytes(b"edited\r\n")
+        with pytest.raises(SnapshotdError, match=r"bad boolean config value 'maybe' for 'core\.autocrlf'"):
+            await capture(engine, repo, "warm")  # a change of the config makes a full scan: git refuses
 
 
 async def test_only_the_paths_a_filter_an_encoding_or_ident_names_go_to_git(tmp_path: Path) -> None:

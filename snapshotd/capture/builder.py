@@ -18,7 +18,7 @@ import pygit2
 
 from snapshotd.capture.asis import NotAsIs
 from snapshotd.capture.checkin import Pending, hash_through_git, is_attributes
-from snapshotd.capture.eol import LineEndings, to_git
+from snapshotd.capture.eol import LineEndings, to_git, unruled
 from snapshotd.capture.gitlinks import commit_at
 from snapshotd.capture.state import (
     SKIP_NO_COMMIT,
@@ -338,6 +338,8 @@ class TreeBuilder:
                 left.append((item, st, mode))
                 continue
             chosen = actions[item.path]
+            if chosen is None:
+                chosen = unruled(self.settings.autocrlf)
             try:
                 oid = self._stable_blob(item.path, st, convert=partial(to_git, chosen=chosen,
                                                                         index_blob=partial(self._blob, item.basis)))

@@ -88,7 +88,7 @@ def _build(
     flagged |= loaded.flagged
     modified |= {path for path in hints if path in index}
     modified |= dirty_under_removed_attributes(index, info.path, removed, flagged, index_path) - removed
-    settings = Settings.read(repo, listing, info, loaded.tracked_attributes)
+    settings = Settings.read(listing, info, loaded.tracked_attributes)
     if settings.filters:
         on_disk = listed_attributes(listing, flagged)
         with Walker(info.path) as walker:

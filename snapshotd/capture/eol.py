@@ -24,7 +24,10 @@ folder met anew that holds one does too). Then, for a path:
   index blob at its path has CRLF endings and does not look binary
   (``has_crlf_in_index``, the "safer autocrlf"); otherwise every CR is removed;
 - ``-text`` (``binary``): stored as it is;
-- no rule, so ``core.autocrlf`` decides: git hashes it, as it does a file too
+- no rule, so ``core.autocrlf`` decides (convert.c's ``convert_attrs``, read
+  once per warm state, as a change of a config file makes a full scan):
+  ``false`` or unset stores it as it is, ``true`` and ``input`` do what
+  ``text=auto`` does; a value git refuses leaves it to git, as does a file too
   large to read at once.
 """
 
@@ -98,6 +101,12 @@ def _crlf_value(value: str) -> str | None:
     return {"set": TEXT, "unset": BINARY, "input": TEXT, "auto": AUTO}.get(value)
 
 
+def unruled(autocrlf: str | None) -> str | None:
+    """The action for a path no ``text``, ``crlf`` or ``eol`` rule covers, from ``core.autocrlf``
+    (git/attributes.py's reading; None: git decides)."""
+    return {"false": BINARY, "true": AUTO, "input": AUTO}.get(autocrlf or "")
+
+
 def has_crlf(blob: bytes | None) -> bool:
     """``has_crlf_in_index``: the index blob has CRLF endings and does not look binary."""
     if not blob or b"\r" not in blob:
@@ -108,14 +117,14 @@ def has_crlf(blob: bytes | None) -> bool:
 
 def to_git(data: bytes, chosen: str | None, index_blob: Callable[[], bytes | None]) -> bytes:
     """What ``git add`` stores of ``data`` under ``chosen`` (``index_blob``: the user's blob at the path);
-    :class:`NotAsIs` when only git knows: :data:`GIT`, or ``core.autocrlf`` decides (``chosen`` None) and a CR
-    is there."""
+    :class:`NotAsIs` when only git knows: :data:`GIT`, or no rule covers it and ``core.autocrlf`` could not be
+    read (``chosen`` None) and a CR is there."""
     if chosen == GIT:
         raise NotAsIs("a filter, an encoding or ident")
     if chosen == BINARY or b"\r" not in data:
         return data
     if chosen is None:
-        raise NotAsIs("core.autocrlf decides")
+        raise NotAsIs("core.autocrlf, as git reads it")
     stats = TextStats.of(data)
     if not stats.crlf:
         return data

@@ -21,7 +21,12 @@ import pygit2
 from snapshotd import fsutil
 from snapshotd.capture.checkin import is_attributes
 from snapshotd.capture.scan import attributes_in
-from snapshotd.git.attributes import attributes_files as git_attributes_files, may_convert
+from snapshotd.git.attributes import (
+    attributes_files as git_attributes_files,
+    autocrlf,
+    git_bool,
+    may_convert,
+)
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
 
@@ -189,10 +194,11 @@ class Settings:
     trust_symlinks: bool
     filters: bool  # CRLF, eol or attributes may change content: let git hash files
     content_filters: bool = True  # with filters, more than CR bytes may change (capture/asis.py): git hashes all
+    autocrlf: str | None = None  # core.autocrlf ("false", "true", "input"; None: git's to read) for paths no rule covers
 
     @classmethod
-    def read(cls, repo: pygit2.Repository, listing: bytes, info: WorktreeInfo, tracked_attributes: bool) -> Settings:
-        config = repo.config
+    def read(cls, listing: bytes, info: WorktreeInfo, tracked_attributes: bool) -> Settings:
+        config = git_config(info)
 
         def flag(name: str, default: bool) -> bool:
             try:
@@ -205,7 +211,7 @@ class Settings:
             info.common_dir or info.store_dir,
             worktree_attributes=tracked_attributes or bool(attributes_in(listing)),
         )
-        return cls(flag("core.fileMode", True), flag("core.symlinks", True), filters)
+        return cls(flag("core.fileMode", True), flag("core.symlinks", True), filters, autocrlf=autocrlf(config))
 
 
 def _stat_key(path: str) -> tuple[int, int, int] | None:
@@ -216,16 +222,48 @@ def _stat_key(path: str) -> tuple[int, int, int] | None:
     return st.st_mtime_ns, st.st_size, st.st_ino
 
 
+SYSTEM_CONFIG = "/etc/gitconfig"
+
+
 def config_files(info: WorktreeInfo) -> list[str]:
-    """The config files git reads for ``info``'s worktree, global first (later ones win)."""
+    """The config files git reads for ``info``'s worktree, the system's first (later ones win)."""
+    files = []
+    if git_bool(os.environ.get("GIT_CONFIG_NOSYSTEM", "")) is not True:
+        files.append(os.environ.get("GIT_CONFIG_SYSTEM") or SYSTEM_CONFIG)
     if os.environ.get("GIT_CONFIG_GLOBAL"):
-        files = [os.environ["GIT_CONFIG_GLOBAL"]]
+        files.append(os.environ["GIT_CONFIG_GLOBAL"])
     else:
-        files = [str(git_config_home() / "config"), os.path.expanduser("~/.gitconfig")]
+        files += [str(git_config_home() / "config"), os.path.expanduser("~/.gitconfig")]
     files.append(os.path.join(info.common_dir or info.store_dir, "config"))
     if info.git_dir is not None:
         files.append(os.path.join(info.git_dir, "config.worktree"))
     return files
+
+
+def git_config(info: WorktreeInfo) -> pygit2.Config:
+    """The configuration git reads for ``info``'s worktree, from :func:`config_files`.
+
+    Not ``repo.config``: libgit2 finds the system and global files by its own
+    search, past ``GIT_CONFIG_SYSTEM``, ``GIT_CONFIG_GLOBAL`` and
+    ``GIT_CONFIG_NOSYSTEM``. ``config.worktree`` counts only under
+    ``extensions.worktreeConfig``, as in git.
+    """
+    config = pygit2.Config()
+    files = config_files(info)
+    own = os.path.join(info.git_dir, "config.worktree") if info.git_dir is not None else None
+    for level, path in enumerate(files, start=1):
+        if path == own:
+            try:
+                if not config.get_bool("extensions.worktreeConfig"):
+                    continue
+            except (KeyError, ValueError, pygit2.GitError):
+                continue
+        if os.path.isfile(path):
+            try:
+                config.add_file(path, level)
+            except (OSError, pygit2.GitError):
+                continue  # a file git cannot read either stops git: the capture's git says so
+    return config
 
 
 def attributes_files(info: WorktreeInfo) -> list[str]:

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import os
 
+import pygit2
+
 from snapshotd.git.config import ConfigLookup, config_value
 from snapshotd.settings import git_config_home
 
-__all__ = ["ATTRIBUTES_FILE", "SYSTEM_ATTRIBUTES", "attributes_files", "may_convert"]
+__all__ = ["ATTRIBUTES_FILE", "SYSTEM_ATTRIBUTES", "attributes_files", "autocrlf", "may_convert"]
 
 ATTRIBUTES_FILE = ".gitattributes"
 SYSTEM_ATTRIBUTES = "/etc/gitattributes"
@@ -30,6 +32,44 @@ def _config_value(config: ConfigLookup, name: str) -> str | None:
     """The value of ``name``, stripped; None when it is not set or cannot be read."""
     value = config_value(config, name)
     return None if value is None else value.strip()
+
+
+def autocrlf(config: ConfigLookup) -> str | None:
+    """``core.autocrlf`` as git reads it: "false" (also when unset), "true" or "input"; None for a value git
+    refuses (it stops there) or that cannot be read."""
+    try:
+        value = config["core.autocrlf"]
+    except KeyError:
+        return "false"
+    except (ValueError, pygit2.GitError):
+        return None
+    if value is not None and str(value).strip().lower() == "input":  # strcasecmp, before the boolean
+        return "input"
+    meaning = git_bool(None if value is None else str(value))
+    return None if meaning is None else ("true" if meaning else "false")
+
+
+def git_bool(value: str | None) -> bool | None:
+    """A boolean setting's meaning as config.c's ``git_config_bool`` gives it; None where git refuses it.
+
+    A name with no value is true, an empty value false, a number true unless
+    0 (with a k, m or g unit); a number git would read but Python would not
+    (``010``) counts as refused, which leaves the decision to git.
+    """
+    if value is None:
+        return True
+    text = value.strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    digits = text[:-1] if text[-1:] in ("k", "m", "g") else text
+    if "_" in digits:
+        return None
+    try:
+        return int(digits, 0) != 0
+    except ValueError:
+        return None
 
 
 def attributes_files(common_dir: str) -> list[str]:
@@ -58,8 +98,7 @@ def may_convert(config: ConfigLookup, common_dir: str, *, worktree_attributes: b
     """
     if worktree_attributes:
         return True
-    autocrlf = (_config_value(config, "core.autocrlf") or "").lower()
-    if autocrlf in (*_TRUE, "input"):
+    if autocrlf(config) != "false":
         return True
     if _config_value(config, "core.eol"):
         return True
