@@ -31,6 +31,14 @@ equal when git's clean of the file gives the checkpoint's blob. Last, it runs
 ``verify`` when the daemon has that method, and checks that the worktree's
 own index and HEAD are byte for byte as they were.
 
+``--config KEY=VALUE`` and ``--attributes LINE`` (both repeatable) give the
+scratch clone settings and an ``info/attributes`` of its own, which outrank
+the project's ``.gitattributes``: ``--config core.autocrlf=true --attributes
+'* !text !eol'`` plays the project as a user with that setting would, every
+path's line endings left to it. The clone's git dir then moves the files and
+checks out the copies restores are compared with, so git applies the same
+rules there.
+
 It prints each difference as it finds it and one summary line (``--json``:
 the summary as JSON on stdout), and exits 1 on any difference.
 """
@@ -86,6 +94,8 @@ class Options:
     keep: bool = False
     verbose: bool = False
     size_cap: int | None = None
+    config: tuple[str, ...] = ()  # KEY=VALUE set in the scratch clone
+    attributes: tuple[str, ...] = ()  # lines of the scratch clone's info/attributes
 
 
 @dataclass
@@ -329,8 +339,9 @@ class Replay:
 
     def __init__(self, options: Options, scratch: Path, client: Client, commits: list[str]) -> None:
         self.options, self.scratch, self.client, self.commits = options, scratch, client, commits
-        self.source = git_dir_of(options.repo)
         self.worktree = scratch / "worktree"
+        # With rules of its own, the clone's git dir moves and checks out files, so git applies them there too.
+        self.source = git_dir_of(self.worktree) if options.config or options.attributes else git_dir_of(options.repo)
         self.mover = Mover(self.source, self.worktree, scratch / "mover.index", options.move)
         self.summary = Summary(repo=options.repo, start=commits[0], move=options.move)
         self.checkpoints: dict[int, str] = {}  # turn -> a checkpoint whose tree equals git's
@@ -444,9 +455,19 @@ class Replay:
         self.summary.restore_diffs = sum(d.kind == "restore" for d in self.summary.differences)
 
 
-def make_worktree(source: Path, start: str, worktree: Path) -> None:
-    """A clone of the source checked out (detached) at ``start``, its index refreshed."""
+def make_worktree(source: Path, start: str, worktree: Path, config: tuple[str, ...] = (),
+                  attributes: tuple[str, ...] = ()) -> None:
+    """A clone of the source checked out (detached) at ``start`` under the given rules, its index refreshed."""
     git(worktree.parent, "clone", "-q", "--no-checkout", str(source), str(worktree))
+    for setting in config:
+        key, equals, value = setting.partition("=")
+        if not equals:
+            raise ValueError(f"--config takes KEY=VALUE, not {setting!r}.")
+        git(worktree, "config", key, value)
+    if attributes:
+        info = git_dir_of(worktree) / "info"
+        info.mkdir(exist_ok=True)
+        (info / "attributes").write_text("".join(line + "\n" for line in attributes))
     git(worktree, "checkout", "-q", "--detach", start)
     git(worktree, "update-index", "-q", "--refresh", ok=(0, 1))
 
@@ -461,7 +482,7 @@ def replay(options: Options) -> Summary:
     scratch = Path(tempfile.mkdtemp(prefix="snapshotd-replay-", dir=options.work))
     try:
         worktree = scratch / "worktree"
-        make_worktree(source, commits[0], worktree)
+        make_worktree(source, commits[0], worktree, options.config, options.attributes)
         own = [git_dir_of(worktree) / "index", git_dir_of(worktree) / "HEAD"]
         before = fingerprint(own)
         with serving(scratch / "home", scratch / "daemon.sock", scratch / "daemon.log") as client:
@@ -499,10 +520,15 @@ def parse_args(argv: list[str] | None) -> tuple[Options, bool]:
     parser.add_argument("--keep", action="store_true", help="keep the scratch clone, daemon log and home")
     parser.add_argument("--verbose", action="store_true", help="one line per capture")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="a setting of the scratch clone (repeatable), e.g. core.autocrlf=true")
+    parser.add_argument("--attributes", action="append", default=[], metavar="LINE",
+                        help="a line of the scratch clone's info/attributes (repeatable), e.g. '* !text !eol'")
     args = parser.parse_args(argv)
     options = Options(repo=args.repo, start=args.start, turns=args.turns, move=args.move,
                       exact_every=args.exact_every, restores=args.restores, seed=args.seed,
-                      work=args.work, keep=args.keep, verbose=args.verbose)
+                      work=args.work, keep=args.keep, verbose=args.verbose, config=tuple(args.config),
+                      attributes=tuple(args.attributes))
     return options, args.json
 
 
