@@ -355,6 +355,23 @@ async def test_the_system_config_counts_and_its_change_is_seen(tmp_path: Path, m
             assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
 
 
+async def test_an_attributes_file_named_in_git_config_global_counts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # libgit2's own search does not read GIT_CONFIG_GLOBAL: its core.attributesFile, naming ident, was missed.
+    rules = tmp_path / "attributes"
+    rules.write_text("*.txt ident\n")
+    global_config = tmp_path / "global"
+    global_config.write_text(f"[core]\n\tattributesFile = {rules}\n")
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(global_config))
+    repo = new_repo(tmp_path / "r", "sha1")
+    (repo / "a.txt").write_bytes(b"$Id$\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-qm", "init")
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        (repo / "a.txt").write_bytes(b"$Id: expanded $\nedited\n")  # git's clean makes it $Id$
+        await check(engine, repo, "warm")
+
+
 @pytest.mark.parametrize("extension", [True, False])
 async def test_config_worktree_counts_under_its_extension_only(tmp_path: Path, extension: bool) -> None:
     repo = new_repo(tmp_path / "r", "sha1")

@@ -310,13 +310,16 @@ CRLF_FILES = {
 }
 
 
-@pytest.mark.parametrize("setup", ["autocrlf", "attributes"])
-async def test_crlf_files_come_back_byte_identical(engine, tmp_path, setup):
+@pytest.mark.parametrize("setup", ["autocrlf", "attributes", "global autocrlf"])
+async def test_crlf_files_come_back_byte_identical(engine, tmp_path, setup, monkeypatch):
     wt = tmp_path / "wt"
     wt.mkdir()
     git(wt, "init", "-q")
     if setup == "autocrlf":
         git(wt, "config", "core.autocrlf", "true")
+    elif setup == "global autocrlf":  # where libgit2's own search does not look
+        (tmp_path / "global").write_text("[core]\n\tautocrlf = true\n")
+        monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "global"))
     else:
         (wt / ".gitattributes").write_text("* text eol=crlf\n*.dat binary\n")
     for rel, data in CRLF_FILES.items():

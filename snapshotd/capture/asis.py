@@ -26,7 +26,7 @@ from collections.abc import Iterable
 import pygit2
 
 from snapshotd.capture.walker import Walker
-from snapshotd.git.config import config_value
+from snapshotd.git.config import ConfigLookup, config_value
 
 CONTENT_ATTRIBUTES = (b"filter", b"working-tree-encoding", b"ident")
 """Attribute names under which git's check-in may change a file's bytes other than its CR bytes."""
@@ -34,6 +34,7 @@ CONTENT_ATTRIBUTES = (b"filter", b"working-tree-encoding", b"ident")
 
 def names_content_filters(
     repo: pygit2.Repository,
+    config: ConfigLookup,
     outside: Iterable[str],
     index: pygit2.Index,
     tracked: Iterable[str],
@@ -42,7 +43,8 @@ def names_content_filters(
 ) -> bool:
     """Whether an attributes file may give some file a filter, an encoding or ``ident``.
 
-    ``repo``: the store, its configuration and objects. ``outside``: the
+    ``repo``: the store, whose objects hold the user's index blobs; ``config``: the configuration git reads
+    (capture/state.py's ``git_config``). ``outside``: the
     attributes files outside the worktree (a missing one counts for nothing);
     ``core.attributesFile`` is added when set. ``tracked``: the
     ``.gitattributes`` of the user's ``index``, whose blobs are read (what an
@@ -51,7 +53,7 @@ def names_content_filters(
     or untracked, or the index flags, read through ``walker`` (never a link).
     """
     places = list(outside)
-    configured = config_value(repo.config, "core.attributesFile")
+    configured = config_value(config, "core.attributesFile")
     if configured is not None:
         places.append(os.path.expanduser(configured.strip()))
     for place in places:

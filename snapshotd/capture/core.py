@@ -50,6 +50,7 @@ from snapshotd.capture.state import (
     StatCache,
     attributes_files,
     conversion_rules,
+    git_config,
     listed_attributes,
     make_fence,
 )
@@ -88,11 +89,13 @@ def _build(
     flagged |= loaded.flagged
     modified |= {path for path in hints if path in index}
     modified |= dirty_under_removed_attributes(index, info.path, removed, flagged, index_path) - removed
-    settings = Settings.read(listing, info, loaded.tracked_attributes)
+    config = git_config(info)
+    settings = Settings.read(config, listing, info, loaded.tracked_attributes)
     if settings.filters:
         on_disk = listed_attributes(listing, flagged)
         with Walker(info.path) as walker:
-            named = names_content_filters(repo, attributes_files(info), index, loaded.attributes, on_disk, walker)
+            named = names_content_filters(repo, config, attributes_files(info), index, loaded.attributes, on_disk,
+                                          walker)
         settings = replace(settings, content_filters=named)
     cache.follow_rules(conversion_rules(info, listing, loaded.tracked_attributes, flagged))
     user = UserIndex(index)  # the user's index as read: what the capture changes of it is kept there

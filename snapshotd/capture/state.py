@@ -197,8 +197,8 @@ class Settings:
     autocrlf: str | None = None  # core.autocrlf ("false", "true", "input"; None: git's to read) for paths no rule covers
 
     @classmethod
-    def read(cls, listing: bytes, info: WorktreeInfo, tracked_attributes: bool) -> Settings:
-        config = git_config(info)
+    def read(cls, config: pygit2.Config, listing: bytes, info: WorktreeInfo, tracked_attributes: bool) -> Settings:
+        """The switches under ``config``, the configuration git reads (:func:`git_config`)."""
 
         def flag(name: str, default: bool) -> bool:
             try:

@@ -25,7 +25,7 @@ import pygit2
 import trio
 
 from snapshotd.capture.scan import git_target
-from snapshotd.capture.state import CaptureResult, make_fence
+from snapshotd.capture.state import CaptureResult, git_config, make_fence
 from snapshotd.errors import NotFound, SnapshotdError, filesystem_error
 from snapshotd.git.repository import Repository
 from snapshotd.restore import kept as kept_mod
@@ -212,7 +212,7 @@ def _plan_and_apply(
                 info.path,
                 plan,
                 os.path.join(info.state_dir, "journal"),
-                GitCheckout(git_dir=info.git_dir or info.store_dir, tree=current.tree),
+                GitCheckout(git_dir=info.git_dir or info.store_dir, tree=current.tree, config=git_config(info)),
                 defer,
             ) as prepared:
                 if not exact and prepared.stale(_fence(info)):

@@ -19,6 +19,7 @@ import pygit2
 
 from snapshotd.errors import InternalError
 from snapshotd.git.attributes import ATTRIBUTES_FILE, may_convert
+from snapshotd.git.config import ConfigLookup
 from snapshotd.git.modes import MODE_FILE, is_file_mode
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import Repository
@@ -44,6 +45,7 @@ class GitCheckout:
 
     git_dir: str
     tree: str | None = None  # the worktree's tree before the plan (the safety checkpoint's)
+    config: ConfigLookup | None = None  # the configuration git reads (capture/state.py's git_config); None: the store's
 
 
 def _folders_of(path: str) -> list[str]:
@@ -159,7 +161,8 @@ class Stage:
                     attributes[name] = Entry(str(oid), MODE_FILE)
                 elif (kept := self._kept_in_index(name)) is not None:
                     attributes[name] = kept
-        if not may_convert(self.repo.config, self.repo.path, worktree_attributes=bool(attributes)):
+        config = self.checkout.config if self.checkout.config is not None else self.repo.config
+        if not may_convert(config, self.repo.path, worktree_attributes=bool(attributes)):
             return
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         os.makedirs(os.path.join(self.directory, "wt"), mode=0o700)  # empty: attributes from the index
