@@ -225,3 +225,44 @@ def test_a_capture_hashes_as_git_does_under_the_system_attributes(tmp_path: Path
     trees = with_system_attributes(tmp_path, "*.txt text eol=lf\n", {}, str(wt), child=_CAPTURE_CHILD)
     assert git(wt, "cat-file", "-p", f"{trees['git']}:a.txt") == b"one\ntwo\n"
     assert trees["ours"] == trees["git"]
+
+
+# (value as written in .git/config, None: the name alone) -> git's reading, seen through what `git add` does.
+AUTOCRLF_VALUES = [None, "", "true", "TRUE", "yes", "On", "1", "2", "1k", "0x10", "0", "false", "No", "off", "input",
+                   "Input", '"input"', "input ; a comment", "maybe", "010", "1_0"]
+
+
+@pytest.mark.parametrize("value", AUTOCRLF_VALUES)
+def test_core_autocrlf_is_read_as_git_reads_it(tmp_path: Path, home: Path, value: str | None) -> None:
+    from snapshotd.git.attributes import autocrlf
+
+    git(tmp_path, "init", "-q")
+    with open(tmp_path / ".git" / "config", "a") as config:
+        config.write("[core]\n\tautocrlf\n" if value is None else f"[core]\n\tautocrlf = {value}\n")
+    (tmp_path / "f.txt").write_bytes(CRLF)
+    added = subprocess.run(["git", "add", "f.txt"], cwd=tmp_path, capture_output=True, check=False)
+    if added.returncode != 0:
+        gits = None  # git refuses the value
+    else:
+        blob = git(tmp_path, "cat-file", "blob", ":f.txt")
+        gits = "converts" if blob == b"one\ntwo\n" else "keeps"
+    ours = autocrlf(pygit2.Repository(str(tmp_path)).config)
+    if ours is None:
+        assert value in ("maybe", "010", "1_0"), value  # left to git: refused, or a number only git reads
+        return
+    assert gits == ("keeps" if ours == "false" else "converts"), (value, ours)
+
+
+def test_included_config_files_are_found_as_git_resolves_them(tmp_path: Path, home: Path) -> None:
+    from snapshotd.git.config import included_files
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "b").write_text('[include]\n\tpath = "c" # relative to a/\n[core]\n\tpath = not-an-include\n')
+    (tmp_path / "a" / "c").write_text(f"[include]\n\tpath = {tmp_path / 'top'}\n")  # a cycle ends
+    (tmp_path / "top").write_text(
+        '[include] path = a/b\n[includeIf "gitdir:/nowhere/"]\n\tPath = ~/only-if\n[section "include"]\n\tpath = no\n'
+    )
+    assert sorted(included_files(str(tmp_path / "top"))) == sorted(
+        [str(tmp_path / "a" / "b"), str(home / "only-if"), str(tmp_path / "a" / "c"), str(tmp_path / "top")]
+    )
+    assert included_files(str(tmp_path / "missing")) == []

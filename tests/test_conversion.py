@@ -372,6 +372,28 @@ async def test_an_attributes_file_named_in_git_config_global_counts(tmp_path: Pa
         await check(engine, repo, "warm")
 
 
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_change_in_an_included_config_file_is_seen(tmp_path: Path, kind: str) -> None:
+    # An included file's core.autocrlf changed: the warm state kept the old one, and the stat cache the old blobs.
+    repo = new_repo(tmp_path / "r", "sha1")
+    (repo / ".gitattributes").write_text("*.md text\n")
+    (repo / "a.cs").write_bytes(b"one\n")
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-qm", "init")
+    (tmp_path / "rules").mkdir()
+    (tmp_path / "rules" / "nested").write_text("[core]\n\tautocrlf = input\n")
+    (tmp_path / "top").write_text('[include] path = "rules/nested" ; a key on its header\'s line\n')
+    sh(repo, "config", "include.path", str(tmp_path / "top"))
+    async with running_engine(kind) as engine:
+        (repo / "a.cs").write_bytes(b"one\r\n")
+        (repo / "b.cs").write_bytes(b"new\r\n")
+        await check(engine, repo, kind)  # stored as LF
+        (tmp_path / "rules" / "nested").write_text("[core]\n\tautocrlf = false\n")
+        await check(engine, repo, kind)  # as it is: the files did not change, their rules did
+        (repo / "c.cs").write_bytes(b"newer\r\n")
+        await check(engine, repo, kind)
+
+
 @pytest.mark.parametrize("extension", [True, False])
 async def test_config_worktree_counts_under_its_extension_only(tmp_path: Path, extension: bool) -> None:
     repo = new_repo(tmp_path / "r", "sha1")

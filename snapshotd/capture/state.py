@@ -27,6 +27,7 @@ from snapshotd.git.attributes import (
     git_bool,
     may_convert,
 )
+from snapshotd.git.config import included_files
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
 
@@ -240,6 +241,12 @@ def config_files(info: WorktreeInfo) -> list[str]:
     return files
 
 
+def config_sources(info: WorktreeInfo) -> list[str]:
+    """The config files git reads for ``info``'s worktree and every file they include: a change of any may change
+    a setting."""
+    return [included for path in config_files(info) for included in (path, *included_files(path))]
+
+
 def git_config(info: WorktreeInfo) -> pygit2.Config:
     """The configuration git reads for ``info``'s worktree, from :func:`config_files`.
 
@@ -276,14 +283,14 @@ def conversion_rules(
 ) -> tuple[object, ...]:
     """The stat data of everything that decides how a file's bytes become a blob.
 
-    That is the config files (``core.autocrlf``, ``core.eol``), the attributes
+    That is the config files and those they include (``core.autocrlf``, ``core.eol``), the attributes
     files outside the worktree, every ``.gitattributes`` the scan listed
     (changed or untracked) or the index flags (skip-worktree, assume-unchanged:
     the file on disk counts while it is there, the index's blob once it is
     gone) and, when the index tracks one, the user's index, which holds the
     content of the others.
     """
-    files = config_files(info) + attributes_files(info)
+    files = config_sources(info) + attributes_files(info)
     if tracked_attributes and info.git_dir is not None:
         files.append(os.path.join(info.git_dir, "index"))
     return (

@@ -37,6 +37,7 @@ from snapshotd.capture.state import (
     StatCache,
     attributes_files,
     config_files,
+    config_sources,
 )
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.capture.userindex import UserIndex, entries_under, entry_at
@@ -160,8 +161,7 @@ def exclude_files(info: WorktreeInfo, configs: list[str]) -> list[str]:
 
 def rule_sources(info: WorktreeInfo) -> list[str]:
     """Files whose change can change what is ignored, tracked or converted: re-checked by stat each capture."""
-    configs = config_files(info)
-    sources = [*configs, *attributes_files(info), *exclude_files(info, configs)]
+    sources = [*config_sources(info), *attributes_files(info), *exclude_files(info, config_files(info))]
     if info.git_dir is not None:
         sources.append(os.path.join(info.git_dir, "index"))
     return sources

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from typing import Protocol
 
 import pygit2
@@ -10,6 +11,8 @@ import pygit2
 from snapshotd.git.process import run_git_without_repository
 
 PROTECTED_SCOPES = ("system", "global", "command")
+INCLUDE_DEPTH = 10  # git's own limit of nested includes
+_HEADER = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"(?:[^"\\]|\\.)*")?\s*\]')
 
 
 class ConfigLookup(Protocol):
@@ -45,3 +48,68 @@ def protected_config_values(name: str) -> list[str]:
         for scope, value in zip(fields[0::2], fields[1::2], strict=False)
         if scope.decode("ascii", "replace") in PROTECTED_SCOPES
     ]
+
+
+def included_files(path: str) -> list[str]:
+    """Every file the config file ``path`` includes, nested ones too, whatever their ``includeIf`` condition.
+
+    For the stat data that says a setting may have changed: a condition not
+    met only costs a look at a file that counts for nothing. Paths are
+    resolved as git does: ``~/`` from the home folder, a relative one from
+    the including file's folder. A file that cannot be read includes nothing.
+    """
+    found: list[str] = []
+    pending = [(path, 0)]
+    while pending:
+        current, depth = pending.pop()
+        if depth >= INCLUDE_DEPTH:
+            continue
+        for target in _include_paths(current):
+            target = os.path.expanduser(target)
+            if not os.path.isabs(target):
+                target = os.path.join(os.path.dirname(current), target)
+            if target not in found:
+                found.append(target)
+                pending.append((target, depth + 1))
+    return found
+
+
+def _include_paths(path: str) -> list[str]:
+    """The ``path`` values of the ``[include]`` and ``[includeIf ...]`` sections of one config file."""
+    try:
+        with open(path, "rb") as handle:
+            text = handle.read().decode("utf-8", "replace")
+    except OSError:
+        return []
+    paths, section = [], ""
+    for line in text.splitlines():
+        header = _HEADER.match(line)
+        if header is not None:
+            section = header.group(1).lower()
+            line = line[header.end():]  # a key may follow its section's header on the same line
+        if section not in ("include", "includeif"):
+            continue
+        key, equals, value = line.partition("=")
+        if equals and key.strip().lower() == "path":
+            value = _config_string(value)
+            if value:
+                paths.append(value)
+    return paths
+
+
+def _config_string(raw: str) -> str:
+    """A config value as git reads it: quotes removed, ``\\`` and ``\\"`` unescaped, a comment cut off."""
+    out, quoted, escaped = [], False, False
+    for char in raw.strip():
+        if escaped:
+            out.append(char)
+            escaped = False
+        elif char == "\\":
+            escaped = True
+        elif char == '"':
+            quoted = not quoted
+        elif char in "#;" and not quoted:
+            break
+        else:
+            out.append(char)
+    return "".join(out).strip()
