@@ -171,6 +171,21 @@ async def test_modify_add_delete_across_folders(eng: Engine, tmp_path: Path) -> 
         assert (change["additions"], change["deletions"]) == counts[change["path"]]
 
 
+async def test_an_index_entry_naming_a_blob_never_written(eng: Engine, tmp_path: Path) -> None:
+    """``git update-index --cacheinfo`` of an id ``hash-object`` gave without ``-w``: ``git add -A`` hashes the
+    file anew and writes its blob; the capture failed "unexpectedly" (libgit2 would not write the index's tree)."""
+    repo = make_small.make_small(tmp_path / "small").worktree
+    assert_matches_git(repo, await checkpoint(eng, repo))
+    write(repo / "README.md", "changed\n")
+    write(repo / "src/new.py", "new\n")
+    for path in ("README.md", "src/new.py"):
+        never_written = git(repo, "hash-object", path).strip()
+        git(repo, "update-index", "--add", "--cacheinfo", f"100644,{never_written},{path}")
+    result = await checkpoint(eng, repo)  # before the oracle's own `git add -A` writes the blobs
+    assert blob(repo, result["checkpoint"]["id"], "README.md") == b"changed\n"
+    assert_matches_git(repo, result)
+
+
 async def test_list_and_show_by_prefix(eng: Engine, tmp_path: Path) -> None:
     """A checkpoint is found by a 7-digit prefix; list is newest first."""
     repo = make_small.make_small(tmp_path / "small", dirty=True).worktree

@@ -67,6 +67,13 @@ from snapshotd.store.identity import WorktreeInfo
 from snapshotd.threads import thread_limiter
 
 
+def _lacking_objects(index: pygit2.Index, repo: pygit2.Repository) -> set[str]:
+    """The paths whose index entry names a blob the store lacks (``update-index --cacheinfo`` of an id never
+    written): ``git add -A`` hashes such a file anew, as its stat data cannot match, and writes its blob."""
+    odb = repo.odb
+    return {entry.path for entry in index if int(entry.mode) != MODE_GITLINK and entry.id not in odb}
+
+
 def _build(
     info: WorktreeInfo,
     index_path: str | None,
@@ -116,7 +123,18 @@ def _build(
     # The index's own tree comes from its cache-tree extension (milliseconds when
     # valid); the changes are then edited in along their paths only.
     with loose.written_elsewhere(repo.path):  # libgit2 writes the trees an invalid cache-tree lacks
-        recording = RecordingIndex(index, str(index.write_tree(repo)), user)
+        try:
+            base = str(index.write_tree(repo))
+        except pygit2.GitError:
+            lacking = _lacking_objects(index, repo)
+            if not lacking:
+                raise
+            for path in lacking:
+                user.save(path)
+                index.remove(path)
+            modified |= lacking
+            base = str(index.write_tree(repo))
+    recording = RecordingIndex(index, base, user)
     builder = TreeBuilder(  # the recording index stands for the index it wraps
         repo, info, cast(pygit2.Index, recording), settings, cache, stats, size_cap, fence_ns, flagged=flagged, conflict_ours=conflict_ours
     )
