@@ -186,6 +186,29 @@ async def test_an_index_entry_naming_a_blob_never_written(eng: Engine, tmp_path:
     assert_matches_git(repo, result)
 
 
+@pytest.mark.parametrize("split", [False, True])
+async def test_core_split_index_leaves_nothing_in_the_git_dir(eng: Engine, tmp_path: Path, split: bool) -> None:
+    """With ``core.splitIndex`` on, git wrote the capture's private index split: a ``sharedindex`` file left in the
+    user's git dir at every capture, and an index libgit2 cannot read (the checkpoint failed)."""
+    repo = make_small.make_small(tmp_path / "small").worktree
+    write(repo / ".gitattributes", "*.md text\n")
+    git(repo, "config", "core.splitIndex", "true")
+    if split:
+        git(repo, "update-index", "--split-index")
+    git_dir = Path(git_path(repo, "."))
+    before = {p.name: p.read_bytes() for p in git_dir.glob("sharedindex.*")}
+    assert bool(before) == split
+    for round_ in range(2):
+        write(repo / "README.md", f"crlf {round_}\r\n")  # a CR under a text rule: git hashes it
+        write(repo / f"new{round_}.md", "new\r\n")
+        result = await checkpoint(eng, repo)
+        # Any git reading a split index (the capture's ls-files of its copy) touches its shared index's mtime,
+        # which keeps it from expiring; its content stays.
+        assert {p.name: p.read_bytes() for p in git_dir.glob("sharedindex.*")} == before
+        assert_matches_git(repo, result)
+        before = {p.name: p.read_bytes() for p in git_dir.glob("sharedindex.*")}  # git's own add -A writes one
+
+
 async def test_list_and_show_by_prefix(eng: Engine, tmp_path: Path) -> None:
     """A checkpoint is found by a 7-digit prefix; list is newest first."""
     repo = make_small.make_small(tmp_path / "small", dirty=True).worktree

@@ -106,7 +106,9 @@ def transport_env() -> dict[str, str]:
 
 def git_argv(args: Sequence[str]) -> list[str]:
     # No program a repository names ever runs: no hook (update-index and update-ref
-    # would start post-index-change and reference-transaction), no fsmonitor.
+    # would start post-index-change and reference-transaction), no fsmonitor. A
+    # private index is written whole: split, it would leave a sharedindex file in the
+    # user's git dir, and libgit2 cannot read it.
     return [
         "git",
         "-c", "gc.auto=0",
@@ -114,6 +116,7 @@ def git_argv(args: Sequence[str]) -> list[str]:
         "-c", "core.quotePath=false",
         "-c", "core.hooksPath=/dev/null",
         "-c", "core.fsmonitor=",
+        "-c", "core.splitIndex=false",
         *args,
     ]
 
