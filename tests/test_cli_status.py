@@ -33,6 +33,7 @@ def test_status_is_a_table_with_a_health_line(daemon: Daemon, sock: Path, tmp_pa
 
     lines = cli("status", env=env).stdout.splitlines()
     assert lines[0].startswith("snapshotd ") and f"pid {daemon.pid}" in lines[0]
+    assert status["log"] == str(daemon.log) and lines[0].endswith(f"  log {daemon.log}")  # where its errors are told
     assert lines[1].split() == ["ID", "PATH", "KIND", "STATE", "CHECKPOINTS", "LAST", "CAPTURE", "WARNINGS"]
     rows = {line.split()[1]: line for line in lines[2:-1]}
     assert set(rows) == {str(repo), str(plain)}

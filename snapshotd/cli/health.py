@@ -81,7 +81,8 @@ def background_push_line(worktree: str, push: dict[str, Any]) -> str:
 
 def print_status(result: dict[str, Any], verbose: bool, embedded: bool = False) -> None:
     """The version line, the table of worktrees, the health line, and with ``verbose`` the counters."""
-    click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}")
+    click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}"
+               + (f"  log {result['log']}" if result.get("log") and not embedded else ""))
     rows = [("ID", "PATH", "KIND", "STATE", "CHECKPOINTS", "LAST CAPTURE", "WARNINGS")]
     for wt in result["worktrees"]:
         count, last = _checkpoints(wt)

@@ -38,6 +38,7 @@ from snapshotd.errors import InvalidParams, MethodNotFound, Unsupported, Worktre
 from snapshotd.git import loose, spawn
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
+from snapshotd.server.dispatch import log_location
 from snapshotd.settings import VERSION, data_home, size_cap as resolve_size_cap
 from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records
@@ -48,12 +49,8 @@ class Engine:
     """Owns the open worktrees and performs every method of the contract."""
 
     def __init__(
-        self,
-        home: str | os.PathLike[str] | None = None,
-        *,
-        size_cap: int | None = None,
-        nursery: trio.Nursery | None = None,
-        watch: bool = True,
+        self, home: str | os.PathLike[str] | None = None, *, size_cap: int | None = None,
+        nursery: trio.Nursery | None = None, watch: bool = True,
     ) -> None:
         self.home = data_home(home)
         self.nursery = nursery  # with one, worktrees are watched and captures can be warm
@@ -387,6 +384,7 @@ class Engine:
             "spawn": {"native": spawn.NATIVE, "error": spawn.NATIVE_ERROR},
             "version": VERSION,
             "pid": os.getpid(),
+            "log": log_location(),
             "size_cap": self.size_cap,
             "home": str(self.home),
             "background_push": self.transfers.background.status(),
