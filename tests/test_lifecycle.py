@@ -103,11 +103,25 @@ def test_a_worktree_removed_and_added_again_at_its_path_is_shown_once_there(daem
     linked = tmp_path / "linked"
     git(main, "worktree", "add", "-q", "--detach", str(linked))
     old = warm_checkpoints(linked, env)
+    other = tmp_path / "other"
+    git(main, "worktree", "add", "-q", "--detach", str(other))
+    deleted = warm_checkpoints(other, env)
+    warm_checkpoints(main, env)
     git(main, "worktree", "remove", "--force", str(linked))
+    shutil.rmtree(other)  # deleted by hand: git still has it, so it may be on a disk gone for now
     deadline = time.monotonic() + 20
-    while presence_of(daemon.socket)[old].get("presence") != "gone":
+    while [presence_of(daemon.socket)[key].get("presence") for key in (old, deleted)] != ["removed", "gone"]:
         assert time.monotonic() < deadline, presence_of(daemon.socket)
         time.sleep(0.2)
+    removed = presence_of(daemon.socket)[old]["problem"]
+    assert "removed with git" in removed and f"snapshotd forget {old}" in removed and "repair" not in removed
+    status = cli("status", cwd=main, env=env).stdout.splitlines()
+    assert status[-1].startswith("attention: 2 worktrees; 1 worktree not where recorded"), status
+    assert status[-1].endswith("; 1 removed with git (`snapshotd forget ID` drops a record)"), status
+    cli("forget", deleted, cwd=main, env=env)
+    assert cli("status", cwd=main, env=env).stdout.splitlines()[-1] == (
+        "ok: 1 worktree, all watched; 1 removed with git (`snapshotd forget ID` drops a record)"
+    )
     git(main, "worktree", "add", "-q", "--detach", str(linked))
     new = call(daemon.socket, "checkpoint", {"path": str(linked)})["checkpoint"]
     assert new["worktree"] != old and new["tree"] == oracle_tree(linked)

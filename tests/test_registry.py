@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 from repo_helpers import git, init_repo, write
 
 from snapshotd.contract.refs import WorktreeRef
-from snapshotd.engine.registry import Registry, worktree_head
+from snapshotd.engine.registry import Registry, recorded_wire, worktree_head
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
 from snapshotd.settings import DEFAULT_SIZE_CAP
 from snapshotd.store.identity import Records
@@ -105,3 +106,17 @@ async def test_the_wire_worktree_carries_head_and_branch(tmp_path: Path) -> None
     assert worktree_head(state.info) == (head, branch)
     plain = registry.open_path(str(write(tmp_path / "plain" / "x.txt", "x").parent))
     assert worktree_head(plain.info) == (None, None)
+
+
+def test_a_recorded_worktree_removed_with_git_is_removed_and_one_deleted_by_hand_gone(tmp_path: Path) -> None:
+    main = init_repo(tmp_path / "main", ("a.txt", "a\n"))
+    records = {}
+    for name in ("removed", "deleted"):
+        git(main, "worktree", "add", "-q", "--detach", str(tmp_path / name))
+        git_dir = git(tmp_path / name, "rev-parse", "--absolute-git-dir").strip()
+        records[name] = {"path": str(tmp_path / name), "kind": "git", "git_dir": git_dir, "common_dir": str(main / ".git")}
+    git(main, "worktree", "remove", str(tmp_path / "removed"))
+    shutil.rmtree(tmp_path / "deleted")
+    removed, deleted = (recorded_wire(f"wt_{name}", records[name], {}) for name in ("removed", "deleted"))
+    assert (removed["presence"], deleted["presence"]) == ("removed", "gone")
+    assert "removed with git" in removed["problem"] and "repair" in deleted["problem"]

@@ -219,7 +219,7 @@ export interface WorktreesParams {
 export interface KnownWorktree extends Worktree {
   /** False for a worktree listed from its record alone (head, branch null; not watched). */
   open?: boolean;
-  /** "here", or "gone" when its folder is no longer at its path. */
+  /** "here"; "moved" or "gone" when its folder is no longer at its path; "removed" when git removed it too. */
   presence?: string;
   problem?: string | null;
 }

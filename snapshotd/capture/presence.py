@@ -8,7 +8,11 @@ the path no longer holds that folder, a git worktree no longer holds its git
 dir, or its git dir no longer holds its id (a folder made anew can be given
 the freed inode back, so the inode alone cannot tell).
 The watcher tells moved from deleted (its root's own ``IN_MOVE_SELF`` or
-``IN_DELETE_SELF``); without it the worktree is only known to be gone.
+``IN_DELETE_SELF``); without it the worktree is only known to be gone. A
+linked worktree whose folder and git's own folder for it (``worktrees/NAME``)
+are both gone was removed with git (``git worktree remove``, or ``prune``
+once it went): git has no worktree there to move or mend either, so it is
+``removed``, not a problem to look at.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from snapshotd.store.statedir import read_id_of, state_folder
 
 MOVED = "moved"
 GONE = "gone"
+REMOVED = "removed"  # a linked worktree git no longer has either: `git worktree remove`, or its prune
 HERE = "here"
 
 RootId = tuple[int, int]
@@ -63,6 +68,12 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
     if now is not None and (opened is None or now == opened) and not missing_git and _keeps_its_id(info):
         return None  # here (perhaps moved away and back)
     how = MOVED if hint == MOVED else GONE
+    if now is None and removed_with_git(info.git_dir, info.common_dir):
+        return Vanished(
+            REMOVED,
+            f"The worktree {info.id} at {info.path} was removed with git (git has no worktree there any more); "
+            f"its checkpoints stay in {info.common_dir}, and 'snapshotd forget {info.id}' drops its record.",
+        )
     if how == MOVED:
         return Vanished(
             MOVED,
@@ -76,6 +87,13 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
         f"The worktree {info.id} is no longer at {info.path} ({what}); "
         "if it moved, run 'snapshotd repair NEW_PATH' to keep its checkpoints.",
     )
+
+
+def removed_with_git(git_dir: str | None, common_dir: str | None) -> bool:
+    """Whether ``git_dir`` was a linked worktree's folder in ``common_dir`` (``worktrees/NAME``) and is gone."""
+    if not git_dir or not common_dir or os.path.normpath(git_dir) == os.path.normpath(common_dir):
+        return False
+    return not os.path.lexists(git_dir) and os.path.isdir(common_dir)
 
 
 def _still_a_repository(git_dir: str, common_dir: str | None) -> bool:

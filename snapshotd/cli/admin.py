@@ -119,7 +119,8 @@ def forget(ctx: click.Context, target: str, json_output: bool) -> None:
 def _problem(wt: dict[str, Any]) -> None:
     """Under a worktree's line: that it is gone or moved (with the remedy), or why it is not watched."""
     if wt.get("presence") not in (None, "here"):
-        click.echo(f"    {click.style(wt['presence'], fg='red')}: {wt.get('problem')}")
+        shown = wt["presence"] if wt["presence"] == "removed" else click.style(wt["presence"], fg="red")
+        click.echo(f"    {shown}: {wt.get('problem')}")
     elif wt.get("watch_error"):
         click.echo(f"    cold: {wt['watch_error']}")
 

@@ -50,7 +50,8 @@ def health_line(result: dict[str, Any], embedded: bool = False) -> str:
     worktrees = result["worktrees"]
     if embedded and not worktrees:
         return click.style("ok", fg="green") + ": embedded (no daemon: each command opens its worktree and scans it)"
-    gone = sum(1 for wt in worktrees if _state(wt) not in ("watching", "cold"))
+    gone = sum(1 for wt in worktrees if _state(wt) not in ("watching", "cold", "removed"))
+    removed = sum(1 for wt in worktrees if _state(wt) == "removed")
     cold = sum(1 for wt in worktrees if _state(wt) == "cold")
     unwatchable = not result.get("facilities", {}).get("inotify", {}).get("available", True)
     spawn = result.get("spawn", {})
@@ -64,11 +65,14 @@ def health_line(result: dict[str, Any], embedded: bool = False) -> str:
         notes.append(f"{cold} captured cold (no watcher: each checkpoint scans)")
     if not spawn.get("native", True):
         notes.append(f"git runs through the fallback spawner ({spawn.get('error')})")
-    count = f"{len(worktrees)} worktree{'s' if len(worktrees) != 1 else ''}"
+    live = len(worktrees) - removed
+    count = f"{live} worktree{'s' if live != 1 else ''}"
+    # Removed with git is the end of a worktree's life, not trouble: said, never "attention".
+    aside = f"; {removed} removed with git (`snapshotd forget ID` drops a record)" if removed else ""
     if not notes:
         how = "captured cold (no inotify: see the warning)" if unwatchable else "all watched"
-        return click.style("ok", fg="green") + f": {count}, {how}"
-    return click.style("attention", fg="yellow") + f": {count}; " + "; ".join(notes)
+        return click.style("ok", fg="green") + f": {count}, {how}{aside}"
+    return click.style("attention", fg="yellow") + f": {count}; " + "; ".join(notes) + aside
 
 
 def background_push_line(worktree: str, push: dict[str, Any]) -> str:

@@ -27,7 +27,7 @@ from snapshotd.capture.checkpoint import (
     refuse_unknown_broad_folder,
 )
 from snapshotd.capture.mirror import remove_stale_mirrors
-from snapshotd.capture.presence import GONE, HERE
+from snapshotd.capture.presence import GONE, HERE, REMOVED, removed_with_git
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.contract.refs import WorktreeRef
@@ -98,12 +98,15 @@ def recorded_wire(worktree_id: str, record: dict[str, Any], opened: dict[str, Wo
     taken = any(state.info.path == path for state in opened.values())
     here = os.path.isdir(path) and not taken
     wire = {name: record.get(name) for name in ("path", "kind", "git_dir", "common_dir")}
+    removed = not here and not os.path.lexists(path) and removed_with_git(record.get("git_dir"), record.get("common_dir"))
     problem = None if here else (
+        f"The worktree {worktree_id} at {path} was removed with git; 'snapshotd forget {worktree_id}' drops its record."
+        if removed else
         f"The worktree {worktree_id} is no longer at {path}; 'snapshotd repair NEW_PATH' finds it if it moved, "
         f"'snapshotd forget {worktree_id}' drops it."
     )
     return {"id": worktree_id, **wire, "head": None, "branch": None, "watching": False, "open": False,
-            "presence": HERE if here else GONE, "problem": problem}
+            "presence": HERE if here else REMOVED if removed else GONE, "problem": problem}
 
 
 class Registry:
@@ -190,12 +193,13 @@ class Registry:
         here = {state.info.path for state in self.worktrees.values() if state.capture.vanished is None}
         for key, state in list(self.worktrees.items()):
             vanished = state.capture.vanished
-            if vanished is not None and vanished.how == GONE and state.info.path in here:
+            if vanished is not None and vanished.how in (GONE, REMOVED) and state.info.path in here:
                 self.worktrees.pop(key).capture.close()
         return list(self.worktrees.values())
 
     def gone(self) -> list[WorktreeState]:
-        """The open worktrees found ``gone`` (deleted, or moved where no watcher saw): ``forget`` drops them."""
+        """The open worktrees found ``gone`` (deleted, or moved where no watcher saw): ``forget`` drops them.
+        Those ``removed`` with git are not among them: ``repair`` has nothing to find."""
         return [s for s in self.worktrees.values() if s.capture.vanished is not None and s.capture.vanished.how == GONE]
 
     async def forget(self, worktree_id: str | None, path: str | None) -> list[dict[str, str]]:
