@@ -266,3 +266,18 @@ def test_included_config_files_are_found_as_git_resolves_them(tmp_path: Path, ho
         [str(tmp_path / "a" / "b"), str(home / "only-if"), str(tmp_path / "a" / "c"), str(tmp_path / "top")]
     )
     assert included_files(str(tmp_path / "missing")) == []
+
+
+def test_an_include_of_a_fifo_or_a_device_is_not_read(tmp_path: Path, home: Path) -> None:
+    import threading
+
+    from snapshotd.git.config import included_files
+
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "top").write_text(f"[include]\n\tpath = {tmp_path / 'fifo'}\n[include]\n\tpath = /dev/zero\n")
+    found: list[list[str]] = []
+    reader = threading.Thread(target=lambda: found.append(included_files(str(tmp_path / "top"))), daemon=True)
+    reader.start()
+    reader.join(10)
+    assert not reader.is_alive(), "reading the includes waited on the FIFO"
+    assert found == [[str(tmp_path / "fifo"), "/dev/zero"]]  # named, for their stat data, never read

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from typing import Protocol
 
 import pygit2
@@ -12,6 +13,7 @@ from snapshotd.git.process import run_git_without_repository
 
 PROTECTED_SCOPES = ("system", "global", "command")
 INCLUDE_DEPTH = 10  # git's own limit of nested includes
+INCLUDE_MAX_BYTES = 1 << 20  # a config file larger than this is not looked into for includes
 _HEADER = re.compile(r'\s*\[\s*([A-Za-z0-9.-]+)(?:\s+"(?:[^"\\]|\\.)*")?\s*\]')
 
 
@@ -76,11 +78,19 @@ def included_files(path: str) -> list[str]:
 
 def _include_paths(path: str) -> list[str]:
     """The ``path`` values of the ``[include]`` and ``[includeIf ...]`` sections of one config file."""
-    try:
-        with open(path, "rb") as handle:
-            text = handle.read().decode("utf-8", "replace")
+    try:  # a FIFO or a device named there must not hang or fill the daemon: a regular file, of a sane size
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return []
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > INCLUDE_MAX_BYTES:
+            return []
+        text = os.read(fd, INCLUDE_MAX_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
     paths, section = [], ""
     for line in text.splitlines():
         header = _HEADER.match(line)
