@@ -98,6 +98,20 @@ export interface ChangedNotification {
   overflow: boolean;
 }
 
+/** A checkpoint recorded in the worktree (subscriptions made with `checkpoints: true`). */
+export interface CheckpointNotification {
+  subscription: string;
+  worktree: string;
+  checkpoint: Checkpoint;
+}
+
+export type Notification = ChangedNotification | CheckpointNotification;
+
+export interface SubscribeOptions {
+  /** Also a `checkpoint` notification for every checkpoint recorded in the worktree. */
+  checkpoints?: boolean;
+}
+
 // --- params -------------------------------------------------------------------
 
 /** Names a worktree: `path` (any folder inside it; made absolute by the client) or `worktree` (an id). */
@@ -145,6 +159,10 @@ export interface DiffParams extends OptionalWorktree {
   patch?: boolean;
   context?: number | null;
   session?: string | null;
+  /** The first file to list (a page starts where the last one's `next_offset` said). */
+  offset?: number;
+  /** With `patch: true`: the most bytes of patch one answer holds (a page ends before it). */
+  max_patch_bytes?: number;
 }
 
 export interface RestoreParams extends OptionalWorktree {
@@ -250,6 +268,8 @@ export interface DiffResult {
   patch?: string;
   /** True when the two sides are linked worktrees of one repository. */
   cross_worktree?: boolean;
+  /** With `patch: true`: the `offset` of the next page, or null when this one is the last. */
+  next_offset?: number | null;
 }
 
 export interface RestoreResult {
@@ -433,12 +453,13 @@ export function opencodePlugin(
 ): (input: { directory: string; worktree?: string; client?: unknown }) => Promise<Record<string, (...args: any[]) => Promise<void>>>;
 
 /** `changed` notifications of one subscription; `break` or `close()` ends it. */
-export class Subscription implements AsyncIterableIterator<ChangedNotification> {
+/** Its notifications: `changed` ones, and `checkpoint` ones too when subscribed with `checkpoints: true`. */
+export class Subscription<N extends Notification = ChangedNotification> implements AsyncIterableIterator<N> {
   readonly id: string;
-  next(): Promise<IteratorResult<ChangedNotification, undefined>>;
-  return(): Promise<IteratorResult<ChangedNotification, undefined>>;
+  next(): Promise<IteratorResult<N, undefined>>;
+  return(): Promise<IteratorResult<N, undefined>>;
   close(): void;
-  [Symbol.asyncIterator](): Subscription;
+  [Symbol.asyncIterator](): Subscription<N>;
 }
 
 /** One connection to the daemon; calls may be in flight at once and are matched by id. */
@@ -480,7 +501,8 @@ export class Snapshotd {
   verify(target: string | WorktreeTarget): Promise<VerifyResult>;
   push(params: PushParams): Promise<PushResult>;
   fetch(params: RemoteParams): Promise<FetchResult>;
-  subscribe(target: string | WorktreeTarget): Promise<Subscription>;
+  subscribe(target: string | WorktreeTarget, options: SubscribeOptions & { checkpoints: true }): Promise<Subscription<Notification>>;
+  subscribe(target: string | WorktreeTarget, options?: SubscribeOptions): Promise<Subscription>;
   unsubscribe(subscription: string): Promise<EmptyResult>;
   shutdown(): Promise<EmptyResult>;
 }

@@ -1,7 +1,7 @@
 // A connection to the daemon: JSON-RPC 2.0 over a Unix socket, one JSON
 // object per line. Calls are pipelined (each is written at once and its
 // response matched by id, in whatever order the daemon answers), and the
-// `changed` notifications of a subscription come out of an async iterator.
+// `changed` (and, when asked, `checkpoint`) notifications of a subscription come out of an async iterator.
 
 import * as path from "node:path";
 
@@ -168,11 +168,13 @@ export class Snapshotd {
   shutdown() { return this.#request("shutdown", {}); }
 
   /**
-   * Subscribe to a worktree's `changed` notifications on this connection.
+   * Subscribe to a worktree's `changed` notifications on this connection; with
+   * `{ checkpoints: true }`, also one `checkpoint` notification per checkpoint recorded there.
    * @returns {Promise<Subscription>} iterate it with `for await`; `close()` or `break` ends it
    */
-  subscribe(target) {
-    return this.#request("subscribe", worktreeParams(target), (result) => {
+  subscribe(target, options = {}) {
+    const params = { ...worktreeParams(target), ...(options.checkpoints ? { checkpoints: true } : {}) };
+    return this.#request("subscribe", params, (result) => {
       // Made as the response is read, so that a notification in the same
       // chunk already finds it.
       const subscription = new Subscription(this, result.subscription);
@@ -233,7 +235,7 @@ export class Snapshotd {
   #dispatch(message) {
     if (!message || typeof message !== "object") return;
     if (!("id" in message)) {
-      if (message.method === "changed" && message.params) {
+      if ((message.method === "changed" || message.method === "checkpoint") && message.params) {
         this.#subscriptions.get(message.params.subscription)?._push(message.params);
       }
       return;
@@ -267,7 +269,8 @@ export class Snapshotd {
 }
 
 /**
- * A subscription's `changed` notifications, as an async iterator.
+ * A subscription's notifications, as an async iterator: `changed` ones, and
+ * `checkpoint` ones (they carry `checkpoint`) when subscribed with `checkpoints: true`.
  * A reader that falls {@link SUBSCRIPTION_BUFFER} behind gets the backlog
  * folded into one notification with `overflow: true` ("anything may have
  * changed"), as the daemon itself does for a burst.

@@ -108,6 +108,27 @@ describe("subscribe", () => {
     }
   });
 
+  test("with checkpoints: true, each checkpoint recorded there comes as a notification", { timeout: 60_000 }, async () => {
+    const sd = await connect({ socket: daemon.socket });
+    try {
+      const repo = makeRepo();
+      const timeline = await sd.subscribe(repo, { checkpoints: true });
+      const taken = await sd.checkpoint({ path: repo, session: "timeline" });
+      let recorded = null;
+      for await (const event of timeline) {
+        if (event.checkpoint) {
+          recorded = event;
+          break;
+        }
+      }
+      assert.equal(recorded.subscription, timeline.id);
+      assert.equal(recorded.checkpoint.id, taken.checkpoint.id);
+      assert.equal(recorded.checkpoint.session, "timeline");
+    } finally {
+      await sd.close();
+    }
+  });
+
   test("close() ends the iterators; a lost daemon rejects them and every call in flight", async () => {
     const own = await startDaemon();
     const sd = await connect({ socket: own.socket });

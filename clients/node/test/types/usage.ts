@@ -5,6 +5,7 @@ import {
   AmbiguousError,
   type Checkpoint,
   type ChangedNotification,
+  type CheckpointNotification,
   type FileChange,
   NotFoundError,
   Snapshotd,
@@ -46,6 +47,13 @@ export async function turn(worktree: string): Promise<void> {
     if (notification.overflow || notification.paths.length) break;
   }
   await sd.unsubscribe(subscription.id);
+  const timeline = await sd.subscribe(worktree, { checkpoints: true });
+  for await (const event of timeline) {
+    if ("checkpoint" in event) { const recorded: CheckpointNotification = event; void recorded.checkpoint.seq; }
+    else if (event.overflow) break;
+  }
+  const page = await sd.diff({ from: "@", patch: true, offset: 25, max_patch_bytes: 1 << 20 });
+  const nextPage: number | null | undefined = page.next_offset;
   const raw = await sd.call<{ anything: number }>("future_method", { x: 1 });
   try {
     await sd.show("0000000");
@@ -57,7 +65,7 @@ export async function turn(worktree: string): Promise<void> {
   await sd.shutdown();
   await sd.close();
   void [socket, version, pid, uptime_s, shown, resolved, files, patch, kept, conflicts, wouldDelete, moved, counters,
-    differences, scan_ms, pushed, up_to_date, fetched, raw, scan, remote];
+    differences, scan_ms, pushed, up_to_date, fetched, raw, scan, remote, nextPage];
 
   // @ts-expect-error: a checkpoint needs a worktree
   await sd.checkpoint({ label: "x" });
