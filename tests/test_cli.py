@@ -279,9 +279,16 @@ def test_restore_dry_run_paths_and_everything(daemon: Daemon, env: dict[str, str
     assert "new.txt" in undone["written"]
     assert (repo / "new.txt").read_text() == "created since\n"
 
-    # --into: another worktree of the same repository gets the checkpoint's content.
+    # Run in another worktree, a restore or revert of this one's checkpoint, even by id, acts on nothing.
     linked = repo.parent / "linked"
     git(repo, "worktree", "add", "-q", str(linked))
+    before_both = worktree_listing(repo), worktree_listing(linked)
+    for command in (["restore", undo_id, "--yes"], ["revert", cp["id"], undo_id, "--yes"]):
+        refused = cli(*command, cwd=linked / "src", env=env, code=1)
+        assert f"not to the one at {linked}" in refused.stderr and "in its own" in refused.stderr, refused.stderr
+    assert (worktree_listing(repo), worktree_listing(linked)) == before_both
+
+    # --into: another worktree of the same repository gets the checkpoint's content.
     into = cli("restore", "--json", undo_id, "--into", linked, "--yes", env=env).json()
     assert "new.txt" in into["written"]
     assert into["safety_checkpoint"]["worktree"] != safety["worktree"]
@@ -503,6 +510,21 @@ def test_open_worktrees_status_and_repair(
 
 
 PROCESS_SAMPLE = (0, 1, 9)
+
+
+def test_a_plain_folder_is_a_worktree_from_its_first_checkpoint_and_names_it_from_inside(
+    daemon: Daemon, env: dict[str, str], tmp_path: Path
+) -> None:
+    plain = tmp_path / "plain"
+    write(plain / "sub" / "a.txt", "a\n")
+    for command in (["list"], ["diff", "--stat", "@"], ["log"], ["verify"]):  # a read makes no worktree there
+        refused = cli(*command, cwd=plain / "sub", env=env, code=1)
+        assert f"{plain / 'sub'} is in no worktree" in refused.stderr, (command, refused.stderr)
+    assert cli("status", "--json", env=env).json()["worktrees"] == []
+    made = checkpoint(plain, env, "--force")["checkpoint"]
+    listed = cli("list", "--json", cwd=plain / "sub", env=env).json()["checkpoints"]  # inside it: the same worktree
+    assert [c["id"] for c in listed] == [made["id"]]
+    assert [wt["path"] for wt in cli("status", "--json", env=env).json()["worktrees"]] == [str(plain)]
 
 
 def test_errors_are_one_line_or_json_and_usage_errors_exit_2(

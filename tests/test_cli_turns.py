@@ -79,7 +79,7 @@ def test_diff_and_revert_of_a_turn_by_number(daemon: Daemon, env: dict[str, str]
     # Errors: one sentence each, exit 1, nothing changed.
     missing = cli("diff", "--turn", "9", cwd=repo, env=env, code=1)
     assert "There is no turn 9" in missing.stderr
-    both = cli("diff", "--turn", "1", "@", cwd=repo, env=env, code=1)
+    both = cli("diff", "--turn", "1", "@", cwd=repo, env=env, code=2)  # arguments that do not go together
     assert "--turn names both checkpoints" in both.stderr
     assert "needs FROM" in cli("diff", cwd=repo, env=env, code=2).stderr
 
@@ -96,7 +96,7 @@ def test_show_of_a_turn_by_number(daemon: Daemon, env: dict[str, str], repo: Pat
     assert "+hello" in patched and "diff --git a/CHANGES b/CHANGES" in patched
     as_json = cli("show", "--turn", "2", "--json", cwd=repo, env=env).json()
     assert as_json["turn"]["prompt"] == "Write notes" and as_json["checkpoint"]["id"] == as_json["turn"]["end"]
-    assert "--turn names both checkpoints" in cli("show", "@", "--turn", "1", cwd=repo, env=env, code=1).stderr
+    assert "--turn names both checkpoints" in cli("show", "@", "--turn", "1", cwd=repo, env=env, code=2).stderr
     assert "There is no turn 9" in cli("show", "--turn", "9", cwd=repo, env=env, code=1).stderr
     assert "show needs CHECKPOINT" in cli("show", cwd=repo, env=env, code=2).stderr
 

@@ -107,6 +107,18 @@ def test_subfolder_cwd_and_payload_without_session(daemon: Daemon, env: dict[str
     assert (cp["session"], cp["label"], cp["tree"]) == (None, "after turn", oracle_tree(repo))
 
 
+def test_a_turn_in_a_plain_folder_never_checkpointed(daemon: Daemon, env: dict[str, str], tmp_path: Path) -> None:
+    # The first hook asks for the session's newest checkpoint; a folder in no worktree yet has none (its
+    # first checkpoint makes it one), which is no failure of the hook.
+    folder = tmp_path / "notes"
+    write(folder / "a.txt", "a\n")
+    [(_, prompt)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
+    run = run_hook("claude-code", placed(prompt, folder, session_id="plain-session"), env)
+    assert (run.code, run.stdout, run.stderr) == (0, "", ""), run
+    [cp] = cli("list", "--json", str(folder), env=env).json()["checkpoints"]
+    assert cp["session"] == "plain-session" and cp["label"].startswith("before: ")
+
+
 def _prompt_payload(**changes: Any) -> bytes:
     [(_, payload)] = [item for item in recorded("claude-code") if "user-prompt" in item[0]]
     return placed(payload, Path("/home/user/project"), **changes)

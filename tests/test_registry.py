@@ -76,9 +76,9 @@ async def test_a_broad_folder_is_opened_only_when_the_reference_forces_it(tmp_pa
     monkeypatch.setenv("HOME", str(home))
     registry = new_registry(tmp_path / "home")
     with pytest.raises(SnapshotdError, match="is your home folder"):
-        await registry.resolve(WorktreeRef(path=str(home)), checkpoint=True)
+        await registry.resolve(WorktreeRef(path=str(home)), checkpoint=True, first_sight=True)
     assert registry.worktrees == {}
-    forced = await registry.resolve(WorktreeRef(path=str(home), force=True), checkpoint=True)
+    forced = await registry.resolve(WorktreeRef(path=str(home), force=True), checkpoint=True, first_sight=True)
     assert forced.info.path == str(home) and list(registry.worktrees) == [forced.info.id]
 
 

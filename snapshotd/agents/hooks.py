@@ -48,7 +48,7 @@ from snapshotd.agents.payload import (  # re-exported: the rest of the package r
     read_stdin,
     turn_open,
 )
-from snapshotd.errors import SnapshotdError
+from snapshotd.errors import NotFound, SnapshotdError
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
 if TYPE_CHECKING:
@@ -272,7 +272,10 @@ def record(
         if entry is not None:
             left_open = entry["open"]
         else:  # no record of the session (its start, or an older hook's session): its newest checkpoint says
-            newest = call("list", {"path": event.cwd, "session": session, "limit": 1})["checkpoints"]
+            try:
+                newest = call("list", {"path": event.cwd, "session": session, "limit": 1})["checkpoints"]
+            except NotFound:  # a folder in no worktree yet: the checkpoint below makes it one
+                newest = []
             left_open = bool(newest) and turn_open(newest[0].get("label") or "")
         if left_open:
             call("checkpoint", event.params(INTERRUPTED))

@@ -196,7 +196,7 @@ def worktrees(ctx: click.Context, json_output: bool) -> None:
 @json_option
 @click.pass_context
 def stop(ctx: click.Context, json_output: bool) -> None:
-    """Stop the daemon cleanly (also `shutdown`); returns once it has stopped, saying whether one ran."""
+    """Stop the daemon cleanly (`stop` and `shutdown` are one command); returns once it has stopped, saying whether one ran."""
     runner: Runner = ctx.obj
     if runner.embedded:
         raise click.UsageError("--embedded runs no daemon, so there is none to stop.")

@@ -59,7 +59,8 @@ def restore(
     CHECKPOINT is an id or @, @~N, #N, SESSION@, SESSION@~N of the worktree here.
     """
     paths = (*paths, *paths_after_dash(ctx))
-    where = reference_params([checkpoint_id], ref_session)
+    # Run here, it acts here: a checkpoint of another worktree is refused, even named by id, unless --into.
+    where = reference_params([checkpoint_id], ref_session, None if into else ".")
     if into and where:  # @ counts here, and the restore goes into the other worktree
         checkpoint_id = call_or_fail(ctx, "resolve", {"checkpoint": checkpoint_id, **where})["checkpoint"]["id"]
         where = {}
@@ -148,7 +149,7 @@ def revert(
         "paths": [os.path.abspath(p) for p in paths] or None,
         "dry_run": dry_run or None,
         "force": force or None,
-        **reference_params([source, *([target] if target else [])], ref_session),
+        **reference_params([source, *([target] if target else [])], ref_session, "."),  # run here, it acts here
     }
     preview = confirm_preview(ctx, "revert", params, yes)
     if preview is None:

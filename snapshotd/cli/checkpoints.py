@@ -129,7 +129,7 @@ def print_header(cp: dict[str, Any]) -> None:
     """The checkpoint as ``git show`` heads a commit: id, then session and seq, label, time, base, tree, agent ids."""
     click.echo(click.style(f"checkpoint {cp['id']}", fg="yellow"))
     rows = [
-        ("Session", f"{_session_name(cp['session'])}, #{cp['seq']}"),
+        ("Session", f"{'(default)' if cp['session'] is None else one_line(cp['session'])}, #{cp['seq']}"),
         ("Label", one_line(cp["label"]) if cp.get("label") else "-"),
         ("Date", f"{cp['created_at'].replace('T', ' ').removesuffix('Z')} UTC"),
         ("Base", cp.get("base") or "- (no commit yet)"),

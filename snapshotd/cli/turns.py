@@ -17,7 +17,7 @@ import click
 from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail
 from snapshotd.cli.options import CONTEXT, Command, emit, fail, json_option, use_json
-from snapshotd.errors import InvalidParams, NotFound
+from snapshotd.errors import NotFound
 from snapshotd.turns import Turn, find_turns
 from snapshotd.wording import one_line
 
@@ -116,6 +116,6 @@ def turn_option(func: Command) -> Command:
 
 
 def no_refs_with_turn(ctx: click.Context, given: list[str]) -> None:
-    """``--turn`` names both ends; a FROM or TO beside it is refused in one sentence."""
+    """``--turn`` names both ends; a FROM or TO beside it is a usage error (exit 2), in one sentence."""
     if given:
-        fail(use_json(ctx), InvalidParams(f"--turn names both checkpoints; drop {given[0]!r} or --turn."))
+        raise click.UsageError(f"--turn names both checkpoints; drop {given[0]!r} or --turn.", ctx)

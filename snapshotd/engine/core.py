@@ -138,7 +138,7 @@ class Engine:
     async def _subscribe(self, params: dict[str, Any], session: Any) -> dict[str, Any]:
         nursery = require_connection(session, self.nursery)
         checkpoints = optional_bool(params, "checkpoints")
-        state = await self.registry.resolve(worktree_param(params))
+        state = await self.registry.resolve(worktree_param(params), first_sight=True)
         return {"subscription": self.subscriptions.subscribe(state.info.id, session, nursery, checkpoints=checkpoints).id}
 
     async def _unsubscribe(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
@@ -151,7 +151,7 @@ class Engine:
         started, options = time.perf_counter(), CheckpointOptions.from_params(params)
         named_by_path = options.where.path is not None
         # $HOME or / refused before opening (a watch of all of $HOME is costly too), in the same look at the path
-        state = await self.registry.resolve(options.where, checkpoint=named_by_path and not options.force)
+        state = await self.registry.resolve(options.where, checkpoint=named_by_path and not options.force, first_sight=True)
         if not named_by_path and not options.force:
             refuse_broad_folder(state.info.path)
         await state.capture.wait_for_watch()  # a watch starting: where a scan is dear, its one scan waits for it
@@ -241,8 +241,8 @@ class Engine:
             target = await self.registry.by_id_in_thread(checkpoint.worktree)
         if target.info.id != checkpoint.worktree and not allow_other:
             raise WorktreeMismatch(
-                f"Checkpoint {checkpoint.id[:12]} belongs to worktree {checkpoint.worktree}, not {target.info.id}; "
-                "pass allow_other_worktree to restore it here."
+                f"Checkpoint {checkpoint.id[:12]} belongs to the worktree {checkpoint.worktree}, not to the one at "
+                f"{target.info.path}; restore it in its own, or pass allow_other_worktree (--into) to restore it here."
             )
         if os.path.realpath(store.repo.path) != os.path.realpath(target.info.store_dir):
             holder = (await trio.to_thread.run_sync(self.registry.records.load, limiter=thread_limiter)).get(checkpoint.worktree, {})
@@ -275,7 +275,8 @@ class Engine:
             raise WorktreeMismatch("'from' and 'to' belong to different worktrees.")
         state = preferred or await self.registry.by_id_in_thread(source.worktree)
         if state.info.id != source.worktree:
-            raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to worktree {source.worktree}, not {state.info.id}.")
+            raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to the worktree {source.worktree}, not to the one "
+                                   f"at {state.info.path}; revert it in its own.")
         rel_paths = [to_worktree_relative(state.info.path, p) for p in paths] if paths is not None else None
         options = restore_mod.RevertOptions(source, target_cp, rel_paths, dry_run, force)
         async with self._locked(state) as worktree:
@@ -364,7 +365,7 @@ class Engine:
         return {"version": VERSION, "pid": os.getpid(), "uptime_s": round(time.monotonic() - self.started, 3)}
 
     async def _open(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        state = await self.registry.resolve(worktree_param(params))
+        state = await self.registry.resolve(worktree_param(params), first_sight=True)
         return {"worktree": await self.registry.wire_worktree(state)}
 
     async def _worktrees(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:

@@ -163,12 +163,15 @@ class Registry:
             state.capture.resident.in_process(info)  # a moved store: its back-end decided here, off the loop
         return state
 
-    def _open_unless_broad(self, path: str, force: bool, checkpoint: bool = False) -> WorktreeState:
+    def _open_unless_broad(self, path: str, force: bool, checkpoint: bool = False, first_sight: bool = False) -> WorktreeState:
         """:meth:`open_path`, after refusing a broad folder never recorded (``$HOME``, ``/``...) unless ``force``;
-        for a ``checkpoint``, refusing ``$HOME`` and ``/`` first even when recorded (one look at the path for both)."""
-        located = None
+        for a ``checkpoint``, refusing ``$HOME`` and ``/`` first even when recorded (one look at the path for both).
+        A folder in no git worktree is the recorded plain folder holding it; only a ``first_sight`` (a checkpoint,
+        an open, a subscription) makes a new one: a read names no worktree there."""
+        located = locate(path)  # its root a path without links
+        if located.git_dir is None:
+            located = self._plain_holding(located, first_sight)
         if not force:
-            located = locate(path)  # its root a path without links
             if checkpoint:
                 refuse_broad_folder(located.root, resolved=True)
             plain = located.git_dir is None
@@ -176,6 +179,20 @@ class Registry:
                 known = any(record.get("path") == located.root for record in self.records.load().values())
                 refuse_unknown_broad_folder(located.root, plain=plain, known=known)
         return self.open_path(path, located)
+
+    def _plain_holding(self, located: Located, first_sight: bool) -> Located:
+        """The recorded plain folder that holds ``located`` (the nearest), else ``located`` on a first sight."""
+        root = located.root
+        holders = [path for record in self.records.load().values() if record.get("kind") == "plain"
+                   and (root == (path := str(record.get("path", ""))) or root.startswith(path.rstrip("/") + "/"))]
+        if holders:
+            return Located(max(holders, key=len), None, None)
+        if not first_sight:
+            raise NotFound(
+                f"{root} is in no worktree: it is not in a git repository, and a folder outside one becomes a "
+                f"worktree at its first checkpoint ('snapshotd checkpoint {root}').", path=root,
+            )
+        return located
 
     def _forget_vanished(self) -> None:
         """Keep only the newest :data:`MAX_VANISHED_KEPT` vanished worktrees (agents delete worktrees all day)."""
@@ -273,21 +290,24 @@ class Registry:
             raise NotFound(f"The folder {record['path']} now holds a different worktree than {worktree_id}.")
         return state
 
-    async def resolve(self, where: WorktreeRef, *, checkpoint: bool = False) -> WorktreeState:
+    async def resolve(self, where: WorktreeRef, *, checkpoint: bool = False, first_sight: bool = False) -> WorktreeState:
         """The worktree ``where`` names, watched from now on; a request that names none is refused.
 
         ``checkpoint``: a path that is ``$HOME`` or ``/`` is refused unless forced (``refuse_broad_folder``).
+        ``first_sight``: a folder in no git worktree and no recorded one becomes a worktree (else: not found).
         """
-        state = await self.resolve_named(where, checkpoint=checkpoint)
+        state = await self.resolve_named(where, checkpoint=checkpoint, first_sight=first_sight)
         if state is None:
             raise InvalidParams("Give either 'path' (a folder inside the worktree) or 'worktree' (its id).")
         return state
 
-    async def resolve_named(self, where: WorktreeRef, *, checkpoint: bool = False) -> WorktreeState | None:
+    async def resolve_named(
+        self, where: WorktreeRef, *, checkpoint: bool = False, first_sight: bool = False
+    ) -> WorktreeState | None:
         """As :meth:`resolve`, but None when ``where`` names no worktree (a method where one is optional)."""
         if where.path is not None:
             state = await trio.to_thread.run_sync(
-                self._open_unless_broad, where.path, where.force, checkpoint, limiter=thread_limiter
+                self._open_unless_broad, where.path, where.force, checkpoint, first_sight, limiter=thread_limiter
             )
             if where.id is not None and where.id != state.info.id:
                 raise WorktreeMismatch(f"The path {where.path} belongs to worktree {state.info.id}, not {where.id}.")

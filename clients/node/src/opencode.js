@@ -25,7 +25,7 @@ import * as os from "node:os";
 import * as path from "node:path";
 
 import { connect } from "./client.js";
-import { CallTimeoutError, ClientError } from "./errors.js";
+import { CallTimeoutError, ClientError, NotFoundError } from "./errors.js";
 
 /** Tools of OpenCode 1.18 that can change files (`apply_patch` replaces `edit` and `write` for GPT models). */
 export const CHANGING_TOOLS = Object.freeze(["bash", "edit", "write", "apply_patch"]);
@@ -160,7 +160,12 @@ export function opencodePlugin(options = {}) {
       try {
         const sd = await connection();
         if (opensTurn) {
-          const { checkpoints } = await sd.list({ path: root, session, limit: 1 });
+          // A folder in no worktree yet has no checkpoint: the checkpoint below makes it one.
+          const newest = await sd.list({ path: root, session, limit: 1 }).catch((error) => {
+            if (error instanceof NotFoundError) return { checkpoints: [] };
+            throw error;
+          });
+          const { checkpoints } = newest;
           if (checkpoints.length && turnOpen(checkpoints[0].label ?? "")) {
             await sd.checkpoint({ path: root, session, label: `${AFTER_TURN} (interrupted)`, agent: { tool: "opencode", session } });
           }
