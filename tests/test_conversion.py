@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -68,6 +68,16 @@ async def check(engine: Engine, repo: Path, kind: str) -> None:
     """A capture of ``kind`` equals git's tree now (git with core.safecrlf off: it changes no content)."""
     got = await capture(engine, repo, kind)
     assert_tree(repo, got, oracle_tree(repo, config={"core.safecrlf": "false"}))
+
+
+def a_rule_and_a_cs_file(tmp_path: Path, data: bytes) -> Path:
+    """A SHA-1 repository with ``*.md text`` and ``a.cs`` (``data``) committed: a.cs is left to core.autocrlf."""
+    repo = new_repo(tmp_path / "r", "sha1")
+    (repo / ".gitattributes").write_text("*.md text\n")
+    (repo / "a.cs").write_bytes(data)
+    sh(repo, "add", "-A")
+    sh(repo, "commit", "-qm", "init")
+    return repo
 
 
 def later(path: Path) -> None:
@@ -271,6 +281,25 @@ async def test_a_folder_moved_in_with_its_own_attributes(tmp_path: Path, object_
         await check(engine, repo, "warm")
 
 
+# Contents along the edges of "looks binary": CRLF, a lone CR, a NUL, mixed endings, a lone CRLF.
+EDGE_CONTENTS = [b"one\r\ntwo\r\nthree\r\n", b"lone\rcr\r\n", b"nul\0\r\n", b"mixed\r\nlf\n", b"\r\n"]
+
+
+async def warm_rounds_without_a_process(repo: Path, edit: Callable[[int, bytes], None]) -> None:
+    """A capture, then one per :data:`EDGE_CONTENTS` after ``edit(round, content)``: each warm and equal to git's
+    tree, and none after the first starting a process (check-attr and check-ignore start at the first)."""
+    async with running_engine("warm") as engine:
+        await check(engine, repo, "warm")
+        processes = []
+        for round_, data in enumerate(EDGE_CONTENTS):
+            edit(round_, data)
+            result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
+            assert result["stats"]["scan"] == "watch"
+            assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
+            processes.append(result["stats"]["processes"])
+        assert processes[1:] == [0, 0, 0, 0], processes
+
+
 LINE_ENDING_RULES = ["*.cs eol=crlf", "* text=auto", "* text=auto eol=lf", "*.cs text", "*.cs crlf=input",
                      "*.cs -text", "*.cs eol=lf", "*.cs text=auto eol=crlf"]
 
@@ -286,18 +315,12 @@ async def test_files_with_cr_bytes_are_converted_without_a_process(tmp_path: Pat
     sh(repo, "-c", "core.safecrlf=false", "commit", "-qm", "init")
     raw = raw_blob(repo, b"crlf in the index\r\n")  # the blob as it is: text=auto keeps such a file's CRLF
     sh(repo, "update-index", "--cacheinfo", f"100644,{raw},kept.cs")
-    async with running_engine("warm") as engine:
-        await check(engine, repo, "warm")
-        processes = []
-        for round_, data in enumerate([b"one\r\ntwo\r\nthree\r\n", b"lone\rcr\r\n", b"nul\0\r\n", b"mixed\r\nlf\n", b"\r\n"]):
-            (repo / "a.cs").write_bytes(data)
-            (repo / "kept.cs").write_bytes(b"crlf in the index\r\nmore %d\r\n" % round_)
-            (repo / f"new{round_}.cs").write_bytes(data)
-            result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
-            assert result["stats"]["scan"] == "watch"
-            assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
-            processes.append(result["stats"]["processes"])
-        assert processes[1:] == [0, 0, 0, 0], processes  # check-attr and check-ignore start at the first
+    def edit(round_: int, data: bytes) -> None:
+        (repo / "a.cs").write_bytes(data)
+        (repo / "kept.cs").write_bytes(b"crlf in the index\r\nmore %d\r\n" % round_)
+        (repo / f"new{round_}.cs").write_bytes(data)
+
+    await warm_rounds_without_a_process(repo, edit)
 
 
 # core.autocrlf as written in .git/config: git reads "Input" as input, a name alone as true, a number as a boolean.
@@ -317,18 +340,12 @@ async def test_core_autocrlf_decides_without_a_process(tmp_path: Path, line: str
         config.write(f"[core]\n\t{line}\n")
     if attributes:
         (repo / ".gitattributes").write_text(attributes)
-    async with running_engine("warm") as engine:
-        await check(engine, repo, "warm")
-        processes = []
-        for round_, data in enumerate([b"one\r\ntwo\r\n", b"lone\rcr\r\n", b"nul\0\r\n", b"mixed\r\nlf\n", b"\r\n"]):
-            (repo / "a.cs").write_bytes(data)
-            (repo / "b.md").write_bytes(b"a rule\r\n%d\r\n" % round_)
-            (repo / "kept.cs").write_bytes(b"crlf in the index\r\nmore %d\r\n" % round_)
-            result = await engine.call("checkpoint", {"path": str(repo), "session": "c"})
-            assert result["stats"]["scan"] == "watch"
-            assert_tree(repo, result["checkpoint"]["tree"], oracle_tree(repo, config={"core.safecrlf": "false"}))
-            processes.append(result["stats"]["processes"])
-        assert processes[1:] == [0, 0, 0, 0], processes  # check-attr and check-ignore start at the first
+    def edit(round_: int, data: bytes) -> None:
+        (repo / "a.cs").write_bytes(data)
+        (repo / "b.md").write_bytes(b"a rule\r\n%d\r\n" % round_)
+        (repo / "kept.cs").write_bytes(b"crlf in the index\r\nmore %d\r\n" % round_)
+
+    await warm_rounds_without_a_process(repo, edit)
 
 
 async def test_the_system_config_counts_and_its_change_is_seen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -338,11 +355,7 @@ async def test_the_system_config_counts_and_its_change_is_seen(tmp_path: Path, m
     system.write_text("[core]\n\tautocrlf = true\n")
     monkeypatch.setenv("GIT_CONFIG_SYSTEM", str(system))
     monkeypatch.delenv("GIT_CONFIG_NOSYSTEM")
-    repo = new_repo(tmp_path / "r", "sha1")
-    (repo / ".gitattributes").write_text("*.md text\n")
-    (repo / "a.cs").write_bytes(b"one\n")
-    sh(repo, "add", "-A")
-    sh(repo, "commit", "-qm", "init")
+    repo = a_rule_and_a_cs_file(tmp_path, b"one\n")
     async with running_engine("warm") as engine:
         await check(engine, repo, "warm")
         for config, data in [("true", b"one\r\n"), ("false", b"two\r\n"), ("input", b"three\r\n")]:
@@ -375,11 +388,7 @@ async def test_an_attributes_file_named_in_git_config_global_counts(tmp_path: Pa
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_change_in_an_included_config_file_is_seen(tmp_path: Path, kind: str) -> None:
     # An included file's core.autocrlf changed: the warm state kept the old one, and the stat cache the old blobs.
-    repo = new_repo(tmp_path / "r", "sha1")
-    (repo / ".gitattributes").write_text("*.md text\n")
-    (repo / "a.cs").write_bytes(b"one\n")
-    sh(repo, "add", "-A")
-    sh(repo, "commit", "-qm", "init")
+    repo = a_rule_and_a_cs_file(tmp_path, b"one\n")
     (tmp_path / "rules").mkdir()
     (tmp_path / "rules" / "nested").write_text("[core]\n\tautocrlf = input\n")
     (tmp_path / "top").write_text('[include] path = "rules/nested" ; a key on its header\'s line\n')
@@ -396,11 +405,7 @@ async def test_a_change_in_an_included_config_file_is_seen(tmp_path: Path, kind:
 
 @pytest.mark.parametrize("extension", [True, False])
 async def test_config_worktree_counts_under_its_extension_only(tmp_path: Path, extension: bool) -> None:
-    repo = new_repo(tmp_path / "r", "sha1")
-    (repo / ".gitattributes").write_text("*.md text\n")
-    (repo / "a.cs").write_bytes(b"one\n")
-    sh(repo, "add", "-A")
-    sh(repo, "commit", "-qm", "init")
+    repo = a_rule_and_a_cs_file(tmp_path, b"one\n")
     if extension:
         sh(repo, "config", "extensions.worktreeConfig", "true")
     (repo / ".git" / "config.worktree").write_text("[core]\n\tautocrlf = input\n")
@@ -411,11 +416,7 @@ async def test_config_worktree_counts_under_its_extension_only(tmp_path: Path, e
 
 
 async def test_a_core_autocrlf_git_refuses_stops_the_capture_with_gits_words(tmp_path: Path) -> None:
-    repo = new_repo(tmp_path / "r", "sha1")
-    (repo / ".gitattributes").write_text("*.md text\n")
-    (repo / "a.cs").write_bytes(b"one\r\n")
-    sh(repo, "add", "-A")
-    sh(repo, "commit", "-qm", "init")
+    repo = a_rule_and_a_cs_file(tmp_path, b"one\r\n")
     async with running_engine("warm") as engine:
         await check(engine, repo, "warm")
         sh(repo, "config", "core.autocrlf", "maybe")
