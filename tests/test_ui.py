@@ -299,8 +299,11 @@ def test_a_restarted_daemons_page_still_lists_every_recorded_worktree_with_its_c
         ids[name] = call(sock, "checkpoint", {"path": str(repo), "session": name})["checkpoint"]["worktree"]
         write(repo / "a.txt", f"{name} again\n")
         call(sock, "checkpoint", {"path": str(repo), "session": name})
+    git(tmp_path / "one", "worktree", "add", "-q", "--detach", str(tmp_path / "linked"))
+    ids["linked"] = call(sock, "checkpoint", {"path": str(tmp_path / "linked")})["checkpoint"]["worktree"]
     assert daemon.terminate() == 0, daemon.log_text()
     shutil.rmtree(tmp_path / "deleted")
+    git(tmp_path / "one", "worktree", "remove", "--force", str(tmp_path / "linked"))
     with running_daemon(sock, tmp_path / "second.log"):
         assert call(sock, "worktrees")["worktrees"] == []  # the plain method is as it was
         known = {wt["id"]: wt for wt in call(sock, "worktrees", {"known": True})["worktrees"]}
@@ -322,3 +325,5 @@ def test_a_restarted_daemons_page_still_lists_every_recorded_worktree_with_its_c
             assert (listed["entries"], [s["name"] for s in listed["sessions"]]) == (2, [name])
         assert (shown[ids["deleted"]]["presence"], shown[ids["deleted"]]["entries"]) == ("gone", 0)
         assert "error" not in shown[ids["deleted"]]
+        assert (shown[ids["linked"]]["presence"], shown[ids["linked"]]["entries"]) == ("removed", 0)
+        assert "error" not in shown[ids["linked"]]

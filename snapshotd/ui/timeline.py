@@ -128,7 +128,7 @@ class Timeline:
         found = (await self.bridge.call("worktrees", {"known": True}))["worktrees"]
         shown = []
         for worktree in found:
-            if worktree.get("open") is False and worktree.get("presence") == "gone":
+            if worktree.get("open") is False and worktree.get("presence") in ("gone", "removed"):
                 shown.append({**worktree, "sessions": [], "newest": "", "entries": 0})
                 continue
             try:

@@ -82,7 +82,7 @@ function drawWorktrees() {
         onclick: () => chooseWorktree(wt.id, null),
       },
       el("span", { class: "path", text: wt.path }),
-      el("span", { class: "sub", text: `${wt.presence === "gone" ? "gone · " : ""}${wt.branch || wt.kind} · ${plural(wt.entries || 0, "entry", "entries")}` })));
+      el("span", { class: "sub", text: `${wt.presence === "gone" || wt.presence === "removed" ? `${wt.presence} · ` : ""}${wt.branch || wt.kind} · ${plural(wt.entries || 0, "entry", "entries")}` })));
     if (current) {
       const sessions = el("ul", { class: "sessions", "aria-label": `Sessions of ${wt.path}` });
       const all = el("button", { type: "button", class: "session", "aria-current": state.session === null ? "true" : "false",
