@@ -90,7 +90,7 @@ def test_show_prints_a_header_and_the_files_changed_against_the_previous_checkpo
     assert lines[0] == f"checkpoint {second['id']}"
     fields = dict(line.split(":", 1) for line in lines[1:])
     fields = {key: value.strip() for key, value in fields.items()}
-    assert fields["Session"] == "session s, #2" and fields["Label"] == "after turn 1"
+    assert fields["Session"] == "s, #2" and fields["Label"] == "after turn 1"
     assert fields["Date"] == second["created_at"].replace("T", " ").removesuffix("Z") + " UTC"
     assert fields["Base"] == git(repo, "rev-parse", "HEAD") and fields["Previous"] == first["id"]
     assert fields["Tree"] == second["tree"] and fields["Worktree"] == second["worktree"]

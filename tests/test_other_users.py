@@ -376,7 +376,7 @@ def test_the_autostarted_daemon_keeps_its_files_private(tmp_path: Path) -> None:
     env = child_env(XDG_RUNTIME_DIR=str(runtime))
     first = cli_process("--json", "checkpoint", repo, env=env).json()
     write(repo / "a.txt", "b\n")
-    cli_process("--json", "restore", first["checkpoint"]["id"], "--yes", env=env)
+    cli_process("--json", "restore", first["checkpoint"]["id"], "--yes", cwd=repo, env=env)
     cli_process("stop", env=env)
     home = Path(os.environ["SNAPSHOTD_HOME"])
     state = repo / ".git" / "snapshotd"

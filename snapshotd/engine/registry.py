@@ -181,10 +181,12 @@ class Registry:
         return self.open_path(path, located)
 
     def _plain_holding(self, located: Located, first_sight: bool) -> Located:
-        """The recorded plain folder that holds ``located`` (the nearest), else ``located`` on a first sight."""
+        """The recorded plain folder that holds ``located`` (the nearest), else ``located`` on a first sight.
+        A broad one (``$HOME``, checkpointed by force) holds only itself: it does not swallow the folders below."""
         root = located.root
         holders = [path for record in self.records.load().values() if record.get("kind") == "plain"
-                   and (root == (path := str(record.get("path", ""))) or root.startswith(path.rstrip("/") + "/"))]
+                   and (root == (path := str(record.get("path", ""))) or root.startswith(path.rstrip("/") + "/"))
+                   and (path == root or broad_folder(path, plain=True) is None)]
         if holders:
             return Located(max(holders, key=len), None, None)
         if not first_sight:
