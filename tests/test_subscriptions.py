@@ -39,8 +39,19 @@ class Connection:
         self.closers.append(callback)
 
 
-async def settle() -> None:
+async def settle(*connections: Connection) -> None:
+    """Past the debounce: 0.2 s, and with ``connections``, until none has been sent anything for 0.3 s (at most
+    10 s), so that a loaded machine's late sends are waited for, not taken for none."""
     await trio.sleep(0.2)
+    quiet_since, seen = trio.current_time(), -1
+    with trio.move_on_after(10):
+        while connections:
+            count = sum(len(connection.sent) for connection in connections)
+            if count != seen:
+                quiet_since, seen = trio.current_time(), count
+            elif trio.current_time() - quiet_since >= 0.3:
+                return
+            await trio.sleep(0.05)
 
 
 async def test_changes_are_batched_per_worktree_and_sent_sorted() -> None:
@@ -51,7 +62,7 @@ async def test_changes_are_batched_per_worktree_and_sent_sorted() -> None:
         hub.subscribe("wt_b", other, nursery)
         hub.changed("wt_a", {"b.txt"}, False)
         hub.changed("wt_a", {"a.txt"}, False)
-        await settle()
+        await settle(ours, other)
         assert ours.sent == [
             ("changed", {"subscription": sub.id, "worktree": "wt_a", "paths": ["a.txt", "b.txt"], "overflow": False})
         ]
@@ -66,7 +77,7 @@ async def test_past_the_path_cap_only_overflow_is_sent() -> None:
     async with trio.open_nursery() as nursery:
         hub.subscribe("wt_a", conn, nursery)
         hub.changed("wt_a", {f"f{i}" for i in range(NOTIFY_MAX_PATHS + 1)}, False)
-        await settle()
+        await settle(conn)
         hub.close()
     (_, params), = conn.sent
     assert params["overflow"] is True and params["paths"] == []
@@ -78,9 +89,9 @@ async def test_a_full_connection_gets_one_dropped_notice_and_the_subscription_en
     async with trio.open_nursery() as nursery:
         sub = hub.subscribe("wt_a", conn, nursery)
         hub.changed("wt_a", {"a.txt"}, False)
-        await settle()
+        await settle(conn)
         hub.changed("wt_a", {"b.txt"}, False)
-        await settle()
+        await settle(conn)
     assert conn.sent == [
         ("changed", {"subscription": sub.id, "worktree": "wt_a", "paths": [], "overflow": True, "dropped": True})
     ]
@@ -93,12 +104,12 @@ async def test_unsubscribe_ends_it_and_an_unknown_id_is_not_found() -> None:
     async with trio.open_nursery() as nursery:
         sub = hub.subscribe("wt_a", conn, nursery)
         hub.unsubscribe(sub.id)
-        await settle()
+        await settle(conn)
         assert hub.by_worktree == {}
         with pytest.raises(NotFound):
             hub.unsubscribe(sub.id)
         hub.changed("wt_a", {"a.txt"}, False)
-        await settle()
+        await settle(conn)
     assert conn.sent == []
 
 
@@ -136,7 +147,7 @@ async def test_checkpoints_go_only_to_subscriptions_that_asked_after_their_paths
         hub.recorded("wt_a", {"id": "c1"})
         hub.with_safety_told("wt_a", {"safety_checkpoint": {"id": "c2"}, "written": []})
         hub.with_safety_told("wt_a", {"safety_checkpoint": None})
-        await settle()
+        await settle(asked, plain)
         hub.close()
     head = {"subscription": sub.id, "worktree": "wt_a"}
     assert asked.sent == [
@@ -154,7 +165,7 @@ async def test_past_the_checkpoint_cap_changed_says_overflow() -> None:
         hub.subscribe("wt_a", conn, nursery, checkpoints=True)
         for number in range(NOTIFY_MAX_CHECKPOINTS + 5):
             hub.recorded("wt_a", {"id": f"c{number}"})
-        await settle()
+        await settle(conn)
         hub.close()
     assert conn.sent[0][0] == "changed" and conn.sent[0][1]["overflow"] is True
     assert len(conn.sent) == 1 + NOTIFY_MAX_CHECKPOINTS
