@@ -24,9 +24,11 @@ umask is the one the daemon set at start, and an MCP server's session is
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
+import stat
 import threading
 
 from snapshotd.settings import FACILITIES, disabled_facilities
@@ -164,3 +166,25 @@ def _probe_syncfs() -> str | None:
 
 
 _PROBES = {"inotify": _probe_inotify, "peercred": _probe_peercred, "syncfs": _probe_syncfs, "proc": _probe_proc}
+
+
+def log_location() -> str:
+    """Where this process's log goes, said for a person: a file, the journal or a terminal.
+
+    The daemon logs to its standard error: a file when the command line
+    started it (``snapshotd.log`` beside the socket), the journal under
+    systemd (which names the stream in ``JOURNAL_STREAM``), or the terminal of
+    ``snapshotd serve``.
+    """
+    try:
+        info = os.fstat(2)
+    except OSError:
+        return "the daemon's standard error, which is closed"
+    if os.environ.get("JOURNAL_STREAM") == f"{info.st_dev}:{info.st_ino}":
+        return "the systemd journal (journalctl --user -u snapshotd)"
+    if stat.S_ISREG(info.st_mode) and "proc" not in disabled_facilities():
+        with contextlib.suppress(OSError):
+            return os.readlink("/proc/self/fd/2")
+    if os.isatty(2):
+        return "the terminal running 'snapshotd serve'"
+    return "the daemon's standard error"

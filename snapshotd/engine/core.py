@@ -35,10 +35,10 @@ from snapshotd.engine.registry import Registry, WorktreeState, watch_counts
 from snapshotd.engine.repair import repair
 from snapshotd.engine.subscriptions import Subscriptions, require_connection
 from snapshotd.errors import InvalidParams, MethodNotFound, Unsupported, WorktreeMismatch
+from snapshotd.facilities import log_location
 from snapshotd.git import loose, spawn
 from snapshotd.paths import to_worktree_relative
 from snapshotd.restore import core as restore_mod
-from snapshotd.server.dispatch import log_location
 from snapshotd.settings import VERSION, data_home, size_cap as resolve_size_cap
 from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.identity import Records

@@ -149,9 +149,9 @@ class Transfers:
     def lock(self, info: WorktreeInfo) -> trio.Lock:
         return self.locks.setdefault(info.store_dir, trio.Lock())
 
-    async def _remote(self, params: Mapping[str, Any]) -> tuple[WorktreeInfo, Remote]:
-        """The worktree the params name and the remote to use for it."""
-        state = await self.registry.resolve(worktree_param(params))
+    async def _remote(self, params: Mapping[str, Any], *, fetch: bool = False) -> tuple[WorktreeInfo, Remote]:
+        """The worktree the params name and the remote to use for it; a ``fetch`` may make a folder one."""
+        state = await self.registry.resolve(worktree_param(params), first_sight=fetch)
         _, branch = await trio.to_thread.run_sync(worktree_head, state.info, limiter=thread_limiter)
         return state.info, await resolve_remote(state.info, optional_str(params, "remote"), branch)
 
@@ -184,7 +184,7 @@ class Transfers:
 
     async def fetch(self, params: Mapping[str, Any], _session: Any = None) -> dict[str, Any]:
         """Fetch the remote's checkpoint refs below ``refs/snapshotd-remote/<remote>/``; the refs that changed."""
-        info, remote = await self._remote(params)
+        info, remote = await self._remote(params, fetch=True)
         async with self.lock(info):
             before = await trio.to_thread.run_sync(fetched_values, info, remote.key, limiter=thread_limiter)
             await transport.fetch(git_target(info), remote.argument, fetch_refspec(remote.key))

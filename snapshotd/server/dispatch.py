@@ -8,10 +8,7 @@ interface between the server and the code that does the work (:class:`Service`,
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
-import stat
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,7 +26,7 @@ from snapshotd.contract.framing import (
     small_enough,
 )
 from snapshotd.errors import InternalError, InvalidRequest, ParseError, SnapshotdError
-from snapshotd.settings import disabled_facilities
+from snapshotd.facilities import log_location
 from snapshotd.threads import thread_limiter
 
 log = logging.getLogger(__name__)
@@ -69,28 +66,6 @@ class Service(Protocol):
 
 # --------------------------------------------------------------------------
 # Dispatch.
-
-
-def log_location() -> str:
-    """Where this process's log goes, said for a person: a file, the journal or a terminal.
-
-    The daemon logs to its standard error: a file when the command line
-    started it (``snapshotd.log`` beside the socket), the journal under
-    systemd (which names the stream in ``JOURNAL_STREAM``), or the terminal of
-    ``snapshotd serve``.
-    """
-    try:
-        info = os.fstat(2)
-    except OSError:
-        return "the daemon's standard error, which is closed"
-    if os.environ.get("JOURNAL_STREAM") == f"{info.st_dev}:{info.st_ino}":
-        return "the systemd journal (journalctl --user -u snapshotd)"
-    if stat.S_ISREG(info.st_mode) and "proc" not in disabled_facilities():
-        with contextlib.suppress(OSError):
-            return os.readlink("/proc/self/fd/2")
-    if os.isatty(2):
-        return "the terminal running 'snapshotd serve'"
-    return "the daemon's standard error"
 
 
 def internal_error(method: str, exc: BaseException) -> InternalError:
