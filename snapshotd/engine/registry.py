@@ -167,7 +167,7 @@ class Registry:
         """:meth:`open_path`, after refusing a broad folder never recorded (``$HOME``, ``/``...) unless ``force``;
         for a ``checkpoint``, refusing ``$HOME`` and ``/`` first even when recorded (one look at the path for both).
         A folder in no git worktree is the recorded plain folder holding it; only a ``first_sight`` (a checkpoint,
-        an open, a subscription) makes a new one: a read names no worktree there."""
+        an open, a subscription, a fetch) makes a new one: a read names no worktree there."""
         located = locate(path)  # its root a path without links
         if located.git_dir is None:
             located = self._plain_holding(located, first_sight)
