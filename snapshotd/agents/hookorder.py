@@ -33,7 +33,7 @@ SHELLS = frozenset({"sh", "bash", "dash", "zsh", "fish", "ksh", "mksh", "busybox
 """Programs an agent may run its hooks or MCP servers through; the agent is the first ancestor that is none."""
 
 POLL_S = 0.005
-POLL_MAX_S = 0.02
+POLL_MAX_S = 0.04
 """A waiting hook looks again after POLL_S, then twice as long each time up to POLL_MAX_S: hundreds of hooks
 of one agent waiting on one another must not take the machine's cores to look."""
 HOOK_MARKS = (b"hookentry.py", b"snapshotd\0hook\0", b"snapshotd hook ")
