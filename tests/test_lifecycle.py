@@ -118,6 +118,8 @@ def test_a_worktree_removed_and_added_again_at_its_path_is_shown_once_there(daem
     status = cli("status", cwd=main, env=env).stdout.splitlines()
     assert status[-1].startswith("attention: 2 worktrees; 1 worktree not where recorded"), status
     assert status[-1].endswith("; 1 removed with git (`snapshotd forget ID` drops a record)"), status
+    git(main, "worktree", "prune")  # git lets go of the one deleted by hand: removed with git now too
+    assert presence_of(daemon.socket)[deleted]["presence"] == "removed"
     cli("forget", deleted, cwd=main, env=env)
     assert cli("status", cwd=main, env=env).stdout.splitlines()[-1] == (
         "ok: 1 worktree, all watched; 1 removed with git (`snapshotd forget ID` drops a record)"

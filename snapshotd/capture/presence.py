@@ -69,11 +69,7 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
         return None  # here (perhaps moved away and back)
     how = MOVED if hint == MOVED else GONE
     if now is None and removed_with_git(info.git_dir, info.common_dir):
-        return Vanished(
-            REMOVED,
-            f"The worktree {info.id} at {info.path} was removed with git (git has no worktree there any more); "
-            f"its checkpoints stay in {info.common_dir}, and 'snapshotd forget {info.id}' drops its record.",
-        )
+        return _removed(info)
     if how == MOVED:
         return Vanished(
             MOVED,
@@ -86,6 +82,22 @@ def check(info: WorktreeInfo, opened: RootId | None, hint: str | None = None) ->
         GONE,
         f"The worktree {info.id} is no longer at {info.path} ({what}); "
         "if it moved, run 'snapshotd repair NEW_PATH' to keep its checkpoints.",
+    )
+
+
+def looked_at_again(info: WorktreeInfo, vanished: Vanished) -> Vanished:
+    """A worktree found ``gone`` may since have been removed with git: ``git worktree remove`` deletes the
+    folder before git's own, and ``prune`` runs later; blocking: on a worker thread."""
+    if vanished.how == GONE and not os.path.lexists(info.path) and removed_with_git(info.git_dir, info.common_dir):
+        return _removed(info)
+    return vanished
+
+
+def _removed(info: WorktreeInfo) -> Vanished:
+    return Vanished(
+        REMOVED,
+        f"The worktree {info.id} at {info.path} was removed with git (git has no worktree there any more); "
+        f"its checkpoints stay in {info.common_dir}, and 'snapshotd forget {info.id}' drops its record.",
     )
 
 

@@ -352,7 +352,7 @@ class Engine:
         path = optional_path(params, "path")
         result = await repair(self.registry, path)
         await self.registry.revisit_vanished()
-        gone = [{"worktree": state.info.id, "path": state.info.path} for state in self.registry.gone()]
+        gone = [{"worktree": state.info.id, "path": state.info.path} for state in await self.registry.gone()]
         return {**result.to_wire(), "gone": gone}
 
     async def _forget(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
@@ -375,7 +375,7 @@ class Engine:
         counters = dict(self.counters)
         counters["processes_started"] = spawn.spawned_total()
         counters.setdefault("watch_miss", 0)
-        states = self.registry.shown()  # a copy: other requests open worktrees while this one awaits
+        states = await self.registry.shown()  # a copy: other requests open worktrees while this one awaits
         for state in states:
             for name, count in watch_counts(state.capture).items():
                 counters[name] = counters.get(name, 0) + count

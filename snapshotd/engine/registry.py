@@ -27,7 +27,7 @@ from snapshotd.capture.checkpoint import (
     refuse_unknown_broad_folder,
 )
 from snapshotd.capture.mirror import remove_stale_mirrors
-from snapshotd.capture.presence import GONE, HERE, REMOVED, removed_with_git
+from snapshotd.capture.presence import GONE, HERE, REMOVED, looked_at_again, removed_with_git
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.contract.refs import WorktreeRef
@@ -202,13 +202,14 @@ class Registry:
         for key in vanished[:-MAX_VANISHED_KEPT]:
             self.worktrees.pop(key).capture.close()
 
-    def shown(self) -> list[WorktreeState]:
+    async def shown(self) -> list[WorktreeState]:
         """The open worktrees, less each one gone from a folder that another open worktree now holds.
 
         A worktree removed and made anew at its path (``git worktree remove``,
         then ``add``) is another worktree there; the old one's ``gone``, whose
         remedy has nothing left to do, is forgotten, as a restart forgets it.
         """
+        await self._look_again_at_gone()
         here = {state.info.path for state in self.worktrees.values() if state.capture.vanished is None}
         for key, state in list(self.worktrees.items()):
             vanished = state.capture.vanished
@@ -216,10 +217,20 @@ class Registry:
                 self.worktrees.pop(key).capture.close()
         return list(self.worktrees.values())
 
-    def gone(self) -> list[WorktreeState]:
+    async def gone(self) -> list[WorktreeState]:
         """The open worktrees found ``gone`` (deleted, or moved where no watcher saw): ``forget`` drops them.
         Those ``removed`` with git are not among them: ``repair`` has nothing to find."""
+        await self._look_again_at_gone()
         return [s for s in self.worktrees.values() if s.capture.vanished is not None and s.capture.vanished.how == GONE]
+
+    async def _look_again_at_gone(self) -> None:
+        """Each worktree found ``gone`` that git has since removed is ``removed`` (:func:`looked_at_again`)."""
+        for state in list(self.worktrees.values()):
+            vanished = state.capture.vanished
+            if vanished is not None and vanished.how == GONE:
+                again = await trio.to_thread.run_sync(looked_at_again, state.info, vanished, limiter=thread_limiter)
+                if state.capture.vanished is vanished:
+                    state.capture.vanished = again
 
     async def forget(self, worktree_id: str | None, path: str | None) -> list[dict[str, str]]:
         """Drop the worktree named by id or recorded path, when it is no longer there: its entry and its record.
@@ -341,7 +352,7 @@ class Registry:
 
     async def listed(self, known: bool = False) -> list[dict[str, Any]]:
         """The open worktrees as the contract shows them; with ``known``, then every recorded one not open."""
-        shown = [await self.wire_worktree(state) for state in self.shown()]
+        shown = [await self.wire_worktree(state) for state in await self.shown()]
         if not known:
             return shown
         for wire in shown:
