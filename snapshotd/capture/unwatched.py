@@ -40,7 +40,6 @@ import pygit2
 from snapshotd.capture.ignores import IgnoreOracle
 from snapshotd.capture.newpaths import outermost
 from snapshotd.capture.scan import git_target, index_facts, read_index
-from snapshotd.capture.state import config_files
 from snapshotd.capture.userindex import holds_entries
 from snapshotd.capture.warm import exclude_files, rule_sources, signature_of
 from snapshotd.capture.watchpaths import descend, is_ignore_rules
@@ -218,7 +217,7 @@ class UnwatchedFolders:
         if basis == self._basis:
             return
         self._basis, self._rules = basis, _Rules()
-        for path in [*exclude_files(self.info, config_files(self.info)), *self._changed]:
+        for path in [*exclude_files(self.info), *self._changed]:
             self.words.read_file(path)
         self._changed.clear()
 

@@ -36,8 +36,8 @@ from snapshotd.capture.state import (
     Skip,
     StatCache,
     attributes_files,
-    config_files,
     config_sources,
+    git_config,
 )
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.capture.userindex import UserIndex, entries_under, entry_at
@@ -134,24 +134,9 @@ class WarmState:
         )
 
 
-def _config_value(files: list[str], name: str) -> str | None:
-    """The last value of ``name`` across config files, read as git reads them (later wins)."""
-    value = None
-    for path in files:
-        if not os.path.isfile(path):
-            continue
-        try:
-            found = config_value(pygit2.Config(path), name)
-        except pygit2.GitError:
-            continue
-        if found is not None:
-            value = found
-    return value
-
-
-def exclude_files(info: WorktreeInfo, configs: list[str]) -> list[str]:
+def exclude_files(info: WorktreeInfo) -> list[str]:
     """The ignore files git reads outside the worktree: the user's excludes file and ``info/exclude``."""
-    excludes = _config_value(configs, "core.excludesFile")
+    excludes = config_value(git_config(info), "core.excludesFile")
     common = info.common_dir or info.store_dir
     return [
         os.path.expanduser(excludes) if excludes else os.path.join(str(git_config_home()), "ignore"),
@@ -161,7 +146,7 @@ def exclude_files(info: WorktreeInfo, configs: list[str]) -> list[str]:
 
 def rule_sources(info: WorktreeInfo) -> list[str]:
     """Files whose change can change what is ignored, tracked or converted: re-checked by stat each capture."""
-    sources = [*config_sources(info), *attributes_files(info), *exclude_files(info, config_files(info))]
+    sources = [*config_sources(info), *attributes_files(info), *exclude_files(info)]
     if info.git_dir is not None:
         sources.append(os.path.join(info.git_dir, "index"))
     return sources
