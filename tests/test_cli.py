@@ -30,7 +30,7 @@ from daemon_helpers import (
     wait_until,
 )
 from oracle import oracle_tree
-from repo_helpers import git, init_repo, worktree_listing, write
+from repo_helpers import git, git_bytes, init_repo, worktree_listing, write
 from terminal_helpers import at_a_terminal
 
 from snapshotd import facilities
@@ -44,7 +44,7 @@ WORKTREE_KEYS = {"id", "path", "kind", "git_dir", "common_dir", "head", "branch"
                  "presence", "problem", "watched_folders", "unwatched_ignored"}
 FILE_CHANGE_KEYS = {
     "path", "old_path", "status", "old_mode", "new_mode", "old_oid", "new_oid",
-    "binary", "additions", "deletions",
+    "binary", "additions", "deletions", "old_size", "new_size",
 }
 
 # The contract's command-line table: every one of these must stay.
@@ -195,8 +195,7 @@ def test_diff_formats_and_paths(daemon: Daemon, env: dict[str, str], repo: Path)
     assert default.stdout == name_status.stdout
     assert sorted(default.stdout.splitlines()) == ["A  c.txt", "D  src/b.py", "M  a.txt"]
 
-    stat_lines = {line.split()[0]: line.split()[1:] for line in stat_.stdout.splitlines()}
-    assert stat_lines == {"a.txt": ["+1", "-0"], "c.txt": ["+1", "-0"], "src/b.py": ["+0", "-1"]}
+    assert stat_.stdout == git_bytes(repo, "diff", "--stat", cp1, cp2).decode()  # the worktree holds cp2
 
     assert "diff --git a/a.txt b/a.txt" in patch.stdout
     assert "+more" in patch.stdout.splitlines()

@@ -61,12 +61,37 @@ def test_names_are_quoted_as_git_diff_quotes_them(daemon: Daemon, env: dict[str,
     assert sorted(line[3:] for line in ours) == git_names
     assert len(git_names) == len(ODD_NAMES)
     stat = cli("diff", "--stat", before, after, cwd=repo, env=env).stdout
-    assert '"tab\\there"' in stat and "\t" not in stat
+    assert stat == git_bytes(repo, "-c", "core.quotePath=true", "diff", "--stat", before, after).decode()
     # The same quoting in show's list and in restore's plan.
     shown = cli("show", after, env=env).stdout
     assert '"new\\nline"' in shown and "\x1b" not in shown
     plan = cli("restore", before, "--dry-run", cwd=repo, env=env).stdout
     assert 'D  "caf\\351-latin1"' in plan and 'D  "esc\\033[31m"' in plan
+
+
+def test_diff_stat_is_git_s_at_any_width(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    write(repo / "src" / "module" / "renamed_but_same.py", "".join(f"line {n}\n" for n in range(40)))
+    write(repo / "docs" / "guide.md", "".join(f"para {n}\n" for n in range(300)))
+    write(repo / "tools" / "run.sh", "echo run\n")
+    (repo / "assets").mkdir()
+    (repo / "assets" / "logo.png").write_bytes(b"\x89PNG\0" + bytes(range(256)) * 3)
+    (repo / "assets" / "same-size.bin").write_bytes(b"\0" * 64)
+    before = checkpoint(repo, env)["id"]
+    (repo / "src" / "module" / "renamed_but_same.py").rename(repo / "src" / "module" / "moved_name.py")
+    write(repo / "docs" / "guide.md", "".join(f"para {n}\n" for n in range(0, 300, 3)) + "tail\n")
+    os.chmod(repo / "tools" / "run.sh", 0o755)
+    (repo / "assets" / "logo.png").write_bytes(b"\x89PNG\0" + bytes(range(256)) * 5)
+    (repo / "assets" / "same-size.bin").write_bytes(b"\1" * 64)
+    (repo / "assets" / "new.bin").write_bytes(b"\0\1\2")
+    deep = repo / "a_rather_long_folder_name" / "with_another_level_below_it" / "and_a_file_whose_name_goes_on.txt"
+    write(deep, "".join(f"{n}\n" for n in range(1000)))
+    write(repo / "a.txt", "alpha\nbeta\n")
+    after = checkpoint(repo, env)["id"]
+    for columns in ("30", "80", "120", "300"):
+        sized = {**env, "COLUMNS": columns}
+        ours = cli("diff", "--stat", before, after, cwd=repo, env=sized).stdout
+        assert ours == git_bytes(repo, "diff", "--stat", before, after, env=sized).decode(), columns
+    assert " src/module/{renamed_but_same.py => moved_name.py} " in ours and "Bin 773 -> 1285 bytes" in ours
 
 
 @pytest.mark.parametrize(

@@ -97,6 +97,9 @@ def oracle(wt: Path, old: str, new: str) -> list[dict[str, Any]]:
         record["binary"] = binary
         record["additions"] = 0 if binary else int(added)
         record["deletions"] = 0 if binary else int(deleted)
+        for side in ("old", "new"):  # a binary file's bytes on each side, as `git diff --stat` shows them
+            oid = record[f"{side}_oid"]
+            record[f"{side}_size"] = int(git(wt, "cat-file", "-s", oid)) if binary and oid else None
     return records
 
 
@@ -189,6 +192,7 @@ def test_statuses_and_counts(changed: tuple[Path, str, str]) -> None:
     assert files["nested"]["old_mode"] == files["nested"]["new_mode"] == "160000"
     assert files["bin.dat"]["binary"] is True
     assert files["bin.dat"]["additions"] == files["bin.dat"]["deletions"] == 0
+    assert files["bin.dat"]["old_size"] is not None and files["edit.txt"]["old_size"] is None
     assert (files["noeol.txt"]["additions"], files["noeol.txt"]["deletions"]) == (1, 1)
     renamed = files["renamed.txt"]
     assert (renamed["status"], renamed["old_path"]) == ("renamed", "moved.txt")
@@ -199,7 +203,7 @@ def test_statuses_and_counts(changed: tuple[Path, str, str]) -> None:
     for record in files.values():
         assert set(record) == {
             "path", "old_path", "status", "old_mode", "new_mode",
-            "old_oid", "new_oid", "binary", "additions", "deletions",
+            "old_oid", "new_oid", "binary", "additions", "deletions", "old_size", "new_size",
         }  # fmt: skip
         if record["status"] != "renamed":
             assert record["old_path"] is None

@@ -192,6 +192,9 @@ def oracle_diff(repo: Path, old: str, new: str) -> list[dict[str, Any]]:
         i += 3 if rest == "" else 1
         binary = added == "-"
         record.update(binary=binary, additions=0 if binary else int(added), deletions=0 if binary else int(deleted))
+        for side in ("old", "new"):
+            oid = record[f"{side}_oid"]
+            record[f"{side}_size"] = int(git(repo, "cat-file", "-s", oid)) if binary and oid else None
     return records
 
 

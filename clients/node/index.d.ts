@@ -81,6 +81,9 @@ export interface FileChange {
   binary: boolean;
   additions: number;
   deletions: number;
+  /** Bytes of each side of a binary file (null where the path does not exist, and for text). */
+  old_size?: number | null;
+  new_size?: number | null;
 }
 
 /** A path left alone, and why (a sentence for a person). */

@@ -10,6 +10,7 @@ import click
 
 from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail
+from snapshotd.cli.diffstat import stat_lines
 from snapshotd.cli.options import (
     CONTEXT,
     PathsAfterDashDash,
@@ -37,23 +38,13 @@ from snapshotd.wording import one_line, plural
 _STATUS_LETTERS = {"added": "A", "modified": "M", "deleted": "D", "renamed": "R", "type_changed": "T"}
 _STATUS_COLOURS = {"A": "green", "M": "yellow", "D": "red", "R": "cyan", "T": "magenta"}
 
-def print_files(files: list[dict[str, Any]], *, stat: bool = False) -> None:
-    """One line per changed file: its letter and name (or with ``stat``, its lines added and removed).
-
-    Names are quoted as git quotes them; a rename is ``old -> new``.
-    """
-    names = [
-        quote_path(f["path"]) if not f.get("old_path") else f"{quote_path(f['old_path'])} -> {quote_path(f['path'])}"
-        for f in files
-    ]
-    width = max((len(name) for name in names), default=0)
-    for change, name in zip(files, names, strict=True):
-        if stat:
-            counts = "bin" if change["binary"] else f"+{change['additions']} -{change['deletions']}"
-            click.echo(f"{name.ljust(width)}  {counts}")
-        else:
-            letter = _STATUS_LETTERS.get(change["status"], "?")
-            click.echo(f"{click.style(letter, fg=_STATUS_COLOURS.get(letter))}  {name}")
+def print_files(files: list[dict[str, Any]]) -> None:
+    """One line per changed file: its letter and name, quoted as git quotes them; a rename is ``old -> new``."""
+    for change in files:
+        old_path = change.get("old_path")
+        name = f"{quote_path(old_path)} -> {quote_path(change['path'])}" if old_path else quote_path(change["path"])
+        letter = _STATUS_LETTERS.get(change["status"], "?")
+        click.echo(f"{click.style(letter, fg=_STATUS_COLOURS.get(letter))}  {name}")
 
 
 @click.command(context_settings=CONTEXT)
@@ -223,7 +214,7 @@ def resolve(ctx: click.Context, checkpoint_id: str, ref_session: str | None, jso
 @reference_argument("source", "FROM", required=False)
 @reference_argument("target", "[TO]", required=False)
 @click.argument("paths", nargs=-1, metavar="[-- PATHS...]")
-@click.option("--stat", "mode", flag_value="stat", help="Lines added and removed per file.")
+@click.option("--stat", "mode", flag_value="stat", help="Lines added and removed per file, as git diff --stat.")
 @click.option("--name-status", "mode", flag_value="name-status", default=True, help="One letter and a path per file (default).")
 @click.option("--patch", "mode", flag_value="patch", help="The unified patch.")
 @click.option("-U", "--context", type=click.IntRange(min=0), metavar="N", help="Lines of context in the patch.")
@@ -263,7 +254,11 @@ def diff(
             return
         if not result["files"]:
             click.echo("no changes")
-        print_files(result["files"], stat=mode == "stat")
+        elif mode == "stat":
+            for line in stat_lines(result["files"]):
+                click.echo(line)
+        else:
+            print_files(result["files"])
 
     needs_worktree = "worktree" in (source, target)
     paths = (*paths, *paths_after_dash(ctx))

@@ -27,6 +27,8 @@ class FileChange:
     binary: bool
     additions: int
     deletions: int
+    old_size: int | None = None  # bytes of each side of a binary file (None for text, or a side not there)
+    new_size: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         # Field by field, not dataclasses.asdict: that deep-copies each value, 20 times slower for 20,000 files.

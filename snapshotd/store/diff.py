@@ -267,12 +267,19 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
                 binary=binary,
                 additions=0 if binary else additions,
                 deletions=0 if binary else deletions,
+                old_size=_size(repo, delta.old_file.id) if binary else None,
+                new_size=_size(repo, delta.new_file.id) if binary else None,
             )
             return change, "".join(_patch_text(part) for part in parts) if request.patch else ""
 
         return make
 
     return [entry(*chosen) for chosen in selected]
+
+
+def _size(repo: Repository, oid: pygit2.Oid) -> int | None:
+    """The bytes of one side of a binary file, from its object's header (None where the path does not exist)."""
+    return None if _oid(oid) is None else int(repo.odb.read_header(oid)[1])
 
 
 def _has_big_file(repo: Repository, selected: Sequence[tuple[int, pygit2.DiffDelta, str, str]]) -> bool:

@@ -81,6 +81,7 @@ def entries_by_git(target: GitTarget, sides: list[str], zero: str, request: Diff
         record["additions"] = 0 if binary else int(added)
         record["deletions"] = 0 if binary else int(deleted)
 
+    _binary_sizes(target, records)
     texts: list[list[bytes]] = [[] for _ in records]
     if request.patch and records:
         if out.startswith(b"\0", pos):
@@ -109,6 +110,21 @@ def entries_by_git(target: GitTarget, sides: list[str], zero: str, request: Diff
             continue
         entries.append(ready(FileChange(**record), b"".join(text).decode("utf-8", "replace")))
     return entries
+
+
+def _binary_sizes(target: GitTarget, records: list[dict[str, Any]]) -> None:
+    """Each binary record's ``old_size`` and ``new_size``, by one ``cat-file --batch-check`` (none when no file is
+    binary)."""
+    sides = [(record, side) for record in records if record["binary"] for side in ("old", "new")
+             if record[f"{side}_oid"] is not None]
+    if not sides:
+        return
+    wanted = "".join(f"{record[side + '_oid']}\n" for record, side in sides).encode()
+    sizes = run_git_sync(target, ["cat-file", "--batch-check=%(objectsize)"], input=wanted).split()
+    if len(sizes) != len(sides):
+        raise InternalError(f"git cat-file gave {len(sizes)} sizes for {len(sides)} blobs.")
+    for (record, side), size in zip(sides, sizes, strict=True):
+        record[f"{side}_size"] = int(size)
 
 
 def ready(change: FileChange, patch_text: str) -> Entry:
