@@ -243,6 +243,21 @@ async def test_nothing_is_left_out_where_git_would_read_a_gitignore_from_the_ind
     capture.close()
 
 
+async def test_a_tracked_file_in_an_ignored_folder_stays_watched_with_a_version_4_index(tmp_path, nursery):
+    # Version 4 stores each path as what it shares with the one before and the rest: "vendor/keep"
+    # is never written whole here ("vendor/aaa" comes first), so only reading the index can tell.
+    repo = init_repo(tmp_path / "r", (".gitignore", "keep/\n"), ("vendor/aaa", "a\n"))
+    write(repo / "vendor" / "keep" / "lib.c", "tracked though ignored\n")
+    git(repo, "add", "-f", "vendor/keep/lib.c")
+    git(repo, "update-index", "--index-version", "4")
+    assert b"vendor/keep" not in (repo / ".git" / "index").read_bytes()
+    capture = await watched(repo, tmp_path / "home", nursery)
+    assert capture.watcher is not None and "vendor/keep" not in capture.watcher.unwatched.folders
+    write(repo / "vendor" / "keep" / "lib.c", "edited\n")
+    await warm_equals_git(capture, repo)
+    capture.close()
+
+
 async def test_nothing_is_left_out_with_a_split_index(tmp_path, nursery):
     repo = init_repo(tmp_path / "r", (".gitignore", "node_modules/\n"), ("a.txt", "a\n"))
     make_folders(repo / "node_modules", 2)

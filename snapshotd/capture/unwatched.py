@@ -120,23 +120,27 @@ class PatternWords:
 class TrackedFolders:
     """Whether the user's index has an entry at or under a folder, read again when the index file changes.
 
-    A version 2 index stores every path whole, so a folder's name found
-    nowhere in its bytes holds no entry; otherwise libgit2 reads it and
-    answers exactly. ``unsure`` when neither can (a split index) or when it
-    flags a ``.gitignore`` (git reads a skip-worktree one from the index): then
-    nothing is left out.
+    Versions 2 and 3 of the index store every path whole, so a folder's name
+    found nowhere in its bytes holds no entry; otherwise (and always for
+    version 4, which keeps only what a path adds to the one before it)
+    libgit2 reads it and answers exactly. ``unsure`` when neither can (a split
+    index) or when it flags a ``.gitignore`` (git reads a skip-worktree one
+    from the index): then nothing is left out. What is read is kept only
+    until :meth:`release` (the end of each walk): a few megabytes of a big
+    index held by every idle worktree would outweigh all else it keeps.
     """
 
     def __init__(self, info: WorktreeInfo) -> None:
         self._git_dir = info.git_dir
         self._common = info.common_dir or info.git_dir
         self._signature: tuple[int, int, int, int] | None = None
-        self._raw = b""
+        self._whole_paths = True  # versions 2 and 3
+        self._raw: bytes | None = None
         self._index: pygit2.Index | None = None
         self.unsure = False
 
     def refresh(self) -> None:
-        """Read the index again if its file changed."""
+        """Look at the index again if its file changed."""
         if self._git_dir is None:
             return
         path = os.path.join(self._git_dir, "index")
@@ -148,20 +152,35 @@ class TrackedFolders:
         signature = (st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino)
         if signature == self._signature:
             return
-        self._signature, self._index, self.unsure = signature, None, False
+        self._signature, self._raw, self._index, self.unsure = signature, None, None, False
         folders = {self._git_dir, self._common or self._git_dir}
-        split = any(glob.glob(os.path.join(folder, "sharedindex.*")) for folder in folders)
-        try:
-            with open(path, "rb") as handle:
-                self._raw = handle.read()
-        except OSError:
+        if any(glob.glob(os.path.join(folder, "sharedindex.*")) for folder in folders):
             self.unsure = True
             return
-        if split:
-            self.unsure = True
-        elif self._raw[4:8] != (2).to_bytes(4, "big"):
-            self._load()  # a flagged .gitignore: as WarmState.flags_ignore_rules, the warm path's rule
-            self.unsure = self._index is None or any(map(is_ignore_rules, index_facts(self._index, self._raw)[0]))
+        raw = self._read()
+        if raw is None:
+            return
+        version = int.from_bytes(raw[4:8], "big") if len(raw) >= 8 else 2
+        self._whole_paths = version in (2, 3)
+        if version != 2:  # a flagged .gitignore: as WarmState.flags_ignore_rules, the warm path's rule
+            self._load()
+            self.unsure = self._index is None or any(map(is_ignore_rules, index_facts(self._index, raw)[0]))
+
+    def release(self) -> None:
+        """Let go of the index's bytes and entries until the next question (its signature is kept)."""
+        if self._raw:
+            self._raw = None
+        self._index = None
+
+    def _read(self) -> bytes | None:
+        """The index file's bytes (read once until released); None, and ``unsure``, when it cannot be read."""
+        if self._raw is None and self._git_dir is not None:
+            try:
+                with open(os.path.join(self._git_dir, "index"), "rb") as handle:
+                    self._raw = handle.read()
+            except OSError:
+                self.unsure = True
+        return self._raw
 
     def _load(self) -> None:
         if self._index is None and self._git_dir is not None:
@@ -172,10 +191,14 @@ class TrackedFolders:
 
     def holds(self, folder: str) -> bool:
         """Whether the index has an entry at ``folder`` or inside it (always True while ``unsure``)."""
-        if self.unsure:
-            return True
-        if not self._raw or os.fsencode(folder) not in self._raw:
-            return False
+        if self.unsure or self._git_dir is None:
+            return self.unsure
+        if self._whole_paths:
+            raw = self._read()
+            if raw is None:
+                return True
+            if os.fsencode(folder) not in raw:
+                return False
         self._load()
         index = self._index
         if index is None:
