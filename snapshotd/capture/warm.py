@@ -59,12 +59,17 @@ def dirty_under_removed_attributes(
     deleted from disk from the index; ``git add -A`` hashes such an entry after
     it has removed that file (in path order). So the entries below a deleted,
     unflagged ``.gitattributes`` whose stat data do not prove them unchanged
-    are hashed anew; "racily clean" in whole seconds, as this git compares.
+    are hashed anew, and those git calls racily clean: by the mtime alone, in
+    whole seconds, as this git compares (the ctime counts in its stat match,
+    never in its racy check). A ctime in the index's second but older than
+    the index file is no reason: git keeps that entry's blob (a file rewritten
+    with its mtime put back, then ``git commit -a``, a second after it was made).
     """
     folders = [path.rpartition("/")[0] for path in removed if is_attributes(path) and path not in flagged]
     if not folders or index_path is None:
         return set()
-    index_ns = int(os.stat(index_path).st_mtime) * 1_000_000_000
+    index_ns = os.stat(index_path).st_mtime_ns  # in integer nanoseconds: a float rounds up to the next second
+    index_second = index_ns // 1_000_000_000
     user = UserIndex(index)  # the index is still the user's here
     paths = [os.fsdecode(pygit2.ffi.string(entry_at(index, n).path)) for n in range(len(index))]
     if "" not in folders:
@@ -75,7 +80,7 @@ def dirty_under_removed_attributes(
             st = os.lstat(os.path.join(root, path))
         except OSError:
             continue
-        if user.clean_oid(path, st, index_ns) is None:
+        if st.st_mtime_ns // 1_000_000_000 >= index_second or user.clean_oid(path, st, index_ns) is None:
             dirty.add(path)
     return dirty
 
