@@ -210,6 +210,7 @@ def test_claude_code_finishes_its_turn_whatever_the_daemon_does(bin_dir: Path, t
         mock = stack.enter_context(MockModel(script))
         env = _quiet(child_env(path))
         env.update(CLAUDE_CONFIG_DIR=str(config), ANTHROPIC_BASE_URL=mock.url, ANTHROPIC_API_KEY="sk-mock")
+        env["SNAPSHOTD_HOOK_BEFORE_BUDGET"] = "3"  # the "before" waits this long for its checkpoint (55 s by default)
         argv = [str(bin_dir / "claude"), "--output-format", "json", "--permission-mode", "acceptEdits", "--allowedTools", "Write", "-p", "only turn"]
         _run(argv, repo, env)
     # The hooks' background children end once the listener is gone; one may start a daemon then.
