@@ -150,6 +150,13 @@ def test_older_than_takes_ages_as_people_write_them(daemon: Daemon, env: dict[st
     assert "'1x' is not an age" in refused.stderr and "12h" in refused.stderr
 
 
+def test_a_session_name_the_daemon_would_refuse_is_a_usage_error(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    for args in (["checkpoint", "--session", ""], ["list", "--session", "a\tb"], ["log", "--session", "x" * 201]):
+        refused = cli(*args, str(repo), env=env, code=2)
+        assert "Invalid value for '--session'" in refused.stderr and "is not a session name" in refused.stderr
+    assert cli("list", "--json", str(repo), env=env).json() == {"checkpoints": []}  # nothing was recorded
+
+
 def _synopsis() -> dict[str, str]:
     """Each command's block of the man page's SYNOPSIS, by name."""
     text = MAN_PAGE.read_text()

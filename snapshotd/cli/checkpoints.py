@@ -13,6 +13,7 @@ from snapshotd.cli.confirm import call_or_fail
 from snapshotd.cli.diffstat import stat_lines
 from snapshotd.cli.options import (
     CONTEXT,
+    SESSION_NAME,
     PathsAfterDashDash,
     emit,
     fail,
@@ -50,7 +51,7 @@ def print_files(files: list[dict[str, Any]]) -> None:
 @click.command(context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
 @click.option("-m", "--label", metavar="LABEL", help="A label for the checkpoint.")
-@click.option("--session", metavar="S", shell_complete=complete_session, help="The session (agent thread) the checkpoint belongs to.")
+@click.option("--session", metavar="S", type=SESSION_NAME, shell_complete=complete_session, help="The session (agent thread) the checkpoint belongs to.")
 @click.option("--exact", is_flag=True, help="Scan the whole worktree even when a watcher is warm.")
 @click.option("--force", is_flag=True, help="Checkpoint even your home folder or /.")
 @json_option
@@ -74,7 +75,7 @@ def checkpoint(
 
 @click.command(name="list", context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
-@click.option("--session", metavar="S", shell_complete=complete_session, help="Only this session's checkpoints.")
+@click.option("--session", metavar="S", type=SESSION_NAME, shell_complete=complete_session, help="Only this session's checkpoints.")
 @click.option("--limit", type=click.IntRange(min=0), metavar="N", help="At most N, newest first.")
 @click.option(
     "--remote", is_flag=False, flag_value="", default=None, metavar="[REMOTE]",

@@ -16,6 +16,7 @@ from snapshotd.cli.confirm import call_or_fail, may_go_ahead, refuse_without_ter
 from snapshotd.cli.options import (
     CONTEXT,
     DURATION,
+    SESSION_NAME,
     invoke,
     json_option,
     reference_argument,
@@ -35,7 +36,7 @@ def _listing(lines: list[str]) -> list[str]:
 
 @click.command(context_settings=CONTEXT)
 @reference_argument("checkpoints", "CHECKPOINT... | --session S [PATH]", nargs=-1)
-@click.option("--session", metavar="S", shell_complete=complete_session, help="Delete every checkpoint of this session (of PATH's worktree, default: here).")
+@click.option("--session", metavar="S", type=SESSION_NAME, shell_complete=complete_session, help="Delete every checkpoint of this session (of PATH's worktree, default: here).")
 @click.option("-C", "--path", "path", type=click.Path(file_okay=False), help="The worktree, with --session (same as PATH), or where @ and #N count.")
 @yes_option
 @json_option

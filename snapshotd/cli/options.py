@@ -21,6 +21,7 @@ from snapshotd.cli.completion import complete_reference, complete_session
 from snapshotd.cli.interrupt import INTERRUPTED_STATUS, finish_on_interrupt
 from snapshotd.cli.output import show_progress, to_json
 from snapshotd.client.launcher import Runner
+from snapshotd.contract.params import validate_session
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import NeedsForce, SnapshotdError
 
@@ -36,10 +37,27 @@ def reference_argument(name: str, metavar: str, **kwargs: Any) -> Callable[[Comm
     return click.argument(name, metavar=metavar, shell_complete=complete_reference, **kwargs)
 
 
+class SessionName(click.ParamType[str]):
+    """A session's name as the daemon takes it: 1 to 200 characters, none of them a control character."""
+
+    name = "session"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> str:
+        try:
+            session = validate_session(value)
+        except SnapshotdError:
+            session = None
+        if session is None:
+            self.fail(f"{value!r} is not a session name: give 1 to 200 characters, none of them a control character.",
+                      param, ctx)
+        return session
+
+
+SESSION_NAME = SessionName()
 json_option = click.option("--json", "json_output", is_flag=True, help="Print the result as JSON.")
 yes_option = click.option("-y", "--yes", is_flag=True, help="Do not ask; needed when stdin is not a terminal.")
 ref_session_option = click.option(
-    "--session", "ref_session", metavar="S", shell_complete=complete_session,
+    "--session", "ref_session", metavar="S", type=SESSION_NAME, shell_complete=complete_session,
     help="The session @, @~N and #N count in (default: the newest).",
 )
 

@@ -16,7 +16,7 @@ import click
 
 from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail
-from snapshotd.cli.options import CONTEXT, Command, emit, fail, json_option, use_json
+from snapshotd.cli.options import CONTEXT, SESSION_NAME, Command, emit, fail, json_option, use_json
 from snapshotd.errors import NotFound
 from snapshotd.turns import Turn, find_turns
 from snapshotd.wording import one_line
@@ -79,7 +79,7 @@ def turn_line(turn: Turn) -> str:
 
 @click.command(name="log", context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
-@click.option("--session", metavar="S", shell_complete=complete_session, help="Only this session's turns.")
+@click.option("--session", metavar="S", type=SESSION_NAME, shell_complete=complete_session, help="Only this session's turns.")
 @click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N", help="At most N turns, newest first.")
 @json_option
 @click.pass_context
