@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -79,6 +82,18 @@ def test_no_pager_and_a_pipe_print_directly(repo: Path, tmp_path: Path) -> None:
     with os.fdopen(reader) as piped:
         text = piped.read()
     assert code == 0 and "+beta" in text and not COLOUR.search(text) and not kept.exists()
+
+
+def test_a_reader_that_stops_early_ends_a_read_as_git_by_sigpipe(repo: Path, tmp_path: Path) -> None:
+    # As `snapshotd diff | head -0` under `set -o pipefail`: git's status there is 141, a broken pipe's.
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # gone before the first write
+    try:
+        proc = subprocess.run([sys.executable, "-m", "snapshotd", "diff", "@"], cwd=repo, env=embedded_env(tmp_path), stdin=subprocess.DEVNULL,
+                              stdout=write_end, stderr=subprocess.PIPE, timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == -signal.SIGPIPE and proc.stderr == b""
 
 
 def test_color_options_and_no_color(repo: Path, tmp_path: Path) -> None:

@@ -62,8 +62,6 @@ class Pager:
         self.saved = os.dup(1)
         os.dup2(self.proc.stdin.fileno(), 1)
         self.proc.stdin.close()
-        # Quitting the pager early ends this command as it ends git: quietly, by SIGPIPE.
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
     def close(self) -> None:
         """Hand the pager the rest of the output and wait until the person quits it."""
@@ -82,6 +80,8 @@ class Pager:
 def set_up(ctx: click.Context, color: str, no_pager: bool) -> None:
     """Apply ``--color`` and start the pager for a paged command whose output is a terminal."""
     ctx.color = color_setting(color)
+    if ctx.invoked_subcommand in PAGED:  # a reader gone early (`| head`, a pager quit) ends it as git: by SIGPIPE
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if no_pager or ctx.invoked_subcommand not in PAGED or not sys.stdout.isatty():
         return
     command = pager_command()
