@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,10 +37,47 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """The base goes once every test passed; after a failure it stays, to be looked at."""
+    """A daemon a test left running fails the session (it is ended); the base goes once every test passed,
+    and after a failure it stays, to be looked at."""
     base = session.config.stash.get(_BASE_KEY, None)
-    if base is not None and exitstatus == 0:
+    if base is None:
+        return
+    left = _daemons_left_running(base)
+    for _ in range(30):  # one told to stop may still be ending
+        if not left:
+            break
+        time.sleep(0.1)
+        left = _daemons_left_running(base)
+    for pid, _ in left:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        tests = ", ".join(sorted({test for _, test in left}))
+        print(f"\nerror: {len(left)} daemon(s) left running after the tests that started them: {tests}")
+        return
+    if exitstatus == 0:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _daemons_left_running(base: Path) -> list[tuple[int, str]]:
+    """Daemons started under ``base`` and still running, with the test that started each."""
+    found = []
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                argv = fh.read().split(b"\0")
+            if b"snapshotd" not in b" ".join(argv) or b"serve" not in argv:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as fh:
+                environ = dict(item.partition(b"=")[::2] for item in fh.read().split(b"\0") if item)
+        except OSError:
+            continue
+        if environ.get(b"TMPDIR") == os.fsencode(base):
+            found.append((int(entry), environ.get(b"PYTEST_CURRENT_TEST", b"?").decode(errors="replace").split(" ")[0]))
+    return found
 
 # Tests run real git; make it independent of the machine's own configuration.
 _GIT_ENV = {

@@ -89,7 +89,7 @@ def test_a_reader_that_stops_early_ends_a_read_as_git_by_sigpipe(repo: Path, tmp
     read_end, write_end = os.pipe()
     os.close(read_end)  # gone before the first write
     try:
-        proc = subprocess.run([sys.executable, "-m", "snapshotd", "diff", "@"], cwd=repo, env=embedded_env(tmp_path), stdin=subprocess.DEVNULL,
+        proc = subprocess.run([sys.executable, "-m", "snapshotd", "--embedded", "diff", "@"], cwd=repo, env=embedded_env(tmp_path), stdin=subprocess.DEVNULL,
                               stdout=write_end, stderr=subprocess.PIPE, timeout=60, check=False)
     finally:
         os.close(write_end)
