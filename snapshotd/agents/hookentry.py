@@ -20,11 +20,15 @@ if __name__ == "__main__":  # run by path: the package is three folders up, this
     sys.path.insert(0, os.path.dirname(os.path.dirname(_here)))
 
 from snapshotd.agents.hooks import report, run_hook
+from snapshotd.agents.hookstate import note_silence, silent_lately
 from snapshotd.settings import connect_timeout, hook_budget, resolve_socket_path
 
 TYPE_CHECKING = False  # as typing's, without importing typing: each agent hook's start-up imports this module
 if TYPE_CHECKING:
     from typing import Any
+
+SILENT_PING_S = 2.0
+"""How long a hook waits for the ping of a daemon another hook found silent lately."""
 
 PROGRAM = os.path.abspath(__file__)
 """This file: what the agent's settings run, with this interpreter."""
@@ -45,14 +49,23 @@ class Calls:
 
         path = os.path.abspath(resolve_socket_path(self.socket_path))
         if self.runner is None:
+            first = self.fast is None
             if self.fast is None:
-                # A daemon busy with a burst answers late, one stopped never: both wait as long as for room.
-                self.fast = onecall.Connection(path, connect_timeout())
+                # A daemon busy with a burst answers late, one stopped never: both wait as long as for room,
+                # unless a hook found it silent lately (a stopped `snapshotd serve`): then only briefly.
+                wait = min(SILENT_PING_S, connect_timeout()) if silent_lately(path) else connect_timeout()
+                self.fast = onecall.Connection(path, wait)
             try:
                 result: dict[str, Any] = self.fast.call(method, params)
-                return result
             except onecall.Unusual:
                 self.runner = self._runner(path)
+            except onecall.Silent:
+                note_silence(path, True)
+                raise
+            else:
+                if first:
+                    note_silence(path, False)
+                return result
         return self.runner.call(method, params)  # type: ignore[no-any-return]
 
     @staticmethod

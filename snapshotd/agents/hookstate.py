@@ -228,6 +228,37 @@ def may_tell(tool: str, now: float | None = None) -> bool:
     return True
 
 
+SILENT_KEEP_S = 600
+"""A daemon found silent (it accepts, answers no ping) is asked only briefly by the hooks this long after."""
+
+
+def _silent_mark(socket_path: str) -> str:
+    return os.path.join(hooks_folder(), f"silent-{key_name(socket_path)}")
+
+
+def silent_lately(socket_path: str, now: float | None = None) -> bool:
+    """Whether a hook found the daemon at ``socket_path`` silent less than :data:`SILENT_KEEP_S` ago, and
+    none has heard it since."""
+    now = time.time() if now is None else now
+    try:
+        return now - os.stat(_silent_mark(socket_path)).st_mtime < SILENT_KEEP_S
+    except (OSError, SnapshotdError):
+        return False
+
+
+def note_silence(socket_path: str, silent: bool) -> None:
+    """Remember that the daemon at ``socket_path`` answered no ping (``silent``), or forget it (it answered)."""
+    try:
+        mark = _silent_mark(socket_path)
+        if silent:
+            os.close(os.open(mark, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+            os.utime(mark)
+        else:
+            os.unlink(mark)
+    except (OSError, SnapshotdError):
+        pass
+
+
 def agent_key(pid: int) -> str | None:
     """``<pid>-<start time>`` of the agent process at or above ``pid`` (shells skipped), None if there is none."""
     for _ in range(8):

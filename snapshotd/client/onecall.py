@@ -38,6 +38,10 @@ class Unusual(Exception):
     """Not the ordinary case: the full client deals with it (and says what went wrong)."""
 
 
+class Silent(InternalError):
+    """The daemon accepts connections and answers no ping."""
+
+
 def _line(message: dict[str, Any]) -> bytes:
     """A request as protocol.md frames it: one compact ASCII JSON object and a newline."""
     return dumps(message).encode("ascii") + b"\n"
@@ -120,7 +124,7 @@ class Connection:
                 sock.sendall(_line({"jsonrpc": "2.0", "id": 0, "method": "ping", "params": {}}) + request)
                 answer = lines.reply(0)
             except TimeoutError:
-                raise InternalError(
+                raise Silent(
                     f"snapshotd at {self.path} accepts connections but did not answer within {self.ping_timeout_s:g} s; "
                     "see its log, or restart it (snapshotd stop)."
                 ) from None
