@@ -125,9 +125,10 @@ class TrackedFolders:
     version 4, which keeps only what a path adds to the one before it)
     libgit2 reads it and answers exactly. ``unsure`` when neither can (a split
     index) or when it flags a ``.gitignore`` (git reads a skip-worktree one
-    from the index): then nothing is left out. What is read is kept only
-    until :meth:`release` (the end of each walk): a few megabytes of a big
-    index held by every idle worktree would outweigh all else it keeps.
+    from the index): then nothing is left out. What is read is kept until
+    :meth:`release` (after the first walk, and while the worktree is idle): a
+    few megabytes of a big index held by every idle worktree would outweigh
+    all else it keeps.
     """
 
     def __init__(self, info: WorktreeInfo) -> None:
@@ -309,7 +310,8 @@ class UnwatchedFolders:
             self._decided = self._basis
             return decisions
         finally:
-            self._oracle.close()  # an idle worktree keeps no child: the next question starts one
+            self._oracle.close()  # an idle worktree keeps no child (the next question starts one)
+            self.tracked.release()  # nor the index's bytes
 
     def _decide_again(self, root: str, watched: Iterable[str]) -> tuple[bool, list[str]]:
         earlier, self.folders = self.folders, set()

@@ -249,7 +249,7 @@ class Watcher:
                 self._walking.set()
                 supply.fits(self, self.need)
                 await trio.to_thread.run_sync(self.arm, supply.room(self))
-            self.unwatched.tracked.release()
+            self.unwatched.tracked.release()  # read again when a new folder asks; let go when idle (recheck)
             self.live = served = True
             self._started.set()
             with trio.CancelScope() as self._loop:
@@ -297,7 +297,6 @@ class Watcher:
         try:
             return await trio.to_thread.run_sync(work, *args)
         finally:
-            self.unwatched.tracked.release()  # what it read of the user's index is not kept while idle
             self._arming.set()
             self._arming = None
 
