@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 DEFAULT_SIZE_CAP = 64 * 1024 * 1024
 DEFAULT_WATCH_CEILING = 50_000
 VERSION = "0.1.0"
+RESERVED_SESSION_PREFIX = "snapshotd:"  # sessions of the daemon's own: clients cannot record in them
 SAFETY_SESSION = "snapshotd:safety"  # the session of the checkpoints taken before each restore or revert
 
 HOOK_ENVIRONMENT = (

@@ -157,6 +157,22 @@ def test_a_session_name_the_daemon_would_refuse_is_a_usage_error(daemon: Daemon,
     assert cli("list", "--json", str(repo), env=env).json() == {"checkpoints": []}  # nothing was recorded
 
 
+def test_every_session_name_of_up_to_200_characters_records_and_lists(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    names = ["x" * 124, "x" * 125, "会" * 42, "会" * 200, "\U0001f600" * 200]  # past a file name's 255 bytes in hex
+    for name in names:
+        made = cli("checkpoint", "--json", "--session", name, str(repo), env=env).json()["checkpoint"]
+        assert made["session"] == name
+        [listed] = cli("list", "--json", "--session", name, str(repo), env=env).json()["checkpoints"]
+        assert listed["id"] == made["id"]
+        assert cli("resolve", "--session", name, "@", cwd=repo, env=env).stdout.strip() == made["id"]
+
+
+def test_the_daemon_s_own_sessions_are_not_recorded_in_by_a_client(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    refused = cli("checkpoint", "--session", "snapshotd:safety", "-m", "fake", str(repo), env=env, code=1)
+    assert "are the daemon's own" in refused.stderr
+    assert cli("list", "--json", "--session", "snapshotd:safety", str(repo), env=env).json() == {"checkpoints": []}
+
+
 def _synopsis() -> dict[str, str]:
     """Each command's block of the man page's SYNOPSIS, by name."""
     text = MAN_PAGE.read_text()

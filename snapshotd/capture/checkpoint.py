@@ -10,7 +10,8 @@ from snapshotd.capture.state import CaptureStats
 from snapshotd.contract.params import optional_bool, optional_str, validate_session
 from snapshotd.contract.refs import WorktreeRef, worktree_param
 from snapshotd.contract.trailers import Agent, agent_param
-from snapshotd.errors import NeedsForce
+from snapshotd.errors import InvalidParams, NeedsForce
+from snapshotd.settings import RESERVED_SESSION_PREFIX
 from snapshotd.store.checkpoints import Checkpoint
 
 
@@ -34,13 +35,24 @@ class CheckpointOptions:
     def from_params(cls, params: dict[str, Any]) -> CheckpointOptions:
         """Validate the wire params, each with the error the contract gives for it."""
         return cls(
-            session=validate_session(params.get("session")),
+            session=own_session(validate_session(params.get("session"))),
             label=optional_str(params, "label"),
             exact=optional_bool(params, "exact"),
             force=optional_bool(params, "force"),
             where=worktree_param(params),
             agent=agent_param(params),
         )
+
+
+def own_session(session: str | None) -> str | None:
+    """A session a client may record in: not one of the daemon's own (``snapshotd:``, its safety checkpoints,
+    which ``undo`` takes back to)."""
+    if session is not None and session.startswith(RESERVED_SESSION_PREFIX):
+        raise InvalidParams(
+            f"Sessions whose names start with {RESERVED_SESSION_PREFIX!r} are the daemon's own (its safety "
+            "checkpoints); record in a session of another name.", session=session,
+        )
+    return session
 
 
 @dataclass(frozen=True)
