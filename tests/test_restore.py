@@ -566,10 +566,17 @@ async def test_older_gitignore_never_exposes_ignored_files(engine, tmp_path):
     # What the older .gitignore no longer hides is listed, with the reason.
     assert [k["path"] for k in result["kept"]] == ["secret.env", "secrets/"]
     assert all("ignored when the restore began" in k["reason"] for k in result["kept"])
-    # Still-ignored files are not listed: nothing changed for them.
+    # Back again (undo): what the restored .gitignore ignores again stays, and is listed; the still-ignored
+    # file is not: nothing changed for it.
     (wt / "build.log").write_text("ignored before and after\n")
     back = await restore(engine, wt, result["safety_checkpoint"]["id"])
-    assert back["kept"] == []
+    assert (wt / ".gitignore").read_text() == "*.log\n*.env\nsecrets/\n"
+    assert (wt / "secret.env").read_text() == "API_KEY=not in any checkpoint\n"
+    assert (wt / "secrets" / "key.pem").read_text() == "-----BEGIN-----\n"
+    assert (wt / "was-visible.env").read_text() == "ignored now, edited since\n"
+    assert back["deleted"] == []
+    assert [k["path"] for k in back["kept"]] == ["secret.env", "secrets/key.pem", "was-visible.env"]
+    assert all("ignored by the restored checkpoint's own rules" in k["reason"] for k in back["kept"])
 
 
 async def test_subfolder_restore_leaves_siblings_and_parent_alone(engine, tmp_path):

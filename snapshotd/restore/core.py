@@ -123,7 +123,8 @@ async def run_restore(worktree: LockedWorktree, options: RestoreOptions) -> Rest
             )
         return plan_restore(repo, current, checkpoint.tree, paths, info.path)
 
-    job = _Job(plan, options.dry_run, f"before restore {checkpoint.id[:LABEL_ID_DIGITS]}", report_kept=True, paths=paths)
+    job = _Job(plan, options.dry_run, f"before restore {checkpoint.id[:LABEL_ID_DIGITS]}", report_kept=True, paths=paths,
+               target_tree=checkpoint.tree)
     return await _with_safety(worktree, info, job)
 
 
@@ -153,6 +154,7 @@ class _Job:
     label: str
     report_kept: bool = False
     paths: list[str] | None = None
+    target_tree: str | None = None  # a restore's: files its rules ignore are not deleted
 
 
 async def _with_safety(worktree: LockedWorktree, info: WorktreeInfo, job: _Job) -> RestoreOutcome:
@@ -199,6 +201,9 @@ def _plan_and_apply(
     ``defer`` is handed the removal of what a finished apply leaves (:func:`prepared_plan`)."""
     with worktree.store() as repo:
         plan = job.plan(repo, current.tree)
+        spared = _ignored_there(info, repo, job, plan)
+        if spared:
+            plan = replace(plan, deletes=[path for path in plan.deletes if path not in spared])
         outcome = RestoreOutcome.of_plan(plan, dry_run=job.dry_run)
         unveiled: list[dict[str, str]] = []
         if not job.dry_run and (plan.writes or plan.deletes):
@@ -230,8 +235,19 @@ def _plan_and_apply(
         if not job.report_kept:
             return outcome
         conflicted = {c["path"] for c in outcome.conflicts}
-        found = kept_mod.left_out(current.stats.skipped, job.paths) + unveiled
+        there = [{"path": path, "reason": kept_mod.REASON_IGNORED_THERE} for path in sorted(spared)]
+        found = kept_mod.left_out(current.stats.skipped, job.paths) + unveiled + there
         return replace(outcome, kept=[item for item in found if item["path"] not in conflicted])
+
+
+def _ignored_there(info: WorktreeInfo, repo: Repository, job: _Job, plan: Plan) -> set[str]:
+    """The files a restore would delete that the restored checkpoint's rules ignore (:func:`kept.ignored_there`);
+    asked only when the restore writes a ``.gitignore`` (else the rules are those that left them in the capture)."""
+    if job.target_tree is None or not plan.deletes:
+        return set()
+    if not any(path.rpartition("/")[2] == ".gitignore" for path, _ in plan.writes):
+        return set()
+    return kept_mod.ignored_there(repo, job.target_tree, plan.deletes, git_target(info), os.path.join(info.state_dir, "tmp"))
 
 
 def _fence(info: WorktreeInfo) -> int | None:

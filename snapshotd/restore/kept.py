@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import os
 import secrets
-from collections.abc import Iterable, Sequence
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 
+import pygit2
+
+from snapshotd.git.modes import MODE_TREE, is_file_mode
 from snapshotd.git.process import GitTarget, run_git_sync
+from snapshotd.git.repository import Repository
 from snapshotd.paths import path_matches
+from snapshotd.store.diff import load_tree
 
-__all__ = ["REASON_IGNORED", "REASON_LEFT_OUT", "IgnoredFiles", "empty_index_path", "left_out"]
+__all__ = ["REASON_IGNORED", "REASON_IGNORED_THERE", "REASON_LEFT_OUT", "IgnoredFiles", "empty_index_path", "ignored_there",
+           "left_out"]
 
 REASON_IGNORED = "ignored when the restore began, so in no checkpoint; left in place"
+REASON_IGNORED_THERE = "ignored by the restored checkpoint's own rules, so in none of its files; left in place"
 REASON_LEFT_OUT = "left out of every checkpoint (over the size cap, or not a regular file); left in place"
 _IGNORE_FILE = ".gitignore"
 
@@ -64,6 +72,44 @@ class IgnoredFiles:
         )
         still = {os.fsdecode(raw) for raw in listing.split(b"\0") if raw}
         return [{"path": path, "reason": REASON_IGNORED} for path in self.before if path not in still]
+
+
+def ignored_there(repo: Repository, tree: str, paths: Sequence[str], target: GitTarget, tmp_dir: str) -> set[str]:
+    """Of ``paths``, those the ignore rules of ``tree`` ignore: its ``.gitignore`` files, with the repository's
+    ``info/exclude`` and the user's excludes file, as git would read them once the tree is checked out.
+
+    A file ignored when its checkpoint was taken is in none of its files; a
+    restore to that checkpoint would delete it as made since (a restore that
+    took its ``.gitignore`` away, then ``undo``): git leaves ignored files,
+    and so does a restore. The rules are written alone into a scratch folder
+    for ``git check-ignore --no-index``; none when the tree has no
+    ``.gitignore`` (the other rules are the same now and then).
+    """
+    rules = list(_ignore_files(repo, load_tree(repo, tree), ""))
+    if not rules or not paths:
+        return set()
+    with tempfile.TemporaryDirectory(prefix="rules-", dir=tmp_dir) as scratch:
+        for path, data in rules:
+            os.makedirs(os.path.join(scratch, os.path.dirname(path)), exist_ok=True)
+            with open(os.path.join(scratch, path), "wb") as handle:
+                handle.write(data)
+        listing = run_git_sync(
+            GitTarget(git_dir=target.git_dir, work_tree=scratch),
+            ["check-ignore", "--no-index", "-z", "--stdin"],
+            input=b"".join(os.fsencode(path) + b"\0" for path in paths),
+            ok_codes=(0, 1),
+        )
+    return {os.fsdecode(raw) for raw in listing.split(b"\0") if raw}
+
+
+def _ignore_files(repo: Repository, tree: pygit2.Tree | None, prefix: str) -> Iterator[tuple[str, bytes]]:
+    """Each ``.gitignore`` blob of ``tree``, with its path."""
+    for entry in tree or ():
+        path = prefix + str(entry.name)
+        if entry.filemode == MODE_TREE:
+            yield from _ignore_files(repo, load_tree(repo, str(entry.id)), path + "/")
+        elif entry.name == _IGNORE_FILE and is_file_mode(entry.filemode):
+            yield path, bytes(repo.odb.read(entry.id)[1])
 
 
 def empty_index_path(tmp_dir: str) -> str:
