@@ -361,6 +361,21 @@ async def test_status_right_after_a_repair_shows_the_repaired_worktrees_here(wat
     assert await presences() == {str(moved): ("here", None), str(linked): ("here", None)}
 
 
+@pytest.mark.needs("inotify")
+async def test_a_worktree_repaired_by_a_daemon_that_had_not_opened_it_is_watched(engine, watched_engine, tmp_path):
+    """As after a restart: the repair opens the moved worktree at its new path, and watches it as a request would."""
+    _, linked = main_with_linked(tmp_path)
+    await cp(engine, linked)  # recorded by another engine of the same home: the watching one never opened it
+    moved = tmp_path / "moved-while-down"
+    os.rename(linked, moved)
+    await watched_engine.call("repair", {"path": str(moved)})
+    with trio.fail_after(20):
+        while not [w for w in (await watched_engine.call("status", {}))["worktrees"] if w["watching"]]:
+            await trio.sleep(0.05)
+    [shown] = (await watched_engine.call("status", {}))["worktrees"]
+    assert (shown["path"], shown["presence"], shown["watch_error"]) == (str(moved), "here", None)
+
+
 async def test_a_linked_worktree_followed_by_a_capture_is_mended_by_a_repair_without_a_path(engine, tmp_path):
     """A capture at the new path follows the worktree, but git still lists it prunable until a repair."""
     main, linked = main_with_linked(tmp_path)

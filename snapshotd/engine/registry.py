@@ -272,8 +272,13 @@ class Registry:
         A repair mends git's links of worktrees it never moved (those of a
         repository moved from under them) and re-points the moved one; without
         this, ``status`` kept them ``gone`` or ``moved`` until each was used.
+        The worktrees the repair opened are watched too, as a request's are.
         """
-        for state in [s for s in self.worktrees.values() if s.capture.vanished is not None]:
+        for state in list(self.worktrees.values()):
+            if state.capture.vanished is None:
+                if state.capture.watcher is None:
+                    await self.ensure_watch(state)
+                continue
             try:
                 again = await trio.to_thread.run_sync(self.open_path, state.info.path, limiter=thread_limiter)
             except SnapshotdError:
