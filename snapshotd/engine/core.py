@@ -239,15 +239,15 @@ class Engine:
         await trio.to_thread.run_sync(transfer.refuse_remote_restore, store, checkpoint, target.info.id if target else None, allow_other)
         if target is None:
             target = await self.registry.by_id_in_thread(checkpoint.worktree)
+        own = await trio.to_thread.run_sync(self.registry.records.path_of, checkpoint.worktree, limiter=thread_limiter)
         if target.info.id != checkpoint.worktree and not allow_other:
             raise WorktreeMismatch(
-                f"Checkpoint {checkpoint.id[:12]} belongs to the worktree {checkpoint.worktree}, not to the one at "
-                f"{target.info.path}; restore it in its own, or pass allow_other_worktree (--into) to restore it here."
+                f"Checkpoint {checkpoint.id[:12]} belongs to the worktree at {own}, not to the one at {target.info.path}; "
+                "restore it there, or pass allow_other_worktree (--into) to restore it here."
             )
         if os.path.realpath(store.repo.path) != os.path.realpath(target.info.store_dir):
-            holder = (await trio.to_thread.run_sync(self.registry.records.load, limiter=thread_limiter)).get(checkpoint.worktree, {})
             raise Unsupported(
-                f"Checkpoint {checkpoint.id[:12]} is stored in the repository of {holder.get('path', store.repo.path)}, "
+                f"Checkpoint {checkpoint.id[:12]} is stored in the repository of {own}, "
                 f"not in that of {target.info.path}; restore it into a worktree of its own repository "
                 "('git worktree add' makes one)."
             )
@@ -275,8 +275,9 @@ class Engine:
             raise WorktreeMismatch("'from' and 'to' belong to different worktrees.")
         state = preferred or await self.registry.by_id_in_thread(source.worktree)
         if state.info.id != source.worktree:
-            raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to the worktree {source.worktree}, not to the one "
-                                   f"at {state.info.path}; revert it in its own.")
+            own = await trio.to_thread.run_sync(self.registry.records.path_of, source.worktree, limiter=thread_limiter)
+            raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to the worktree at {own}, not to the one "
+                                   f"at {state.info.path}; revert it there.")
         rel_paths = [to_worktree_relative(state.info.path, p) for p in paths] if paths is not None else None
         options = restore_mod.RevertOptions(source, target_cp, rel_paths, dry_run, force)
         async with self._locked(state) as worktree:

@@ -224,6 +224,10 @@ class Records:
             raise unreadable(self.path, "it does not hold a JSON object")
         return data
 
+    def path_of(self, worktree_id: str) -> str:
+        """Where the records put the worktree ``worktree_id`` (its id when they hold no path for it)."""
+        return str(self.load().get(worktree_id, {}).get("path") or worktree_id)
+
     def claim_folder(self, root: str, st: os.stat_result, claim: str) -> str:
         """Find or create the id of a folder known by its records alone (plain folders, copies).
 
