@@ -125,3 +125,15 @@ def test_show_prints_a_header_and_the_files_changed_against_the_previous_checkpo
     assert "no previous checkpoint" in cli("show", "s@~1", cwd=repo, env=env).stdout
     # --json stays the method's result.
     assert cli("show", "--json", second["id"], env=env).json() == {"checkpoint": second}
+
+
+def test_a_listing_keeps_its_columns_past_seq_9999() -> None:
+    from snapshotd.cli.output import checkpoint_line
+
+    def line(seq: int, width: int) -> str:
+        cp = {"id": "ab" * 20, "seq": seq, "created_at": "2026-12-07T18:00:00Z", "session": "s", "label": "turn"}
+        return checkpoint_line(cp, 12, width)
+
+    short, long = line(7, 5), line(12000, 5)
+    assert short.index("2026-") == long.index("2026-") and short.index("turn") == long.index("turn")
+    assert line(7, 4).index("2026-") == short.index("2026-") - 1

@@ -104,3 +104,7 @@ def test_status_says_when_background_packing_failed() -> None:
 
     assert "background packing failed: git repack failed: no space left on device" in shown({**base, "packing": failed})
     assert "packing" not in shown({**base, "packing": {**failed, "last_error": None}})
+
+
+def test_the_health_line_of_a_daemon_with_no_worktree_claims_nothing_of_them() -> None:
+    assert click.unstyle(health_line({"worktrees": []})) == "ok: 0 worktrees"

@@ -92,9 +92,10 @@ def list_(
         if not result["checkpoints"] and limit != 0:  # --limit 0 asks for none, it does not find none
             click.echo("no checkpoints" if remote is None else "no checkpoints here or fetched; 'snapshotd fetch' brings a remote's")
         width = max((len(one_line(cp.get("session") or "-")) for cp in result["checkpoints"]), default=12)
+        seq_width = max((len(str(cp["seq"])) for cp in result["checkpoints"]), default=4)
         for cp in result["checkpoints"]:
             origin = f"  {click.style(_where_taken(cp), fg='cyan')}" if "remote" in cp else ""
-            click.echo(checkpoint_line(cp, max(width, 12)) + origin)
+            click.echo(checkpoint_line(cp, max(width, 12), max(seq_width, 4)) + origin)
 
     params = {"path": os.path.abspath(path), "session": session, "limit": limit, "remote": True if remote == "" else remote}
     invoke(ctx, "list", params, human)

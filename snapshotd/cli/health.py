@@ -71,7 +71,7 @@ def health_line(result: dict[str, Any], embedded: bool = False) -> str:
     aside = f"; {removed} removed with git (`snapshotd forget ID` drops a record)" if removed else ""
     if not notes:
         how = "captured cold (no inotify: see the warning)" if unwatchable else "all watched"
-        return click.style("ok", fg="green") + f": {count}, {how}{aside}"
+        return click.style("ok", fg="green") + (f": {count}, {how}{aside}" if live else f": {count}{aside}")
     return click.style("attention", fg="yellow") + f": {count}; " + "; ".join(notes) + aside
 
 

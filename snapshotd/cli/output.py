@@ -91,12 +91,13 @@ def skip_reason(item: dict[str, Any]) -> str:
     return reason
 
 
-def checkpoint_line(cp: dict[str, Any], session_width: int = 12) -> str:
-    """One checkpoint on one line; ``session_width`` aligns the label column across a listing."""
+def checkpoint_line(cp: dict[str, Any], session_width: int = 12, seq_width: int = 4) -> str:
+    """One checkpoint on one line; ``session_width`` and ``seq_width`` align the columns across a listing."""
     mark = "" if cp.get("changed", True) else click.style("(unchanged)", dim=True)
     tail = " ".join(part for part in (one_line(cp.get("label") or ""), mark) if part)
     session = one_line(cp.get("session") or "-")
-    head = f"{click.style(short_id(cp['id']), fg='yellow')}  #{cp['seq']:<4} {cp['created_at'][:19].replace('T', ' ')}"
+    seq = f"#{cp['seq']:<{seq_width}}"
+    head = f"{click.style(short_id(cp['id']), fg='yellow')}  {seq} {cp['created_at'][:19].replace('T', ' ')}"
     return f"{head}  {session:<{session_width}} {tail}" if tail else f"{head}  {session}"
 
 
