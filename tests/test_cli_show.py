@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from daemon_helpers import Daemon, child_env, cli
-from repo_helpers import git, git_bytes, init_repo, write
+from repo_helpers import git, git_bytes, git_run, init_repo, write
 
 from snapshotd.paths import quote_path
 
@@ -137,3 +137,20 @@ def test_a_listing_keeps_its_columns_past_seq_9999() -> None:
     short, long = line(7, 5), line(12000, 5)
     assert short.index("2026-") == long.index("2026-") and short.index("turn") == long.index("turn")
     assert line(7, 4).index("2026-") == short.index("2026-") - 1
+
+
+def test_a_patch_abbreviates_ids_as_git_does_in_a_repository_of_many_objects(
+    daemon: Daemon, env: dict[str, str], repo: Path
+) -> None:
+    # 16,384 packed objects and more: git prints 8 digits in its "index" lines (core.abbrev's auto), libgit2 7.
+    stream = b"".join(b"blob\ndata %d\n%s\n" % (len(body), body) for body in (b"object %d" % n for n in range(16_500)))
+    git_run(repo, "fast-import", "--quiet", input=stream)
+    before = checkpoint(repo, env)["id"]
+    write(repo / "a.txt", "alpha\nbeta\n")
+    write(repo / "new.txt", "new\n")
+    after = checkpoint(repo, env)["id"]
+    ours = cli("diff", "--patch", before, after, cwd=repo, env=env).stdout
+    assert ours == git_bytes(repo, "diff", before, after).decode()
+    assert "\nindex " in ours and len(ours.split("\nindex ", 1)[1].split("..", 1)[0]) == 8
+    git(repo, "config", "core.abbrev", "9")  # a length set: libgit2 follows it as git does
+    assert cli("diff", "--patch", before, after, cwd=repo, env=env).stdout == git_bytes(repo, "diff", before, after).decode()

@@ -29,6 +29,7 @@ import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
 from snapshotd.errors import GitError, InvalidParams, NotFound, TooLarge
+from snapshotd.git.abbrev import FALLBACK_ABBREV, auto_abbrev
 from snapshotd.git.attrindex import patch_repository
 from snapshotd.git.command import GitRepository
 from snapshotd.git.libgit import LibgitRepository
@@ -97,9 +98,12 @@ def _oid(oid: pygit2.Oid) -> str | None:
     return None if text == _ZERO_OID else text
 
 
-def _patch_text(part: pygit2.Patch) -> str:
-    """The patch text of one file, with git's tab after ---/+++ names that hold a space."""
+def _patch_text(part: pygit2.Patch, abbrev: int | None = None) -> str:
+    """The patch text of one file, with git's tab after ---/+++ names that hold a space, and its ids
+    abbreviated to ``abbrev`` digits where git would not use libgit2's 7 (:mod:`snapshotd.git.abbrev`)."""
     text = part.text or ""
+    if abbrev is not None and abbrev != FALLBACK_ABBREV:
+        text = _abbreviated(text, part.delta, abbrev)
     old_spaced = b" " in part.delta.old_file.raw_path
     new_spaced = b" " in part.delta.new_file.raw_path
     if not (old_spaced or new_spaced):
@@ -112,6 +116,19 @@ def _patch_text(part: pygit2.Patch) -> str:
         if (line.startswith("--- ") and old_spaced) or (line.startswith("+++ ") and new_spaced):
             lines[i] = line + "\t"
     return "\n".join(lines) + sep + body
+
+
+def _abbreviated(text: str, delta: pygit2.DiffDelta, abbrev: int) -> str:
+    """``text`` with the ids of its ``index`` line cut to ``abbrev`` digits."""
+    header_end = text.find("\n@@ ")
+    at = text.find("\nindex ", 0, header_end if header_end >= 0 else len(text))
+    if at < 0:
+        return text
+    end = text.find("\n", at + 1)
+    end = len(text) if end < 0 else end
+    _, _, mode = text[at + 7 : end].partition(" ")
+    line = f"index {str(delta.old_file.id)[:abbrev]}..{str(delta.new_file.id)[:abbrev]}" + (f" {mode}" if mode else "")
+    return text[: at + 1] + line + text[end:]
 
 
 def _split_type_changes(
@@ -232,6 +249,7 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
         path for _, delta, path, _ in selected if delta.status == DeltaStatus.TYPECHANGE
     }
     split = _split_type_changes(repo, old, new, type_changed, request.context) if type_changed else {}
+    abbrev = auto_abbrev(repo.path, repo.config, repo.hex_length) if request.patch else None
 
     def entry(index: int, delta: pygit2.DiffDelta, path: str, old_path: str) -> Entry:
         def make() -> tuple[FileChange, str]:
@@ -270,7 +288,7 @@ def _diff_in_process(repo: Repository, request: DiffRequest) -> list[Entry]:
                 old_size=_size(repo, delta.old_file.id) if binary else None,
                 new_size=_size(repo, delta.new_file.id) if binary else None,
             )
-            return change, "".join(_patch_text(part) for part in parts) if request.patch else ""
+            return change, "".join(_patch_text(part, abbrev) for part in parts) if request.patch else ""
 
         return make
 
