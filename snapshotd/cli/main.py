@@ -31,7 +31,20 @@ from snapshotd.fsutil import no_world_writes
 from snapshotd.settings import VERSION
 
 
-@click.group(context_settings=CONTEXT)
+class _Commands(click.Group):
+    """The group: a command whose reader went away (``| head``) ends by SIGPIPE, as git's do, not with click's 1."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            if not terminal.output_gone():
+                raise  # a pipe of its own (the daemon's socket): the command's error, not its reader's leaving
+            terminal.end_as_git_does()
+            raise
+
+
+@click.group(cls=_Commands, context_settings=CONTEXT)
 @click.option("--socket", "socket_path", metavar="PATH", help="The daemon's socket (default: $SNAPSHOTD_SOCKET, then the runtime folder).")
 @click.option("--embedded", is_flag=True, help="Run the operation in this process, without a daemon.")
 @json_option

@@ -13,6 +13,7 @@ paged.
 from __future__ import annotations
 
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -62,6 +63,8 @@ class Pager:
         self.saved = os.dup(1)
         os.dup2(self.proc.stdin.fileno(), 1)
         self.proc.stdin.close()
+        # Quitting the pager early ends this command as it ends git: quietly, by SIGPIPE.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
     def close(self) -> None:
         """Hand the pager the rest of the output and wait until the person quits it."""
@@ -80,8 +83,6 @@ class Pager:
 def set_up(ctx: click.Context, color: str, no_pager: bool) -> None:
     """Apply ``--color`` and start the pager for a paged command whose output is a terminal."""
     ctx.color = color_setting(color)
-    if ctx.invoked_subcommand in PAGED:  # a reader gone early (`| head`, a pager quit) ends it as git: by SIGPIPE
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     if no_pager or ctx.invoked_subcommand not in PAGED or not sys.stdout.isatty():
         return
     command = pager_command()
@@ -91,3 +92,17 @@ def set_up(ctx: click.Context, color: str, no_pager: bool) -> None:
     if ctx.color is None:
         ctx.color = True  # the pager's pipe is no terminal, but the person sees the colours
     ctx.call_on_close(pager.close)
+
+
+def output_gone() -> bool:
+    """Whether standard output is a pipe whose reader went away (``| head`` that had enough)."""
+    poller = select.poll()
+    poller.register(1, 0)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def end_as_git_does() -> None:
+    """End this command as git ends when its reader goes: by SIGPIPE (status 141 in a shell)."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGPIPE)
+    os._exit(128 + signal.SIGPIPE)  # not reached: SIGPIPE ends the process
