@@ -105,6 +105,8 @@ def ignored_there(repo: Repository, tree: str, paths: Sequence[str], target: Git
 def _ignore_files(repo: Repository, tree: pygit2.Tree | None, prefix: str) -> Iterator[tuple[str, bytes]]:
     """Each ``.gitignore`` blob of ``tree``, with its path."""
     for entry in tree or ():
+        if str(entry.name) in ("", ".", "..", ".git") or "/" in str(entry.name):
+            continue  # no name git itself would check out (a fetched tree may hold anything)
         path = prefix + str(entry.name)
         if entry.filemode == MODE_TREE:
             yield from _ignore_files(repo, load_tree(repo, str(entry.id)), path + "/")
