@@ -387,10 +387,10 @@ class WorktreeCapture:
                     cold = await self._cold("idle reconciliation")
                     seen |= await watcher.seen_since_taken()
                     self.needs_reconcile = False
-                    self.counters["reconciliations"] += 1
                     misses = await watch_misses(self.info, warm.tree, cold.tree, "idle reconciliation",
                                                 self.counters, seen)
                     self.pace.done(began, missed=bool(misses))
+                    self.counters["reconciliations"] += 1  # once its misses and pace are recorded too
             self.last_activity = time.monotonic()
 
     def _due_for_reconcile(self) -> bool:
