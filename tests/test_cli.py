@@ -662,6 +662,8 @@ def test_commands_racing_to_start_a_daemon_share_one(repo: Path, tmp_path: Path)
         log = (sock.parent / "snapshotd.log").read_text()
         # Losers of the race stop at once with one clear line; nothing else goes wrong.
         assert "Traceback" not in log, log
+        # A loser still starting when the winner stopped was ended by the command that started it.
+        assert _stop_late_starters(sock) == []
     finally:
         for pid in pids:
             if not process_gone(pid):
@@ -669,12 +671,13 @@ def test_commands_racing_to_start_a_daemon_share_one(repo: Path, tmp_path: Path)
         _stop_late_starters(sock)
 
 
-def _stop_late_starters(sock: Path) -> None:
-    """A racer that lost the socket's lock before the winner stopped may win it afterwards.
+def _stop_late_starters(sock: Path) -> list[int]:
+    """Stop whatever still answers on the path until it stays silent for 3 s; their pids.
 
-    Stop whatever still answers on the path until it stays silent, so no daemon
-    outlives the test.
+    No daemon outlives the test, even when the launcher fails to end a racer
+    that would take the path after the winner stopped.
     """
+    stopped: list[int] = []
     quiet_since = time.monotonic()
     deadline = quiet_since + 15
     while time.monotonic() < deadline and time.monotonic() - quiet_since < 3:
@@ -684,8 +687,10 @@ def _stop_late_starters(sock: Path) -> None:
             time.sleep(0.1)
             continue
         os.kill(late, signal.SIGTERM)
+        stopped.append(late)
         wait_until(lambda pid=late: process_gone(pid), 10, f"the late daemon {late} to exit")
         quiet_since = time.monotonic()
+    return stopped
 
 
 def test_a_socket_folder_others_may_write_is_refused_before_a_start(repo: Path, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from daemon_helpers import answers, process_gone, wait_until
+from daemon_helpers import answers, process_gone, running_daemon, wait_until
 
 import snapshotd
 from snapshotd.client import launcher
@@ -45,6 +45,24 @@ def test_a_call_with_no_daemon_starts_one_and_the_next_call_finds_it(sock: Path,
     assert stat.S_IMODE(os.lstat(log).st_mode) == 0o600
     again = Runner(str(sock), embedded=False, json_output=True).call("ping", {})
     assert again["pid"] == first["pid"]
+
+
+def test_a_daemon_started_while_another_answers_is_ended_so_none_takes_the_path_later(
+    sock: Path, tmp_path: Path
+) -> None:
+    """A start race's loser that binds after the winner stops would serve no one: the starter ends it."""
+    with running_daemon(sock, tmp_path / "winner.log") as winner:
+        client = launcher._start_and_connect(str(sock))
+        spare = launcher._STARTED[-1]
+        try:
+            with client:
+                assert client.call("ping")["pid"] == winner.pid != spare.pid
+            winner.terminate()  # before the spare, still starting, could have taken the lock
+            spare.wait(timeout=20)
+        finally:
+            if spare.poll() is None:
+                spare.kill()
+    assert not answers(sock)
 
 
 def test_shutdown_returns_once_the_daemon_is_gone_and_finds_none_the_second_time(

@@ -225,6 +225,8 @@ export interface BackgroundPush {
 export interface PingResult {
   version: string;
   pid: number;
+  /** The daemon's process group: the group of the client that started it, when one did. */
+  pgid: number;
   uptime_s: number;
 }
 

@@ -9,8 +9,10 @@ keeps the traceback of an unexpected failure in ``embedded.log``.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
+import signal
 import socket
 import stat
 import subprocess
@@ -219,6 +221,7 @@ def _start_and_connect(path: str) -> Client:
     while True:
         client = _connect(path, max(deadline - time.monotonic(), 0.0))
         if client is not None:
+            _end_if_spare(proc, client)
             return client
         if proc.poll() is not None and not daemon_starting(path):
             # It stopped, and no other daemon holds the path (one that won a
@@ -238,6 +241,24 @@ def _start_and_connect(path: str) -> Client:
                 log=log_path,
             )
         time.sleep(_POLL_S)
+
+
+def _end_if_spare(proc: subprocess.Popen[bytes], client: Client) -> None:
+    """End the daemon started here when another one answered.
+
+    One that lost a start race would otherwise take the socket over once the
+    winner stops, serving no one. The child leads its own process group, so a
+    daemon outside that group is not the one started here.
+    """
+    if proc.poll() is not None:
+        return
+    try:
+        answered = client.call("ping")
+    except (SnapshotdError, OSError):
+        return
+    if answered.get("pgid", answered.get("pid")) != proc.pid:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGTERM)
 
 
 def _refuse_a_non_socket(path: str) -> None:

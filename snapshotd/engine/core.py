@@ -1,10 +1,9 @@
 """The engine: every operation of the contract, on real worktrees and stores.
 
-One core, used two ways: the daemon serves it on the socket, and
-``snapshotd --embedded`` runs it in the command's own process. Both give the
-same results because they share this code and the on-disk state (git refs and
-the records file). Blocking work (pygit2, hashing) runs on worker threads
-behind a limiter so the trio loop stays responsive.
+One core, used two ways: the daemon serves it on the socket, and ``snapshotd --embedded``
+runs it in the command's own process. Both give the same results because they share this
+code and the on-disk state (git refs and the records file). Blocking work (pygit2,
+hashing) runs on worker threads behind a limiter so the trio loop stays responsive.
 """
 
 from __future__ import annotations
@@ -339,8 +338,8 @@ class Engine:
     async def _prune_own_store(self, state: WorktreeState) -> int:
         """Collect a plain folder's app-owned repository; bytes freed.
 
-        The warm tree and the stat cache name objects of that store, which the
-        prune may remove: both are dropped, so the next capture hashes afresh.
+        The warm tree and the stat cache name objects the prune may remove: both
+        are dropped, so the next capture hashes afresh.
         """
         state.capture.forget_objects()
         freed = await collect.prune_store(state.info.store_dir)
@@ -363,7 +362,8 @@ class Engine:
     # --- daemon-level ------------------------------------------------------------
 
     async def _ping(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
-        return {"version": VERSION, "pid": os.getpid(), "uptime_s": round(time.monotonic() - self.started, 3)}
+        uptime_s = round(time.monotonic() - self.started, 3)
+        return {"version": VERSION, "pid": os.getpid(), "pgid": os.getpgrp(), "uptime_s": uptime_s}
 
     async def _open(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
         state = await self.registry.resolve(worktree_param(params), first_sight=True)

@@ -22,11 +22,11 @@ const RACE_GRACE_MS = 2_000;
 
 /**
  * Start a daemon on `socketPath` and return a connection to it (or to one that
- * another client started meanwhile).
+ * another client started meanwhile), with the started daemon for {@link endIfSpare}.
  * @param {string} socketPath absolute
  * @param {() => Promise<import("node:net").Socket | null>} tryConnect null while nobody listens
  * @param {{command?: readonly string[], env?: Record<string, string | undefined>, timeoutMs?: number}} options
- * @returns {Promise<import("node:net").Socket>}
+ * @returns {Promise<{socket: import("node:net").Socket, started: StartedDaemon}>}
  */
 export async function startAndConnect(socketPath, tryConnect, options) {
   const { command = DEFAULT_DAEMON_COMMAND, env = process.env, timeoutMs = DEFAULT_START_TIMEOUT_MS } = options;
@@ -34,7 +34,7 @@ export async function startAndConnect(socketPath, tryConnect, options) {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const socket = await tryConnect();
-    if (socket) return socket;
+    if (socket) return { socket, started: daemon };
     if (daemon.spawnError) throw notStartedError(command, daemon.spawnError);
     if (daemon.exitedAt !== null && Date.now() > daemon.exitedAt + RACE_GRACE_MS) {
       const why = lastLine(daemon.logPath);
@@ -54,6 +54,29 @@ export async function startAndConnect(socketPath, tryConnect, options) {
 }
 
 /**
+ * End the daemon started here when another one answered the connection: one
+ * that lost a start race would otherwise take the socket over once the winner
+ * stops, serving no one. The child leads its own process group (a wrapper
+ * command's daemon stays in it), so a daemon outside that group is another.
+ * @param {StartedDaemon} started
+ * @param {{pid?: number, pgid?: number} | null} answered the `ping` result
+ */
+export function endIfSpare(started, answered) {
+  if (started.pid === undefined || started.exitedAt !== null || !answered) return;
+  if ((answered.pgid ?? answered.pid) === started.pid) return;
+  try {
+    process.kill(-started.pid, "SIGTERM");
+  } catch {
+    // gone already
+  }
+}
+
+/**
+ * @typedef {{logPath: string, pid: number | undefined, exitedAt: number | null,
+ *   status: number | string | null, spawnError: Error | null}} StartedDaemon
+ */
+
+/**
  * Spawn `command serve --socket socketPath` detached; its state is filled in as it runs.
  * The socket folder is created mode 0700 and must pass the same check as for connecting.
  */
@@ -71,7 +94,8 @@ function startDaemon(socketPath, command, env) {
   }
   const childEnv = { ...env };
   if (childEnv.SNAPSHOTD_HOME) childEnv.SNAPSHOTD_HOME = path.resolve(childEnv.SNAPSHOTD_HOME);
-  const daemon = { logPath, exitedAt: null, status: null, spawnError: null };
+  /** @type {StartedDaemon} */
+  const daemon = { logPath, pid: undefined, exitedAt: null, status: null, spawnError: null };
   try {
     const child = spawn(command[0], [...command.slice(1), "serve", "--socket", socketPath], {
       cwd: "/", // hold no worktree as the current folder
@@ -79,6 +103,7 @@ function startDaemon(socketPath, command, env) {
       detached: true,
       stdio: ["ignore", log, log],
     });
+    daemon.pid = child.pid;
     child.on("error", (error) => { daemon.spawnError = error; });
     child.on("exit", (code, signal) => {
       daemon.status = code ?? signal;

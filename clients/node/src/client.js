@@ -5,7 +5,7 @@
 
 import * as path from "node:path";
 
-import { startAndConnect } from "./autostart.js";
+import { endIfSpare, startAndConnect } from "./autostart.js";
 import { DEFAULT_CONNECT_TIMEOUT_MS, RoomWait, dial, isRefusal } from "./dialing.js";
 import {
   CallTimeoutError,
@@ -63,14 +63,15 @@ export class Snapshotd {
     if (unusable) throw new DaemonUnreachableError(unusable, { data: { socket: socketPath } });
     const wait = new RoomWait(socketPath, options.connectTimeoutMs ?? DEFAULT_CONNECT_TIMEOUT_MS);
     const tryConnect = () => dial(socketPath, wait);
+    let started = null;
     for (;;) {
       let socket = await tryConnect();
       if (!socket && options.autostart) {
-        socket = await startAndConnect(socketPath, tryConnect, {
+        ({ socket, started } = await startAndConnect(socketPath, tryConnect, {
           command: options.daemonCommand,
           env,
           timeoutMs: options.startTimeoutMs,
-        });
+        }));
       }
       if (!socket) {
         throw new DaemonUnreachableError(
@@ -82,6 +83,7 @@ export class Snapshotd {
       const client = new Snapshotd(socket, socketPath, options.lineLimit ?? DEFAULT_LINE_LIMIT, callTimeoutMs);
       try {
         client.daemon = await client.ping();
+        if (started) endIfSpare(started, client.daemon);
         return client;
       } catch (error) {
         client.destroy();
@@ -100,7 +102,7 @@ export class Snapshotd {
   constructor(socket, socketPath, lineLimit = DEFAULT_LINE_LIMIT, callTimeoutMs = DEFAULT_CALL_TIMEOUT_MS) {
     /** The absolute path of the socket this client talks to. */
     this.socketPath = socketPath;
-    /** The daemon's `ping` result from connecting (`{version, pid, uptime_s}`). */
+    /** The daemon's `ping` result from connecting (`{version, pid, pgid, uptime_s}`). */
     this.daemon = null;
     this.#socket = socket;
     this.#lines = new LineReader(lineLimit);

@@ -2,10 +2,12 @@
 
 import assert from "node:assert/strict";
 import * as fs from "node:fs";
+import * as net from "node:net";
 import * as path from "node:path";
 import { test } from "node:test";
 
 import { SNAPSHOTD_BIN, alive, tempDir, waitFor } from "./helpers.js";
+import { endIfSpare, startAndConnect } from "../src/autostart.js";
 import { DaemonUnreachableError, UnsafeSocketFolderError, connect } from "../src/index.js";
 
 /** Stop the daemon `sd` talks to and wait for its process to end. */
@@ -41,17 +43,50 @@ test("autostart runs `snapshotd serve` detached, from /, in a private folder", a
   }
 });
 
-test("two clients starting at once reach the same daemon", async () => {
+/** Pids of the processes serving (or starting to serve) `socketPath`, from their command lines. */
+function serversOn(socketPath) {
+  const pids = [];
+  for (const entry of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue;
+    let argv;
+    try {
+      argv = fs.readFileSync(`/proc/${entry}/cmdline`, "utf8").split("\0");
+    } catch {
+      continue; // gone meanwhile
+    }
+    const at = argv.indexOf("--socket");
+    if (argv.includes("serve") && at >= 0 && argv[at + 1] === socketPath) pids.push(Number(entry));
+  }
+  return pids;
+}
+
+test("two clients starting at once reach the same daemon, and the other one started ends", async () => {
   const socketPath = path.join(tempDir("sdc-race-"), "snapshotd.sock");
   const options = { socket: socketPath, autostart: true, daemonCommand: [SNAPSHOTD_BIN] };
   const [one, two] = await Promise.all([connect(options), connect(options)]);
   const [a, b] = await Promise.all([one.ping(), two.ping()]);
   assert.equal(a.pid, b.pid);
-  const log = path.join(path.dirname(socketPath), "snapshotd.log");
-  await waitFor(() => fs.readFileSync(log, "utf8").includes("Another snapshotd is already serving"),
-    "the second daemon to lose the race");
+  await waitFor(() => serversOn(socketPath).every((pid) => pid === a.pid), "the race's loser to end");
   await two.close();
   await shutdown(one);
+  assert.deepEqual(serversOn(socketPath), []);
+});
+
+test("a daemon started while another answers is ended, so none takes the path later", async () => {
+  const socketPath = path.join(tempDir("sdc-spare-"), "snapshotd.sock");
+  const winner = await connect({ socket: socketPath, autostart: true, daemonCommand: [SNAPSHOTD_BIN] });
+  const tryConnect = () => new Promise((resolve) => {
+    const socket = net.createConnection(socketPath, () => resolve(socket));
+    socket.once("error", () => resolve(null));
+  });
+  const { socket, started } = await startAndConnect(socketPath, tryConnect, { command: [SNAPSHOTD_BIN] });
+  socket.destroy();
+  assert.notEqual(started.pid, winner.daemon.pid);
+  endIfSpare(started, winner.daemon);
+  await shutdown(winner); // before the spare, still starting, could have taken the lock
+  await waitFor(() => !alive(started.pid), "the spare daemon to end");
+  assert.deepEqual(serversOn(socketPath), []);
+  assert.equal(fs.existsSync(socketPath), false);
 });
 
 test("a command that is not there", async () => {
