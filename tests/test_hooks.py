@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from daemon_helpers import Daemon, answers, child_env, cli, wait_until
+from daemon_helpers import Daemon, answers, child_env, cli, running_daemon, wait_until
 from hook_helpers import HookRun, placed, recorded, run_hook
 from oracle import oracle_tree
 from repo_helpers import git, init_repo, write
@@ -190,6 +190,13 @@ def test_a_stuck_daemon_costs_a_before_hook_one_ping(tmp_path: Path, repo: Path)
         waited = time.monotonic() - started
     assert again.code == 0 and waited < 3.5, (waited, again)
     assert "did not answer within 2 s" in again.stderr, again
+    assert hookstate.silent_lately(str(path))
+    # A daemon that answers again clears the mark: the hooks after it wait for room as long as ever.
+    path.unlink()
+    with running_daemon(path, tmp_path / "daemon.log"):
+        heard = run_hook("codex", placed(prompt, repo), child_env(path, SNAPSHOTD_CONNECT_TIMEOUT="4"))
+        assert heard.code == 0 and heard.stderr == "", heard
+    assert not hookstate.silent_lately(str(path))
 
 
 def test_a_daemon_heard_again_is_waited_for_as_long_as_ever(tmp_path: Path) -> None:

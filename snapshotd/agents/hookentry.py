@@ -49,12 +49,12 @@ class Calls:
 
         path = os.path.abspath(resolve_socket_path(self.socket_path))
         if self.runner is None:
-            first = self.fast is None
+            was_silent = False
             if self.fast is None:
                 # A daemon busy with a burst answers late, one stopped never: both wait as long as for room,
                 # unless a hook found it silent lately (a stopped `snapshotd serve`): then only briefly.
-                wait = min(SILENT_PING_S, connect_timeout()) if silent_lately(path) else connect_timeout()
-                self.fast = onecall.Connection(path, wait)
+                was_silent = silent_lately(path)
+                self.fast = onecall.Connection(path, min(SILENT_PING_S, connect_timeout()) if was_silent else connect_timeout())
             try:
                 result: dict[str, Any] = self.fast.call(method, params)
             except onecall.Unusual:
@@ -63,7 +63,7 @@ class Calls:
                 note_silence(path, True)
                 raise
             else:
-                if first:
+                if was_silent:
                     note_silence(path, False)
                 return result
         return self.runner.call(method, params)  # type: ignore[no-any-return]
