@@ -579,6 +579,29 @@ async def test_older_gitignore_never_exposes_ignored_files(engine, tmp_path):
     assert all("ignored by the restored checkpoint's own rules" in k["reason"] for k in back["kept"])
 
 
+async def test_the_restored_rules_of_a_files_own_folders_spare_it_and_a_siblings_do_not(engine, tmp_path):
+    wt = tmp_path / "wt"
+    wt.mkdir()
+    git(wt, "init", "-q")
+    (wt / "sub" / "deep").mkdir(parents=True)
+    (wt / "other").mkdir()
+    (wt / "sub" / ".gitignore").write_text("*.tmp\n")
+    (wt / "other" / ".gitignore").write_text("*.keep\n")
+    (wt / "sub" / "a.txt").write_text("a\n")
+    cp_a = await checkpoint(engine, wt)
+
+    (wt / "sub" / ".gitignore").write_text("# nothing ignored here now\n")
+    (wt / "sub" / "x.tmp").write_text("captured now, ignored at A\n")
+    (wt / "sub" / "deep" / "z.tmp").write_text("captured now, ignored at A\n")
+    (wt / "sub" / "y.keep").write_text("made since A; other/'s rules are not sub/'s\n")
+    result = await restore(engine, wt, cp_a["id"])
+    assert (wt / "sub" / ".gitignore").read_text() == "*.tmp\n"
+    assert result["deleted"] == ["sub/y.keep"] and not (wt / "sub" / "y.keep").exists()
+    assert (wt / "sub" / "x.tmp").is_file() and (wt / "sub" / "deep" / "z.tmp").is_file()
+    assert [k["path"] for k in result["kept"]] == ["sub/deep/z.tmp", "sub/x.tmp"]
+    assert all("ignored by the restored checkpoint's own rules" in k["reason"] for k in result["kept"])
+
+
 async def test_subfolder_restore_leaves_siblings_and_parent_alone(engine, tmp_path):
     wt = tmp_path / "wt"
     wt.mkdir()

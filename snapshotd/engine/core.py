@@ -26,6 +26,7 @@ from snapshotd.contract.params import optional_bool, optional_path, optional_pat
 from snapshotd.contract.refs import CheckpointRef, ref_param, worktree_param
 from snapshotd.engine import collect, reads, transfer
 from snapshotd.engine.batch import take_checkpoint
+from snapshotd.engine.belonging import refuse_restore_elsewhere, refuse_revert_elsewhere
 from snapshotd.engine.disk import disk_refusals
 from snapshotd.engine.locked import Locked, locked
 from snapshotd.engine.packing import BackgroundPacking
@@ -33,7 +34,7 @@ from snapshotd.engine.recording import record_many
 from snapshotd.engine.registry import Registry, WorktreeState, watch_counts
 from snapshotd.engine.repair import repair
 from snapshotd.engine.subscriptions import Subscriptions, require_connection
-from snapshotd.errors import InvalidParams, MethodNotFound, Unsupported, WorktreeMismatch
+from snapshotd.errors import InvalidParams, MethodNotFound, WorktreeMismatch
 from snapshotd.facilities import log_location
 from snapshotd.git import loose, spawn
 from snapshotd.paths import to_worktree_relative
@@ -238,18 +239,10 @@ class Engine:
         await trio.to_thread.run_sync(transfer.refuse_remote_restore, store, checkpoint, target.info.id if target else None, allow_other)
         if target is None:
             target = await self.registry.by_id_in_thread(checkpoint.worktree)
-        own = await trio.to_thread.run_sync(self.registry.records.path_of, checkpoint.worktree, limiter=thread_limiter)
-        if target.info.id != checkpoint.worktree and not allow_other:
-            raise WorktreeMismatch(
-                f"Checkpoint {checkpoint.id[:12]} belongs to the worktree at {own}, not to the one at {target.info.path}; "
-                "restore it there, or pass allow_other_worktree (--into) to restore it here."
-            )
-        if os.path.realpath(store.repo.path) != os.path.realpath(target.info.store_dir):
-            raise Unsupported(
-                f"Checkpoint {checkpoint.id[:12]} is stored in the repository of {own}, "
-                f"not in that of {target.info.path}; restore it into a worktree of its own repository "
-                "('git worktree add' makes one)."
-            )
+        await trio.to_thread.run_sync(
+            refuse_restore_elsewhere, self.registry.records, store, checkpoint, target.info, allow_other,
+            limiter=thread_limiter,
+        )
         rel_paths = [to_worktree_relative(target.info.path, p) for p in paths] if paths is not None else None
         options = restore_mod.RestoreOptions(checkpoint, rel_paths, dry_run)
         async with self._locked(target) as worktree:
@@ -273,10 +266,9 @@ class Engine:
         if target_cp.worktree != source.worktree:
             raise WorktreeMismatch("'from' and 'to' belong to different worktrees.")
         state = preferred or await self.registry.by_id_in_thread(source.worktree)
-        if state.info.id != source.worktree:
-            own = await trio.to_thread.run_sync(self.registry.records.path_of, source.worktree, limiter=thread_limiter)
-            raise WorktreeMismatch(f"Checkpoint {source.id[:12]} belongs to the worktree at {own}, not to the one "
-                                   f"at {state.info.path}; revert it there.")
+        await trio.to_thread.run_sync(
+            refuse_revert_elsewhere, self.registry.records, source, state.info, limiter=thread_limiter
+        )
         rel_paths = [to_worktree_relative(state.info.path, p) for p in paths] if paths is not None else None
         options = restore_mod.RevertOptions(source, target_cp, rel_paths, dry_run, force)
         async with self._locked(state) as worktree:

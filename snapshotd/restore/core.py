@@ -26,6 +26,7 @@ import trio
 
 from snapshotd.capture.scan import git_target
 from snapshotd.capture.state import CaptureResult, git_config, make_fence
+from snapshotd.capture.watchpaths import is_ignore_rules
 from snapshotd.errors import NotFound, SnapshotdError, filesystem_error
 from snapshotd.git.repository import Repository
 from snapshotd.restore import kept as kept_mod
@@ -245,7 +246,7 @@ def _ignored_there(info: WorktreeInfo, repo: Repository, job: _Job, plan: Plan) 
     asked only when the restore writes a ``.gitignore`` (else the rules are those that left them in the capture)."""
     if job.target_tree is None or not plan.deletes:
         return set()
-    if not any(path.rpartition("/")[2] == ".gitignore" for path, _ in plan.writes):
+    if not any(is_ignore_rules(path) for path, _ in plan.writes):
         return set()
     return kept_mod.ignored_there(repo, job.target_tree, plan.deletes, git_target(info), os.path.join(info.state_dir, "tmp"))
 

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Sequence
 
 import pygit2
 
+from snapshotd.capture.watchpaths import is_ignore_rules
 from snapshotd.git.modes import MODE_TREE, is_file_mode
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import Repository
@@ -29,12 +30,11 @@ __all__ = ["REASON_IGNORED", "REASON_IGNORED_THERE", "REASON_LEFT_OUT", "Ignored
 REASON_IGNORED = "ignored when the restore began, so in no checkpoint; left in place"
 REASON_IGNORED_THERE = "ignored by the restored checkpoint's own rules, so in none of its files; left in place"
 REASON_LEFT_OUT = "left out of every checkpoint (over the size cap, or not a regular file); left in place"
-_IGNORE_FILE = ".gitignore"
 
 
 def _folders_ruled(paths: Iterable[str]) -> list[str]:
     """The folders whose ignore rules change when these paths are written or deleted."""
-    return sorted({path.rpartition("/")[0] for path in paths if path.rpartition("/")[2] == _IGNORE_FILE})
+    return sorted({path.rpartition("/")[0] for path in paths if is_ignore_rules(path)})
 
 
 class IgnoredFiles:
@@ -81,12 +81,15 @@ def ignored_there(repo: Repository, tree: str, paths: Sequence[str], target: Git
     A file ignored when its checkpoint was taken is in none of its files; a
     restore to that checkpoint would delete it as made since (a restore that
     took its ``.gitignore`` away, then ``undo``): git leaves ignored files,
-    and so does a restore. The rules are written alone into a scratch folder
-    for ``git check-ignore --no-index``; none when the tree has no
+    and so does a restore. The rules of the folders above ``paths`` (the only
+    ones git reads for them) are written alone into a scratch folder for
+    ``git check-ignore --no-index``; none when those folders have no
     ``.gitignore`` (the other rules are the same now and then).
     """
-    rules = list(_ignore_files(repo, load_tree(repo, tree), ""))
-    if not rules or not paths:
+    if not paths:
+        return set()
+    rules = list(_rules_above(repo, load_tree(repo, tree), _ancestors(paths), ""))
+    if not rules:
         return set()
     with tempfile.TemporaryDirectory(prefix="rules-", dir=tmp_dir) as scratch:
         for path, data in rules:
@@ -102,15 +105,29 @@ def ignored_there(repo: Repository, tree: str, paths: Sequence[str], target: Git
     return {os.fsdecode(raw) for raw in listing.split(b"\0") if raw}
 
 
-def _ignore_files(repo: Repository, tree: pygit2.Tree | None, prefix: str) -> Iterator[tuple[str, bytes]]:
-    """Each ``.gitignore`` blob of ``tree``, with its path."""
+def _ancestors(paths: Iterable[str]) -> set[str]:
+    """Every folder above one of ``paths`` ("" for the top)."""
+    folders = {""}
+    for path in paths:
+        parts = path.split("/")[:-1]
+        for depth in range(1, len(parts) + 1):
+            folders.add("/".join(parts[:depth]))
+    return folders
+
+
+def _rules_above(
+    repo: Repository, tree: pygit2.Tree | None, folders: set[str], prefix: str
+) -> Iterator[tuple[str, bytes]]:
+    """Each ``.gitignore`` blob of ``tree`` in one of ``folders``, with its path; no other folder is read."""
     for entry in tree or ():
-        if str(entry.name) in ("", ".", "..", ".git") or "/" in str(entry.name):
+        name = str(entry.name)
+        if name in ("", ".", "..", ".git") or "/" in name:
             continue  # no name git itself would check out (a fetched tree may hold anything)
-        path = prefix + str(entry.name)
+        path = prefix + name
         if entry.filemode == MODE_TREE:
-            yield from _ignore_files(repo, load_tree(repo, str(entry.id)), path + "/")
-        elif entry.name == _IGNORE_FILE and is_file_mode(entry.filemode):
+            if path in folders:
+                yield from _rules_above(repo, load_tree(repo, str(entry.id)), folders, path + "/")
+        elif is_ignore_rules(name) and is_file_mode(entry.filemode):
             yield path, bytes(repo.odb.read(entry.id)[1])
 
 
