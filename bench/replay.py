@@ -479,6 +479,8 @@ def replay(options: Options) -> Summary:
     started = time.monotonic()
     source = git_dir_of(options.repo)
     commits = first_parent_commits(source, options.start, options.turns)
+    if options.work:
+        os.makedirs(options.work, exist_ok=True)
     scratch = Path(tempfile.mkdtemp(prefix="snapshotd-replay-", dir=options.work))
     try:
         worktree = scratch / "worktree"
