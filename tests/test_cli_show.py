@@ -7,6 +7,8 @@ two checkpoints is the oracle for the names the command line prints.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +156,24 @@ def test_a_patch_abbreviates_ids_as_git_does_in_a_repository_of_many_objects(
     assert "\nindex " in ours and len(ours.split("\nindex ", 1)[1].split("..", 1)[0]) == 8
     git(repo, "config", "core.abbrev", "9")  # a length set: libgit2 follows it as git does
     assert cli("diff", "--patch", before, after, cwd=repo, env=env).stdout == git_bytes(repo, "diff", before, after).decode()
+
+
+def test_a_patch_keeps_carriage_returns_form_feeds_and_unicode_separators_in_their_lines(
+    daemon: Daemon, env: dict[str, str], repo: Path
+) -> None:
+    (repo / "a.c").write_bytes(b"one\n\x0c\ntwo\r\nthree\n")
+    before = checkpoint(repo, env)["id"]
+    (repo / "a.c").write_bytes("one\nsec\x0ction\ntwo\r\nthree\nfour\u2028five\x1cend\x85\n".encode())
+    (repo / "b.txt").write_bytes(b"crlf\r\nline\r\n")
+    after = checkpoint(repo, env)["id"]
+    ours = subprocess.run(
+        [sys.executable, "-m", "snapshotd", "diff", "--patch", before, after],
+        cwd=repo, env=env, capture_output=True, check=True,
+    ).stdout
+    assert ours == git_bytes(repo, "diff", before, after)
+    patch = repo.parent / "ours.patch"
+    patch.write_bytes(ours)
+    (repo / "a.c").write_bytes(b"one\n\x0c\ntwo\r\nthree\n")  # as before: the patch applies there
+    (repo / "b.txt").unlink()
+    git(repo, "apply", str(patch))
+    assert (repo / "a.c").read_bytes() == "one\nsec\x0ction\ntwo\r\nthree\nfour\u2028five\x1cend\x85\n".encode()

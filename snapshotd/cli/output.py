@@ -103,7 +103,12 @@ def checkpoint_line(cp: dict[str, Any], session_width: int = 12, seq_width: int 
 
 
 def print_patch(text: str) -> None:
-    for line in text.splitlines():
+    """Print a patch line by line, coloured as git colours it; lines end at ``\n`` alone, as in git's patches
+    (a ``\r``, a form feed or a Unicode line separator is part of its line)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    for line in lines:
         colour = None
         if line.startswith(("+++", "---", "diff --git", "index ")):
             click.echo(click.style(line, bold=True))
