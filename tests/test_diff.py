@@ -279,6 +279,22 @@ def test_patch_context(changed: tuple[Path, str, str]) -> None:
         ours(wt, old, new, context=-1)
 
 
+def test_a_function_name_cut_after_a_blank_ends_its_hunk_header_as_gits(tmp_path: Path) -> None:
+    wt = new_repo(tmp_path)
+    signature = "public static string ToWords(this int number, string culture, bool addAnd, stri n(int a)"
+    assert signature[79] == " "  # git cuts the name at 80 bytes, then takes the blanks off its end
+    body = [signature, "{", *map(str, range(1, 9))]
+    (wt / "long.cs").write_text("\n".join(body) + "\n")
+    (wt / "blank.c").write_text("x" * 60 + " " * 30 + "\n" + "".join(f"{n}\n" for n in range(1, 9)))
+    old = write_tree(wt)
+    (wt / "long.cs").write_text("\n".join(body).replace("\n7\n", "\nseven\n") + "\n")
+    (wt / "blank.c").write_text("x" * 60 + " " * 30 + "\n" + "".join(f"{n}\n" for n in range(1, 9)).replace("7", "seven"))
+    new = write_tree(wt)
+    patch = ours(wt, old, new, patch=True)["patch"]
+    assert patch == git(wt, "diff-tree", "-r", "-p", "--no-color", old, new).decode()
+    assert "@@ -6,5 +6,5 @@ public static string ToWords(this int number, string culture, bool addAnd, stri\n" in patch
+
+
 def test_binary_added_and_deleted(tmp_path: Path) -> None:
     wt = new_repo(tmp_path)
     (wt / "old.bin").write_bytes(b"\x00" * 10 + b"tail")

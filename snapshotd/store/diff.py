@@ -22,6 +22,7 @@ read back in order by :mod:`snapshotd.store.gitdiff`.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 from typing import cast
 
@@ -57,6 +58,9 @@ IN_PROCESS_BLOB_BYTES = 256 * 1024
 loop) while it builds one file's patch, about 30 ms a megabyte; git does it in a process of its own."""
 
 _ZERO_OID = "0" * 40
+# A hunk header's function name ends with no blank, as git cuts it (to 80 bytes, then blanks off the end);
+# libgit2 leaves one where its cut falls after a blank.
+_HUNK_HEADER_TAIL = re.compile(r"^(@@ -[0-9,]+ \+[0-9,]+ @@(?: [^\n]*?[^\s])?)[ \t\v\f\r]+$", re.MULTILINE)
 _EMPTY_TREE_SHA1 = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 _GITLINK = 0o160000
 
@@ -101,7 +105,7 @@ def _oid(oid: pygit2.Oid) -> str | None:
 def _patch_text(part: pygit2.Patch, abbrev: int | None = None) -> str:
     """The patch text of one file, with git's tab after ---/+++ names that hold a space, and its ids
     abbreviated to ``abbrev`` digits where git would not use libgit2's 7 (:mod:`snapshotd.git.abbrev`)."""
-    text = part.text or ""
+    text = _HUNK_HEADER_TAIL.sub(r"\1", part.text or "")
     if abbrev is not None and abbrev != FALLBACK_ABBREV:
         text = _abbreviated(text, part.delta, abbrev)
     old_spaced = b" " in part.delta.old_file.raw_path
