@@ -41,9 +41,10 @@ from snapshotd.capture.state import (
 )
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.capture.userindex import UserIndex, entries_under, entry_at
+from snapshotd.capture.walker import Walker
 from snapshotd.capture.watchpaths import is_ignore_rules
 from snapshotd.git.config import config_value
-from snapshotd.git.modes import MODE_LINK
+from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_LINK
 from snapshotd.paths import folders_above
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
@@ -102,6 +103,7 @@ class WarmState:
     ignored: Ignores = field(default_factory=Ignores)  # check-ignore's answers (capture/ignores.py)
     skipped: dict[str, Skip] = field(default_factory=dict)  # left out of the last tree, still on disk
     gitlinks: set[str] = field(default_factory=set)  # the index's gitlinks, whose HEADs each capture reads
+    linked: set[str] = field(default_factory=set)  # files seen with other names (hard links), re-checked each capture
 
     @cached_property
     def flags_ignore_rules(self) -> bool:
@@ -283,8 +285,14 @@ def capture_warm(
     )
     try:
         unknown: dict[str, os.stat_result] = {}
+        linked_anew: set[tuple[int, int]] = set()
         for path in sorted(dirty):
             st = builder.walker.lstat(path)
+            if st is None or not stat.S_ISREG(st.st_mode) or st.st_nlink == 1:
+                warm.linked.discard(path)
+            elif path not in warm.linked:
+                warm.linked.add(path)
+                linked_anew.add((st.st_dev, st.st_ino))
             if attributes is not None and (st is None or stat.S_ISDIR(st.st_mode)):
                 attributes.met_anew(path)  # gone, or met anew: its rule files are not the ones check-attr read
             if st is None:
@@ -306,6 +314,10 @@ def capture_warm(
                 builder.apply(path, untracked=True)
             elif not warm.ignored.holds(path, folder=False):
                 unknown[path] = st
+        for path in sorted(_other_names(warm.index, linked_anew, builder.walker) - dirty) if linked_anew else ():
+            warm.linked.add(path)  # a write through one name of a file is told for that name only
+            if builder.known(path):
+                builder.apply(path, untracked=not warm.user.has(path), keep_if_missing=path in warm.flagged)
         if unknown and not apply_new_paths(builder, warm, info, oracle, unknown, stats):
             return None
         tree = builder.finish()
@@ -315,6 +327,23 @@ def capture_warm(
     note_changes(warm.gitlinks, recording.changes)
     warm.skipped = {**_untouched(warm.skipped, dirty), **stats.skipped}
     return tree
+
+
+def _other_names(index: pygit2.Index, files: set[tuple[int, int]], walker: Walker) -> set[str]:
+    """The index's paths of the files ``(device, inode)``: those whose entries keep that inode (32 bits), and
+    of the entries that keep none (captured since the user's index was read), those whose lstat says so."""
+    get = pygit2.C.git_index_get_byindex
+    pointer = index._index
+    inodes = {ino & 0xFFFFFFFF for _, ino in files}
+    found = set()
+    for position in range(len(index)):
+        entry = get(pointer, position)
+        if (entry.ino in inodes or entry.ino == 0) and entry.mode in (MODE_FILE, MODE_EXEC):
+            path = os.fsdecode(pygit2.ffi.string(entry.path))
+            st = walker.lstat(path)
+            if st is not None and (st.st_dev, st.st_ino) in files:
+                found.add(path)
+    return found
 
 
 def _untouched(skipped: dict[str, Skip], dirty: set[str]) -> dict[str, Skip]:

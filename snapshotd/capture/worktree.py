@@ -156,7 +156,7 @@ class WorktreeCapture:
             stats.phases["thread"] = (time.perf_counter() - asked) * 1000
             if reasons or signature_of(warm.sources) != warm.signature:
                 return None
-            applied.update(dirty | moved_gitlinks(self.info.path, warm.index, warm.gitlinks))
+            applied.update(dirty | warm.linked | moved_gitlinks(self.info.path, warm.index, warm.gitlinks))
             tree: str | None = warm.tree
             if applied:
                 fence_ns = make_fence(os.path.join(self.info.state_dir, "tmp"))  # a file written to disk
