@@ -118,6 +118,21 @@ def test_a_checkpoint_pushed_by_a_restores_on_b_byte_for_byte_through_git_daemon
             assert user_refs(b.repo) == b_refs
 
 
+def test_the_newest_session_fetched_is_never_the_safety_checkpoints(tmp_path: Path) -> None:
+    bare = tmp_path / "remote.git"
+    _seed(bare, tmp_path)
+    url = bare.as_uri()
+    with machine(tmp_path, "a", url) as a, machine(tmp_path, "b", url) as b:
+        write(a.repo / "tracked.txt", "turn 1\n")
+        made = a.call("checkpoint", session="agent", label="turn 1")["checkpoint"]
+        write(a.repo / "tracked.txt", "after the turn\n")
+        safety = a.call("restore", checkpoint=made["id"])["safety_checkpoint"]  # newer than the turn
+        a.call("push")
+        b.call("fetch")
+        assert b.call("resolve", checkpoint="@{origin}")["checkpoint"]["id"] == made["id"]
+        assert b.call("resolve", checkpoint="snapshotd:safety@{origin}")["checkpoint"]["id"] == safety["id"]
+
+
 def test_pushes_from_a_and_b_at_once_lose_nothing_and_a_push_after_gc_replaces_a_s(tmp_path: Path) -> None:
     bare = tmp_path / "remote.git"
     _seed(bare, tmp_path)

@@ -25,6 +25,7 @@ from snapshotd.fsutil import (
     open_private_folder,
     read_private_file,
 )
+from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store.checkpoints import Checkpoint, Store
 from snapshotd.store.refnames import REF_ROOT, session_key
 
@@ -83,14 +84,16 @@ def iter_remote(store: Store, key: str | None, limit: int | None) -> Iterator[tu
 def back_from_remote_head(store: Store, key: str, session: str | None, named: bool, back: int) -> Checkpoint:
     """``SESSION@{REMOTE}~N``: ``back`` before the newest of the session fetched from ``key``.
 
-    Without a session, the session whose newest fetched checkpoint is newest.
-    A session fetched from two worktrees of the remote is ambiguous: the
-    reference names no worktree, so the candidates are their newest.
+    Without a session, the session whose newest fetched checkpoint is newest,
+    never the safety checkpoints' (as ``@`` never means one). A session
+    fetched from two worktrees of the remote is ambiguous: the reference names
+    no worktree, so the candidates are their newest.
     """
     wanted = f"/{session_key(session)}" if named else None
+    safety = f"/{session_key(SAFETY_SESSION)}"
     heads = []
     for name in remote_refs(store, key):
-        if wanted is None or name.endswith(wanted):
+        if name.endswith(wanted) if wanted is not None else not name.endswith(safety):
             newest = store.newest_ids(name, 1)
             if newest:
                 heads.append((store.load(newest[0]), name))
