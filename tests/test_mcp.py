@@ -147,6 +147,23 @@ async def test_the_session_is_the_calling_agents_and_the_schemas_say_everything(
         assert text_of(result).startswith("The arguments of list_checkpoints are wrong: 'limit' input should be a valid integer")
 
 
+async def test_a_reference_that_names_its_session_needs_no_agent(daemon: Daemon, sock: Path, repo: Path) -> None:
+    env = child_env(sock)
+    first = cli("checkpoint", "--json", "--session", "t", str(repo), env=env).json()["checkpoint"]
+    write(repo / "a.txt", "changed\n")
+    second = cli("checkpoint", "--json", "--session", "t", str(repo), env=env).json()["checkpoint"]
+    server = StdioServerParameters(command=sys.executable, args=["-m", "snapshotd", "mcp"], env=env, cwd=str(repo))
+    async with Client(server) as client:  # no hook ran: the server knows no agent's session
+        result = await client.call_tool("show_turn", {"checkpoint": "t@~1"})
+        assert not result.is_error, text_of(result)
+        assert (result.structured_content["from"]["id"], result.structured_content["to"]["id"]) == (first["id"], second["id"])
+        result = await client.call_tool("restore", {"checkpoint": "t@~1", "confirm": True})
+        assert not result.is_error, text_of(result)
+        assert (repo / "a.txt").read_text() == "alpha\n"
+        result = await client.call_tool("show_turn", {"checkpoint": "@~1"})
+        assert result.is_error and "counts in the agent's session" in text_of(result)
+
+
 def test_doctor_says_when_the_mcp_server_used_another_socket(daemon: Daemon, sock: Path, repo: Path, tmp_path: Path) -> None:
     def start_mcp(socket_path: Path) -> None:  # the server notes its socket at start, then ends with its stdin
         subprocess.run([sys.executable, "-m", "snapshotd", "mcp"], cwd=repo, env=child_env(socket_path), input=b"", capture_output=True, timeout=60, check=False)

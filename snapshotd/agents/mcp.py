@@ -41,7 +41,7 @@ from snapshotd.agents import hookstate
 from snapshotd.agents.hooks import BEFORE_PROMPT
 from snapshotd.agents.mcpstdio import AnsweringWriter, DrainingReader, Unanswered
 from snapshotd.client.launcher import Runner
-from snapshotd.contract.refs import is_relative
+from snapshotd.contract.refs import is_relative, needs_session
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.settings import VERSION, resolve_socket_path
 from snapshotd.wording import plural, submodule_note
@@ -148,7 +148,7 @@ class Tools:
     def _show(self, checkpoint: str, folder: str) -> dict[str, Any]:
         """The checkpoint a reference names; ``@``, ``@~N`` and ``#N`` count in the agent's session."""
         params = {"checkpoint": checkpoint, "path": folder}
-        if is_relative(checkpoint):
+        if needs_session(checkpoint):
             params["session"] = self._need_session(folder, checkpoint)
         return self._own(self.runner.call("show", params)["checkpoint"], folder)
 

@@ -180,6 +180,15 @@ def is_relative(text: str) -> bool:
         return False
 
 
+def needs_session(text: str) -> bool:
+    """Whether ``text`` counts in a session it does not name (``@``, ``@~N``, ``#N``): one must be given."""
+    try:
+        ref = parse_ref(text)
+    except InvalidParams:
+        return False
+    return isinstance(ref, (SessionHead, SessionSeq)) and not ref.session.named
+
+
 def is_reference(text: str) -> bool:
     """Whether ``text`` reads as a checkpoint reference at all."""
     try:
