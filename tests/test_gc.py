@@ -144,3 +144,18 @@ def test_cli_gc_means_here_unless_all(daemon: Daemon, tmp_path: Path) -> None:
     cli("gc", "--all", str(repos[1]), env=env, code=2)
     assert cli("gc", "--json", "--all", "--keep", "1", "--yes", cwd=tmp_path, env=env).json()["deleted"] == 1
     assert len(cli("list", "--json", cwd=repos[1], env=env).json()["checkpoints"]) == 2
+
+
+def test_gc_all_after_a_restart_leaves_every_worktree_it_opened_watched(tmp_path: Path) -> None:
+    repos = [init_repo(tmp_path / name, ("a.txt", "a\n")) for name in ("one", "two")]
+    with quiet_daemon(tmp_path / "first") as first:
+        for repo in repos:
+            cli("checkpoint", "--json", cwd=repo, env=child_env(first.socket))
+    with quiet_daemon(tmp_path / "second") as second:  # same home: it knows both, opens neither
+        env = child_env(second.socket)
+        assert cli("status", "--json", env=env).json()["worktrees"] == []
+        cli("gc", "--json", "--all", "--dry-run", cwd=tmp_path, env=env)
+        shown = cli("status", "--json", env=env).json()["worktrees"]
+        assert sorted(wt["path"] for wt in shown) == [str(repo) for repo in repos]
+        assert all(wt["watching"] for wt in shown), shown
+        assert cli("status", env=env).stdout.splitlines()[-1].startswith("ok: 2 worktrees, all watched")

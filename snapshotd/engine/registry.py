@@ -345,14 +345,15 @@ class Registry:
         )
 
     async def known_states(self) -> list[WorktreeState]:
-        """Every recorded worktree that is still where the records say."""
+        """Every recorded worktree still where the records say, watched from now on (as a request's are)."""
         states = []
         for worktree_id, record in self.records.load().items():
             if os.path.isdir(record.get("path", "")):
                 try:
-                    states.append(await trio.to_thread.run_sync(self.by_id, worktree_id, limiter=thread_limiter))
+                    states.append(state := await trio.to_thread.run_sync(self.by_id, worktree_id, limiter=thread_limiter))
                 except SnapshotdError:
                     continue
+                await self.ensure_watch(state)
         return states
 
     async def listed(self, known: bool = False) -> list[dict[str, Any]]:
