@@ -10,6 +10,7 @@ equals git, and sequence numbers keep growing.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -159,3 +160,27 @@ def test_gc_all_after_a_restart_leaves_every_worktree_it_opened_watched(tmp_path
         assert sorted(wt["path"] for wt in shown) == [str(repo) for repo in repos]
         assert all(wt["watching"] for wt in shown), shown
         assert cli("status", env=env).stdout.splitlines()[-1].startswith("ok: 2 worktrees, all watched")
+
+
+def test_after_a_restart_worktrees_deleted_or_removed_are_shown_by_status_and_repair(tmp_path: Path) -> None:
+    main = init_repo(tmp_path / "main", ("a.txt", "a\n"))
+    linked, removed, plain = tmp_path / "linked", tmp_path / "removed", tmp_path / "plain"
+    git_ok(main, "worktree", "add", "-q", str(linked), "-b", "l")
+    git_ok(main, "worktree", "add", "-q", str(removed), "-b", "r")
+    write(plain / "p.txt", "p\n")
+    ids = {}
+    with quiet_daemon(tmp_path / "first") as first:
+        for folder in (main, linked, removed, plain):
+            ids[folder] = cli("checkpoint", "--json", cwd=folder, env=child_env(first.socket)).json()["checkpoint"]["worktree"]
+    shutil.rmtree(linked)
+    shutil.rmtree(plain)
+    git_ok(main, "worktree", "remove", "--force", str(removed))
+    with quiet_daemon(tmp_path / "second") as second:  # same home: it opens none of them
+        env = child_env(second.socket)
+        gone = cli("repair", "--json", env=env).json()["gone"]
+        assert sorted(item["worktree"] for item in gone) == sorted([ids[linked], ids[plain]])
+        shown = {wt["id"]: wt["presence"] for wt in cli("status", "--json", env=env).json()["worktrees"]}
+        assert shown == {ids[linked]: "gone", ids[plain]: "gone", ids[removed]: "removed"}
+        assert "2 worktrees not where recorded" in cli("status", env=env).stdout
+        cli("forget", ids[plain], env=env)
+        assert ids[plain] not in {wt["id"] for wt in cli("status", "--json", env=env).json()["worktrees"]}

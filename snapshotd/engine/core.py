@@ -20,11 +20,12 @@ import trio
 
 from snapshotd import facilities
 from snapshotd.capture.checkpoint import CheckpointOptions, CheckpointResult, refuse_broad_folder
-from snapshotd.capture.presence import naming_the_path_asked
+from snapshotd.capture.presence import GONE, naming_the_path_asked
 from snapshotd.capture.state import CaptureResult, Then
 from snapshotd.contract.params import optional_bool, optional_path, optional_path_list, optional_str
 from snapshotd.contract.refs import CheckpointRef, ref_param, worktree_param
 from snapshotd.engine import collect, reads, transfer
+from snapshotd.engine.away import recorded_away
 from snapshotd.engine.batch import take_checkpoint
 from snapshotd.engine.belonging import refuse_restore_elsewhere, refuse_revert_elsewhere
 from snapshotd.engine.disk import disk_refusals
@@ -345,6 +346,10 @@ class Engine:
         result = await repair(self.registry, path)
         await self.registry.revisit_vanished()
         gone = [{"worktree": state.info.id, "path": state.info.path} for state in await self.registry.gone()]
+        away = await trio.to_thread.run_sync(
+            recorded_away, self.registry.records, dict(self.registry.worktrees), limiter=thread_limiter
+        )
+        gone += [{"worktree": wire["id"], "path": wire["path"]} for wire in away if wire["presence"] == GONE]
         return {**result.to_wire(), "gone": gone}
 
     async def _forget(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
@@ -372,8 +377,11 @@ class Engine:
         for state in states:
             for name, count in watch_counts(state.capture).items():
                 counters[name] = counters.get(name, 0) + count
+        away = await trio.to_thread.run_sync(
+            recorded_away, self.registry.records, dict(self.registry.worktrees), limiter=thread_limiter
+        )
         return {
-            "worktrees": [await self.registry.wire_worktree(state, summary=True) for state in states],
+            "worktrees": [await self.registry.wire_worktree(state, summary=True) for state in states] + away,
             "counters": counters,
             "spawn": {"native": spawn.NATIVE, "error": spawn.NATIVE_ERROR},
             "version": VERSION,

@@ -27,10 +27,11 @@ from snapshotd.capture.checkpoint import (
     refuse_unknown_broad_folder,
 )
 from snapshotd.capture.mirror import remove_stale_mirrors
-from snapshotd.capture.presence import GONE, HERE, REMOVED, looked_at_again, removed_with_git
+from snapshotd.capture.presence import GONE, REMOVED, looked_at_again
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.contract.refs import WorktreeRef
+from snapshotd.engine.away import recorded_wire
 from snapshotd.engine.batch import Ticket
 from snapshotd.engine.reads import checkpoint_summary
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
@@ -85,28 +86,6 @@ def worktree_head(info: WorktreeInfo) -> tuple[str | None, str | None]:
     if info.git_dir is None:
         return None, None
     return read_head(info.git_dir, info.path, info.common_dir)
-
-
-def recorded_wire(worktree_id: str, record: dict[str, Any], opened: dict[str, WorktreeState]) -> dict[str, Any]:
-    """A recorded worktree not open, from its record alone: nothing is opened or run there.
-
-    It is ``here`` when its folder is (listing its checkpoints by id opens
-    it, with every check an open makes), else ``gone``, as it is when an
-    open worktree now holds its path.
-    """
-    path = str(record.get("path", ""))
-    taken = any(state.info.path == path for state in opened.values())
-    here = os.path.isdir(path) and not taken
-    wire = {name: record.get(name) for name in ("path", "kind", "git_dir", "common_dir")}
-    removed = not here and not os.path.lexists(path) and removed_with_git(record.get("git_dir"), record.get("common_dir"))
-    problem = None if here else (
-        f"The worktree {worktree_id} at {path} was removed with git; 'snapshotd forget {worktree_id}' drops its record."
-        if removed else
-        f"The worktree {worktree_id} is no longer at {path}; 'snapshotd repair NEW_PATH' finds it if it moved, "
-        f"'snapshotd forget {worktree_id}' drops it."
-    )
-    return {"id": worktree_id, **wire, "head": None, "branch": None, "watching": False, "open": False,
-            "presence": HERE if here else REMOVED if removed else GONE, "problem": problem}
 
 
 class Registry:
