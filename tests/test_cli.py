@@ -196,6 +196,9 @@ def test_diff_formats_and_paths(daemon: Daemon, env: dict[str, str], repo: Path)
     assert sorted(default.stdout.splitlines()) == ["A  c.txt", "D  src/b.py", "M  a.txt"]
 
     assert stat_.stdout == git_bytes(repo, "diff", "--stat", cp1, cp2).decode()  # the worktree holds cp2
+    both = cli("diff", cp1, cp2, "--stat", "-p", cwd=repo / "docs", env=env).stdout
+    assert both == git_bytes(repo, "diff", "--stat", "-p", cp1, cp2).decode()  # the stat, a blank line, the patch
+    assert cli("diff", cp1, "--stat", "--patch", "--name-status", cwd=repo / "docs", env=env).stdout == default.stdout
 
     assert "diff --git a/a.txt b/a.txt" in patch.stdout
     assert "+more" in patch.stdout.splitlines()
@@ -319,7 +322,7 @@ def test_revert_one_turn_and_its_conflicts(daemon: Daemon, env: dict[str, str], 
     human = cli("revert", turn2_start, "--yes", cwd=repo, env=env, code=1)
     assert "!  a.txt: changed since the checkpoint" in human.stdout
     [error] = human.stderr.splitlines()
-    assert error.startswith("error: 1 path(s) left unreverted: a.txt (changed since the checkpoint)")
+    assert error.startswith("error: 1 path left unreverted: a.txt (changed since the checkpoint)")
     assert "--force" in error
     as_json = cli("revert", "--json", turn2_start, "--yes", cwd=repo, env=env, code=1).json()
     assert as_json["conflicts"] == [{"path": "a.txt", "reason": "changed since the checkpoint"}]

@@ -33,6 +33,7 @@ from snapshotd.client.launcher import Runner
 from snapshotd.contract.refs import is_reference
 from snapshotd.errors import NotFound, SnapshotdError
 from snapshotd.settings import SAFETY_SESSION
+from snapshotd.wording import plural
 
 
 @click.command(cls=PathsAfterDashDash, context_settings=CONTEXT)
@@ -173,7 +174,7 @@ def _fail_on_conflicts(runner: Runner, result: dict[str, Any]) -> None:
         more = f" and {len(conflicts) - 5} more" if len(conflicts) > 5 else ""
         click.echo(
             click.style("error: ", fg="red", bold=True)
-            + f"{len(conflicts)} path(s) left unreverted: {names}{more}; pass --force to revert them anyway.",
+            + f"{plural(len(conflicts), 'path')} left unreverted: {names}{more}; pass --force to revert them anyway.",
             err=True,
         )
     sys.exit(1)

@@ -216,9 +216,9 @@ def resolve(ctx: click.Context, checkpoint_id: str, ref_session: str | None, jso
 @reference_argument("source", "FROM", required=False)
 @reference_argument("target", "[TO]", required=False)
 @click.argument("paths", nargs=-1, metavar="[-- PATHS...]")
-@click.option("--stat", "mode", flag_value="stat", help="Lines added and removed per file, as git diff --stat.")
-@click.option("--name-status", "mode", flag_value="name-status", default=True, help="One letter and a path per file (default).")
-@click.option("--patch", "mode", flag_value="patch", help="The unified patch.")
+@click.option("--stat", is_flag=True, help="Lines added and removed per file, as git diff --stat (with --patch: both).")
+@click.option("--name-status", is_flag=True, help="One letter and a path per file (the default; over --stat and --patch, as in git).")
+@click.option("-p", "--patch", is_flag=True, help="The unified patch.")
 @click.option("-U", "--context", type=click.IntRange(min=0), metavar="N", help="Lines of context in the patch.")
 @click.option("-C", "--path", "path", metavar="PATH", type=click.Path(file_okay=False), help="The worktree, for 'worktree', @ and #N (default: here).")
 @turn_option
@@ -230,7 +230,9 @@ def diff(
     source: str | None,
     target: str | None,
     paths: tuple[str, ...],
-    mode: str,
+    stat: bool,
+    name_status: bool,
+    patch: bool,
     context: int | None,
     path: str | None,
     turn: int | None,
@@ -250,16 +252,20 @@ def diff(
         raise click.UsageError("diff needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns.")
     target = target or "worktree"
 
+    if name_status:
+        stat = patch = False
+
     def human(result: dict[str, Any]) -> None:
-        if mode == "patch":
-            print_patch(result.get("patch", ""))
-            return
-        if not result["files"]:
-            click.echo("no changes")
-        elif mode == "stat":
+        if stat and result["files"]:
             for line in stat_lines(result["files"]):
                 click.echo(line)
-        else:
+            if patch:
+                click.echo("")
+        if patch:
+            print_patch(result.get("patch", ""))
+        elif not result["files"]:
+            click.echo("no changes")
+        elif not stat:
             print_files(result["files"])
 
     needs_worktree = "worktree" in (source, target)
@@ -268,7 +274,7 @@ def diff(
         "from": source,
         "to": target,
         "paths": [os.path.abspath(p) for p in paths] or None,
-        "patch": True if mode == "patch" else None,
+        "patch": True if patch else None,
         "context": context,
         "path": os.path.abspath(path or ".") if needs_worktree or path else None,
         **reference_params([source, target], ref_session, path),

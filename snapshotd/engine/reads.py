@@ -143,7 +143,7 @@ def _by_seq(store: Store, worktree: WorktreeInfo, ref: SessionSeq) -> Checkpoint
         sessions = [head.session for head in lookup.session_heads(store, worktree.id) if head.session != SAFETY_SESSION]
     found = [cp for cp in (lookup.by_seq(store, worktree.id, session, ref.seq) for session in sessions) if cp]
     if len(found) > 1:
-        raise _ambiguous(f"{ref.text!r} is in {len(found)} sessions", found, "name the session (--session S, or S@)")
+        raise _ambiguous(f"{ref.text!r} is in {len(found)} sessions", found, "name the session (--session S)")
     if not found:
         where = f" in session {ref.session.name!r}" if ref.session.named else ""
         raise NotFound(f"No checkpoint has seq {ref.seq}{where} in the worktree {worktree.path}; `snapshotd list` shows the seqs.")
