@@ -199,6 +199,11 @@ def test_diff_formats_and_paths(daemon: Daemon, env: dict[str, str], repo: Path)
     both = cli("diff", cp1, cp2, "--stat", "-p", cwd=repo / "docs", env=env).stdout
     assert both == git_bytes(repo, "diff", "--stat", "-p", cp1, cp2).decode()  # the stat, a blank line, the patch
     assert cli("diff", cp1, "--stat", "--patch", "--name-status", cwd=repo / "docs", env=env).stdout == default.stdout
+    # Counts past what the wire carries mean all, as in git: not an error naming a wire parameter.
+    whole = cli("diff", cp1, cp2, "-U", "99999999999", "-p", cwd=repo, env=env).stdout
+    assert whole == git_bytes(repo, "diff", "-U99999999999", cp1, cp2).decode()
+    assert cli("list", "--limit", "99999999999999", cwd=repo, env=env).stdout.count("\n") >= 2
+    assert "nothing to delete" in cli("gc", "--dry-run", "--older-than", "5000w", "--keep", "99999999999", cwd=repo, env=env).stdout
 
     assert "diff --git a/a.txt b/a.txt" in patch.stdout
     assert "+more" in patch.stdout.splitlines()

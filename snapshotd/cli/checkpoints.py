@@ -13,6 +13,7 @@ from snapshotd.cli.confirm import call_or_fail
 from snapshotd.cli.diffstat import stat_lines
 from snapshotd.cli.options import (
     CONTEXT,
+    COUNT,
     SESSION_NAME,
     PathsAfterDashDash,
     emit,
@@ -31,6 +32,7 @@ from snapshotd.cli.output import (
     skip_reason,
 )
 from snapshotd.cli.turns import no_refs_with_turn, turn_option, turn_range
+from snapshotd.contract.params import MAX_CONTEXT
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import NotFound, SnapshotdError
 from snapshotd.paths import quote_path
@@ -76,7 +78,7 @@ def checkpoint(
 @click.command(name="list", context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
 @click.option("--session", metavar="S", type=SESSION_NAME, shell_complete=complete_session, help="Only this session's checkpoints.")
-@click.option("--limit", type=click.IntRange(min=0), metavar="N", help="At most N, newest first.")
+@click.option("--limit", type=COUNT, metavar="N", help="At most N, newest first.")
 @click.option(
     "--remote", is_flag=False, flag_value="", default=None, metavar="[REMOTE]",
     help="Also the checkpoints fetched from REMOTE (from every remote when no name follows).",
@@ -219,7 +221,7 @@ def resolve(ctx: click.Context, checkpoint_id: str, ref_session: str | None, jso
 @click.option("--stat", is_flag=True, help="Lines added and removed per file, as git diff --stat (with --patch: both).")
 @click.option("--name-status", is_flag=True, help="One letter and a path per file (the default; over --stat and --patch, as in git).")
 @click.option("-p", "--patch", is_flag=True, help="The unified patch.")
-@click.option("-U", "--context", type=click.IntRange(min=0), metavar="N", help="Lines of context in the patch.")
+@click.option("-U", "--context", type=click.IntRange(0, MAX_CONTEXT, clamp=True), metavar="N", help="Lines of context in the patch.")
 @click.option("-C", "--path", "path", metavar="PATH", type=click.Path(file_okay=False), help="The worktree, for 'worktree', @ and #N (default: here).")
 @turn_option
 @ref_session_option

@@ -15,6 +15,7 @@ from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail, may_go_ahead, refuse_without_terminal
 from snapshotd.cli.options import (
     CONTEXT,
+    COUNT,
     DURATION,
     SESSION_NAME,
     invoke,
@@ -83,7 +84,7 @@ def _would_delete(result: dict[str, Any]) -> list[str]:
 
 @click.command(context_settings=CONTEXT)
 @click.argument("path", required=False, type=click.Path(file_okay=False))
-@click.option("--keep", type=click.IntRange(min=0), metavar="N", help="Keep the newest N per session (default 50).")
+@click.option("--keep", type=COUNT, metavar="N", help="Keep the newest N per session (default 50).")
 @click.option("--older-than", "older_than", type=DURATION, metavar="AGE", help="Delete only those older than AGE: seconds, or 90m, 12h, 1d, 2w.")
 @click.option("--all", "every", is_flag=True, help="Collect every known worktree, not only PATH's.")
 @click.option("--dry-run", is_flag=True, help="List what would be deleted, per worktree and session; delete nothing.")

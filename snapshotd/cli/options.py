@@ -21,7 +21,7 @@ from snapshotd.cli.completion import complete_reference, complete_session
 from snapshotd.cli.interrupt import INTERRUPTED_STATUS, finish_on_interrupt
 from snapshotd.cli.output import show_progress, to_json
 from snapshotd.client.launcher import Runner
-from snapshotd.contract.params import validate_session
+from snapshotd.contract.params import INT_PARAM_MAX, validate_session
 from snapshotd.contract.refs import is_relative
 from snapshotd.errors import NeedsForce, SnapshotdError
 
@@ -72,14 +72,17 @@ class Duration(click.ParamType[int]):
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
         text = str(value).strip().lower()
         if text.isdigit():
-            return int(text)
+            return min(int(text), INT_PARAM_MAX)
         parts = self._PART.findall(text)
         if not parts or "".join(number + unit for number, unit in parts) != text:
             self.fail(f"{value!r} is not an age: give seconds, or numbers with s, m, h, d or w (90m, 12h, 1d, 1h30m).", param, ctx)
-        return sum(int(number) * self._UNITS[unit] for number, unit in parts)
+        return min(sum(int(number) * self._UNITS[unit] for number, unit in parts), INT_PARAM_MAX)  # older than all
 
 
 DURATION = Duration()
+
+COUNT = click.IntRange(min=0, max=INT_PARAM_MAX, clamp=True)
+"""A count or limit: past what the wire carries means all, as git takes ``-U999999999``."""
 
 
 def reference_params(refs: Iterable[str], session: str | None, path: str | None = None) -> dict[str, Any]:

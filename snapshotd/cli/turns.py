@@ -16,7 +16,17 @@ import click
 
 from snapshotd.cli.completion import complete_session
 from snapshotd.cli.confirm import call_or_fail
-from snapshotd.cli.options import CONTEXT, SESSION_NAME, Command, emit, fail, json_option, use_json
+from snapshotd.cli.options import (
+    CONTEXT,
+    COUNT,
+    SESSION_NAME,
+    Command,
+    emit,
+    fail,
+    json_option,
+    use_json,
+)
+from snapshotd.contract.params import INT_PARAM_MAX
 from snapshotd.errors import NotFound
 from snapshotd.turns import Turn, find_turns
 from snapshotd.wording import one_line
@@ -80,7 +90,7 @@ def turn_line(turn: Turn) -> str:
 @click.command(name="log", context_settings=CONTEXT)
 @click.argument("path", default=".", type=click.Path(file_okay=False))
 @click.option("--session", metavar="S", type=SESSION_NAME, shell_complete=complete_session, help="Only this session's turns.")
-@click.option("--limit", type=click.IntRange(min=0), default=20, show_default=True, metavar="N", help="At most N turns, newest first.")
+@click.option("--limit", type=COUNT, default=20, show_default=True, metavar="N", help="At most N turns, newest first.")
 @json_option
 @click.pass_context
 def log(ctx: click.Context, path: str, session: str | None, limit: int, json_output: bool) -> None:
@@ -110,7 +120,7 @@ def log(ctx: click.Context, path: str, session: str | None, limit: int, json_out
 def turn_option(func: Command) -> Command:
     """``--turn N``: FROM and TO are turn N's first and last checkpoints (in --session, else the newest)."""
     return click.option(
-        "--turn", type=click.IntRange(min=1), metavar="N",
+        "--turn", type=click.IntRange(min=1, max=INT_PARAM_MAX, clamp=True), metavar="N",
         help="Turn N of `snapshotd log` (in --session, else the newest session with turns) as FROM and TO.",
     )(func)
 

@@ -17,6 +17,8 @@ PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
 """Longest path the system takes, in bytes with its NUL; longer path params are refused."""
 
 INT_PARAM_MAX = 2**31 - 1
+MAX_CONTEXT = 100_000
+"""The most lines of context a patch is asked for (``context``)."""
 """Largest integer any param takes unless its validator allows less."""
 
 

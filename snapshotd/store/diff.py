@@ -29,6 +29,7 @@ from typing import cast
 import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
+from snapshotd.contract.params import MAX_CONTEXT
 from snapshotd.errors import GitError, InvalidParams, NotFound, TooLarge
 from snapshotd.git.abbrev import FALLBACK_ABBREV, auto_abbrev
 from snapshotd.git.attrindex import patch_repository
@@ -50,7 +51,6 @@ DEFAULT_MAX_PATCH_BYTES = 8 * 1024 * 1024
 MAX_PATCH_BYTES = 32 * 1024 * 1024
 """The most ``max_patch_bytes`` may ask for, so that one reply stays within the daemon's budgets."""
 
-MAX_CONTEXT = 100_000
 """The most context lines a patch may ask for (libgit2 takes a 32-bit count)."""
 
 IN_PROCESS_BLOB_BYTES = 256 * 1024
