@@ -447,6 +447,8 @@ def test_delete_and_gc(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     assert cli("delete", "--json", "--session", "s2", repo, "-y", env=env).json() == {"deleted": 2}
     text = cli("delete", "--session", "s3", "-C", repo, "--yes", env=env).stdout
     assert text.strip() == "deleted 3 checkpoints"
+    again = cli("delete", "--session", "s3", "-C", repo, "--yes", env=env, code=1)
+    assert again.stderr.startswith(f"error: The worktree at {repo} has no checkpoint in the session 's3';"), again
     remaining = [cp["id"] for cp in cli("list", "--json", repo, env=env).json()["checkpoints"]]
     assert sorted(remaining) == sorted(s1[1:])
     assert not set(remaining) & set(s2 + s3)

@@ -13,7 +13,7 @@ import pytest
 from repo_helpers import git, init_repo
 
 from snapshotd.engine import collect
-from snapshotd.errors import InvalidParams
+from snapshotd.errors import InvalidParams, NotFound
 from snapshotd.git.repository import repository
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store.checkpoints import Checkpoint, Store
@@ -86,7 +86,10 @@ def test_delete_by_ids_and_by_session(info: WorktreeInfo) -> None:
     assert deleted.to_wire() == {"deleted": 3}
     assert listed(info, "a") == [a[1].id] and listed(info, "b") == [b[0].id]
     assert collect.drop_session(info, "b") == collect.Deleted(1)
-    assert listed(info, "b") == [] and collect.drop_session(info, "b").count == 0
+    assert listed(info, "b") == []
+    with pytest.raises(NotFound, match=r"has no checkpoint in the session 'b'; `snapshotd list` shows its sessions\."):
+        collect.drop_session(info, "b")
+    assert listed(info, "a") == [a[1].id]  # nothing else went
     options = collect.DeleteOptions.from_params({"session": "a"})
     assert options == collect.DeleteOptions(checkpoints=None, session="a")
     with pytest.raises(InvalidParams, match="Give 'checkpoints'"):

@@ -24,7 +24,7 @@ from snapshotd.contract.params import (
     validate_session,
 )
 from snapshotd.contract.refs import CheckpointRef, parse_ref, session_choice
-from snapshotd.errors import InvalidParams
+from snapshotd.errors import InvalidParams, NotFound
 from snapshotd.git.process import GitTarget, run_git
 from snapshotd.git.repository import repository
 from snapshotd.settings import SAFETY_SESSION
@@ -69,10 +69,15 @@ class DeleteOptions:
 
 
 def drop_session(info: WorktreeInfo, session: str | None) -> Deleted:
-    """Drop every checkpoint of one session of the worktree."""
+    """Drop every checkpoint of one session of the worktree; a session it does not have is not found."""
     with repository(info.store_dir) as repo:
         store = Store(repo)
         name = ref_name(info.id, session)
+        if not store.newest_ids(name, 1):
+            which = f"session {session!r}" if session is not None else "default session"
+            raise NotFound(
+                f"The worktree at {info.path} has no checkpoint in the {which}; `snapshotd list` shows its sessions."
+            )
         count = store.rewrite(name, keep=[])
     return Deleted(count)
 
