@@ -87,9 +87,10 @@ def test_serve_listens_privately_answers_ping_and_stops_on_sigterm(daemon: Daemo
 
 def test_stop_command_shuts_the_daemon_down(daemon: Daemon, sock: Path, tmp_path: Path) -> None:
     result = cli_process("--socket", sock, "stop", "--json")
-    assert result.json() == {}
+    assert result.json() == {"stopped": True, "socket": str(sock)}
     # `stop` returns once the daemon no longer listens.
     assert not answers(sock)
+    assert cli_process("--socket", sock, "stop", "--json").json() == {"stopped": False, "socket": str(sock)}
     assert daemon.wait() == 0, daemon.log_text()
     assert not sock.exists()
     assert not log_problems(daemon.log_text()), daemon.log_text()
@@ -467,7 +468,7 @@ def test_socket_activation_serves_the_inherited_socket_and_stop_leaves_it(
             assert cp["tree"] == oracle_tree(repo)
 
             started = time.monotonic()
-            assert cli_process("--socket", path, "stop", "--json").json() == {}
+            assert cli_process("--socket", path, "stop", "--json").json()["stopped"] is True
             assert daemon.wait() == 0, daemon.log_text()
             assert time.monotonic() - started < 8, "stop waited for a socket systemd keeps"
             # The socket belongs to systemd (here: the test): still there, still listening.

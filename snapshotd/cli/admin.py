@@ -15,10 +15,10 @@ from click.shell_completion import get_completion_class
 
 from snapshotd.cli.completion import SHELLS
 from snapshotd.cli.health import print_status
-from snapshotd.cli.options import CONTEXT, invoke, json_option
+from snapshotd.cli.options import CONTEXT, emit, fail, invoke, json_option, use_json
 from snapshotd.cli.output import short_id
 from snapshotd.client.launcher import Runner, os_message
-from snapshotd.errors import Busy
+from snapshotd.errors import Busy, SnapshotdError
 from snapshotd.settings import resolve_socket_path
 
 
@@ -197,15 +197,19 @@ def worktrees(ctx: click.Context, json_output: bool) -> None:
 @click.pass_context
 def stop(ctx: click.Context, json_output: bool) -> None:
     """Stop the daemon cleanly (`stop` and `shutdown` are one command); returns once it has stopped, saying whether one ran."""
-    runner: Runner = ctx.obj
+    runner = use_json(ctx)
     if runner.embedded:
         raise click.UsageError("--embedded runs no daemon, so there is none to stop.")
     where = os.path.abspath(resolve_socket_path(runner.socket_path))
 
-    def human(_result: dict[str, Any]) -> None:
-        click.echo(f"stopped the daemon on {where}" if runner.daemon_was_running else f"no daemon was running on {where}")
+    def human(result: dict[str, Any]) -> None:
+        click.echo(f"stopped the daemon on {where}" if result["stopped"] else f"no daemon was running on {where}")
 
-    invoke(ctx, "shutdown", {}, human)
+    try:
+        runner.call("shutdown", {})
+    except SnapshotdError as error:
+        fail(runner, error)
+    emit(runner, {"stopped": runner.daemon_was_running, "socket": where}, human)
 
 
 @click.command(context_settings=CONTEXT)
