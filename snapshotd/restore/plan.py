@@ -22,7 +22,7 @@ from snapshotd.restore.trees import Entry, TreeIndex, walk_changes
 from snapshotd.store.diff import load_tree
 
 REASON_CHANGED = "changed since the checkpoint"
-REASON_IN_THE_WAY = "ignored or untracked file in the way"
+REASON_IN_THE_WAY = "a file no checkpoint holds (ignored, or left out of captures) is in the way"
 REASON_OUTSIDE_SELECTION = "a file not part of this change is in the way"
 REASON_SYMLINK = "a symlink stands where a folder is needed"
 REASON_FILE = "a file stands where a folder is needed"
