@@ -199,6 +199,10 @@ def test_diff_formats_and_paths(daemon: Daemon, env: dict[str, str], repo: Path)
     both = cli("diff", cp1, cp2, "--stat", "-p", cwd=repo / "docs", env=env).stdout
     assert both == git_bytes(repo, "diff", "--stat", "-p", cp1, cp2).decode()  # the stat, a blank line, the patch
     assert cli("diff", cp1, "--stat", "--patch", "--name-status", cwd=repo / "docs", env=env).stdout == default.stdout
+    # A word before '--' that is on disk nowhere is refused, as git refuses it (a misspelt reference).
+    refused = cli("diff", cp1, cp2, "nonexist", cwd=repo, env=env, code=2)
+    assert "'nonexist' is neither a checkpoint nor a path here; put a path that is not on disk after '--'." in refused.stderr
+    assert cli("diff", cp1, cp2, "--", "nonexist", cwd=repo, env=env).stdout == "no changes\n"
     # Counts past what the wire carries mean all, as in git: not an error naming a wire parameter.
     whole = cli("diff", cp1, cp2, "-U", "99999999999", "-p", cwd=repo, env=env).stdout
     assert whole == git_bytes(repo, "diff", "-U99999999999", cp1, cp2).decode()

@@ -15,6 +15,7 @@ from snapshotd.cli.options import (
     CONTEXT,
     COUNT,
     SESSION_NAME,
+    AtMost,
     PathsAfterDashDash,
     emit,
     fail,
@@ -24,6 +25,7 @@ from snapshotd.cli.options import (
     ref_session_option,
     reference_argument,
     reference_params,
+    refuse_missing_paths,
     use_json,
 )
 from snapshotd.cli.output import (
@@ -221,7 +223,7 @@ def resolve(ctx: click.Context, checkpoint_id: str, ref_session: str | None, jso
 @click.option("--stat", is_flag=True, help="Lines added and removed per file, as git diff --stat (with --patch: both).")
 @click.option("--name-status", is_flag=True, help="One letter and a path per file (the default; over --stat and --patch, as in git).")
 @click.option("-p", "--patch", is_flag=True, help="The unified patch.")
-@click.option("-U", "--context", type=click.IntRange(0, MAX_CONTEXT, clamp=True), metavar="N", help="Lines of context in the patch.")
+@click.option("-U", "--context", type=AtMost(MAX_CONTEXT), metavar="N", help="Lines of context in the patch.")
 @click.option("-C", "--path", "path", metavar="PATH", type=click.Path(file_okay=False), help="The worktree, for 'worktree', @ and #N (default: here).")
 @turn_option
 @ref_session_option
@@ -271,6 +273,7 @@ def diff(
             print_files(result["files"])
 
     needs_worktree = "worktree" in (source, target)
+    refuse_missing_paths(paths)
     paths = (*paths, *paths_after_dash(ctx))
     params = {
         "from": source,

@@ -81,8 +81,19 @@ class Duration(click.ParamType[int]):
 
 DURATION = Duration()
 
-COUNT = click.IntRange(min=0, max=INT_PARAM_MAX, clamp=True)
-"""A count or limit: past what the wire carries means all, as git takes ``-U999999999``."""
+class AtMost(click.IntRange):
+    """A count of at least ``least``; one past ``most`` (what the wire carries) means all and is taken as
+    ``most``, as git takes ``-U999999999``."""
+
+    def __init__(self, most: int = INT_PARAM_MAX, least: int = 0) -> None:
+        super().__init__(min=least)
+        self.most = most
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        return min(int(super().convert(value, param, ctx)), self.most)
+
+
+COUNT = AtMost()
 
 
 def reference_params(refs: Iterable[str], session: str | None, path: str | None = None) -> dict[str, Any]:
@@ -181,3 +192,13 @@ class PathsAfterDashDash(click.Command):
 
 def paths_after_dash(ctx: click.Context) -> list[str]:
     return list(ctx.meta.get(_DASH_PATHS, []))
+
+
+def refuse_missing_paths(paths: Iterable[str]) -> None:
+    """Refuse a path before ``--`` that is not on disk, as git does: it may be a misspelt reference,
+    and a path that matches nothing would show nothing and succeed."""
+    for path in paths:
+        if not os.path.lexists(path):
+            raise click.UsageError(
+                f"{path!r} is neither a checkpoint nor a path here; put a path that is not on disk after '--'."
+            )

@@ -20,13 +20,13 @@ from snapshotd.cli.options import (
     CONTEXT,
     COUNT,
     SESSION_NAME,
+    AtMost,
     Command,
     emit,
     fail,
     json_option,
     use_json,
 )
-from snapshotd.contract.params import INT_PARAM_MAX
 from snapshotd.errors import NotFound
 from snapshotd.turns import Turn, find_turns
 from snapshotd.wording import one_line
@@ -120,7 +120,7 @@ def log(ctx: click.Context, path: str, session: str | None, limit: int, json_out
 def turn_option(func: Command) -> Command:
     """``--turn N``: FROM and TO are turn N's first and last checkpoints (in --session, else the newest)."""
     return click.option(
-        "--turn", type=click.IntRange(min=1, max=INT_PARAM_MAX, clamp=True), metavar="N",
+        "--turn", type=AtMost(least=1), metavar="N",
         help="Turn N of `snapshotd log` (in --session, else the newest session with turns) as FROM and TO.",
     )(func)
 
