@@ -442,6 +442,14 @@ def test_delete_asksat_a_terminal(daemon: Daemon, env: dict[str, str], repo: Pat
 # delete, gc, repair, status, open, worktrees
 
 
+def test_a_bad_reference_is_told_before_the_missing_yes(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    checkpoint(repo, env, "--session", "s1")
+    refused = cli("restore", "nosuch@", cwd=repo, env=env, code=1)  # stdin is no terminal here
+    assert refused.stderr.startswith("error: ") and "nosuch" in refused.stderr and "--yes" not in refused.stderr, refused
+    asked = cli("restore", "s1@", cwd=repo, env=env, code=1)
+    assert "pass --yes (-y) to go ahead" in asked.stderr, asked
+
+
 def test_delete_and_gc(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     s1 = [checkpoint(repo, env, "--session", "s1")["checkpoint"]["id"] for _ in range(3)]
     s2 = [checkpoint(repo, env, "--session", "s2")["checkpoint"]["id"] for _ in range(2)]

@@ -68,8 +68,8 @@ def confirm_preview(ctx: click.Context, method: str, params: dict[str, Any], yes
     """
     if yes or params.get("dry_run"):
         return None
+    preview = call_or_fail(ctx, method, {**params, "dry_run": True})  # a bad reference is told first
     refuse_without_terminal(ctx)
-    preview = call_or_fail(ctx, method, {**params, "dry_run": True})
     print_changes(preview, True, err=True)
     if (preview.get("written") or preview.get("deleted")) and ask("Go ahead?"):
         return None
