@@ -52,10 +52,11 @@ PATCH_LIMIT_CHARS = 20_000
 _LIST_LIMIT = 20
 
 
-def _line(cp: dict[str, Any]) -> str:
-    """One checkpoint as a line of plain text."""
+def _line(cp: dict[str, Any], with_session: bool = False) -> str:
+    """One checkpoint as a line of plain text; ``with_session`` names its session (a seq counts in its own)."""
     unchanged = "" if cp.get("changed", True) else " (unchanged)"
-    return f"{cp['id'][:12]}  #{cp['seq']:<4} {cp['created_at'][:19].replace('T', ' ')}  {cp.get('label') or '-'}{unchanged}"
+    seq = f"{cp.get('session') or '(default)'} #{cp['seq']}" if with_session else f"#{cp['seq']:<4}"
+    return f"{cp['id'][:12]}  {seq} {cp['created_at'][:19].replace('T', ' ')}  {cp.get('label') or '-'}{unchanged}"
 
 
 def _result(text: str, structured: dict[str, Any]) -> CallToolResult:
@@ -174,7 +175,7 @@ class Tools:
         params = {"path": folder, "limit": limit, **({"session": chosen} if chosen else {})}
         checkpoints = self.runner.call("list", params)["checkpoints"]
         heading = f"{plural(len(checkpoints), 'checkpoint')} of {folder}" + (f", session {chosen}" if chosen else ", every session")
-        text = "\n".join([heading + ", newest first:", *map(_line, checkpoints)])
+        text = "\n".join([heading + ", newest first:", *(_line(cp, chosen is None) for cp in checkpoints)])
         return _result(text, {"worktree": folder, "session": chosen, "checkpoints": checkpoints})
 
     def _turn(self, checkpoint: str, to: str | None, path: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -191,7 +192,7 @@ class Tools:
         result = self.runner.call("diff", {"from": start["id"], "to": end["id"], "patch": patch or None})
         files = result["files"]
         width = max((len(f["path"]) for f in files), default=0)
-        lines = [f"{_line(start)}\n..{_line(end)}", f"{len(files)} file(s) changed"]
+        lines = [f"{_line(start)}\n..{_line(end)}", f"{plural(len(files), 'file')} changed"]
         lines += [
             f"{f['path'].ljust(width)}  {'bin' if f['binary'] else '+{} -{}'.format(f['additions'], f['deletions'])}  {f['status']}"
             for f in files
