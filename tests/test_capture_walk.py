@@ -43,6 +43,7 @@ EXTRA = {
     "gc": st.tuples(st.just("gc"), st.integers(0, 2)),
     "move": st.tuples(st.just("move")),
     "nested_repo": st.tuples(st.just("nested_repo"), st.sampled_from(NESTED_REPOS)),
+    "link": st.tuples(st.just("link"), st.sampled_from(FILES), st.sampled_from(FILES)),
 }
 
 def walk_operations() -> st.SearchStrategy[Op]:
@@ -64,6 +65,17 @@ def replace_by_rename(root: Path, rel: str, content: bytes) -> None:
     temporary = (root / rel).with_name(".replace.tmp")
     temporary.write_bytes(content + b"replaced\n")
     os.rename(temporary, root / rel)
+
+
+def hard_link(root: Path, src: str, dst: str) -> None:
+    """``dst`` made another name of the regular file ``src`` (writes in place then reach both)."""
+    if src == dst or not (root / src).is_file() or (root / src).is_symlink():
+        return
+    apply_edit(root, ("write", dst, b""))  # its folders made, a folder or link there cleared
+    if not (root / src).is_file() or (root / src).is_symlink():
+        return  # src was on dst's way
+    os.unlink(root / dst)
+    os.link(root / src, root / dst)
 
 
 def nested_repo(root: Path, rel: str) -> None:
@@ -121,6 +133,8 @@ class Walk:
             self.move()
         elif kind == "nested_repo":
             nested_repo(self.repo, op[1])
+        elif kind == "link":
+            hard_link(self.repo, *op[1:])
         else:
             apply_edit(self.repo, op)
 
@@ -178,6 +192,8 @@ KEPT_WALKS = {
     "nested-repo-before-first-capture": [("nested_repo", "d3/sub"), ("capture",), ("write", "d3/sub/inner.txt", b"y\n")],
     "nested-repo-in-a-warm-worktree": [("capture",), ("write", "a.txt", b"x\n"), ("nested_repo", "vendor/lib")],
     "moved-then-nested-repo": [("capture",), ("move",), ("nested_repo", "vendor/lib"), ("capture",), ("move",)],
+    "written-through-a-link": [("capture",), ("link", "a.txt", "d3/f.txt"), ("capture",), ("write", "d3/f.txt", b"y\n"),
+                               ("capture",), ("write", "a.txt", b"xy\n")],
 }
 
 
