@@ -57,3 +57,35 @@ async def test_a_link_made_while_warm_and_then_removed(watched_engine: Engine, t
     _append(repo / "a.txt", "three\n")
     assert_matches_git(repo, await checkpoint(watched_engine, repo))
     assert (await checkpoint(watched_engine, repo))["checkpoint"]["changed"] is False
+
+
+async def test_a_file_a_full_scan_meets_with_several_names_is_rechecked_after_it(
+    watched_engine: Engine, tmp_path: Path
+) -> None:
+    """Linked from a folder git ignores (not watched) and written there: no event names the tracked file."""
+    repo = init_repo(tmp_path / "r", ("a.txt", "one\n"), (".gitignore", "build/\n"))
+    (repo / "build").mkdir()
+    assert_matches_git(repo, await checkpoint(watched_engine, repo))
+    os.link(repo / "a.txt", repo / "build" / "copy")
+    _append(repo / "build" / "copy", "two\n")
+    exact = await checkpoint(watched_engine, repo, exact=True)  # the full scan finds a.txt changed, and linked
+    assert_matches_git(repo, exact)
+    _append(repo / "build" / "copy", "three\n")
+    written = await checkpoint(watched_engine, repo)
+    assert written["stats"]["scan"] == "watch"
+    assert_matches_git(repo, written)
+
+
+async def test_names_met_before_a_full_scan_are_rechecked_after_it(watched_engine: Engine, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "r", ("a.txt", "one\n"))
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    assert_matches_git(repo, await checkpoint(watched_engine, repo))
+    os.link(repo / "a.txt", repo / "b.txt")  # met by the next warm capture, a.txt with it
+    assert_matches_git(repo, await checkpoint(watched_engine, repo))
+    assert_matches_git(repo, await checkpoint(watched_engine, repo, exact=True))
+    os.link(repo / "a.txt", outside / "c.txt")  # no event: the watcher watches folders of the worktree only
+    _append(outside / "c.txt", "two\n")
+    written = await checkpoint(watched_engine, repo)
+    assert written["stats"]["scan"] == "watch"
+    assert_matches_git(repo, written)

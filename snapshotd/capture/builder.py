@@ -127,6 +127,8 @@ class TreeBuilder:
         self.conflict_ours = conflict_ours or {}  # "ours" of each conflicted path, read before the conflicts go
         self._git_hash: list[tuple[Pending, os.stat_result, int]] = []
         self.line_endings = line_endings  # files with a CR byte converted here, not by git (capture/eol.py)
+        self.linked: set[str] = set()  # files met with several names (hard links), for the warm state
+        self.linked_files: set[tuple[int, int]] = set()  # their (device, inode)
 
     def _entry_mode(self, path: str) -> int | None:
         entry = self._get(path)
@@ -266,6 +268,9 @@ class TreeBuilder:
     def apply(self, path: str, *, untracked: bool, keep_if_missing: bool = False) -> None:
         """Record ``path`` as it is on disk now (or drop it if it is gone)."""
         st = self.walker.lstat(path)
+        if st is not None and st.st_nlink > 1 and stat.S_ISREG(st.st_mode):
+            self.linked.add(path)
+            self.linked_files.add((st.st_dev, st.st_ino))
         if st is None:
             if not keep_if_missing:
                 self._remove(path)

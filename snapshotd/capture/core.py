@@ -33,6 +33,7 @@ from snapshotd.capture.asis import names_content_filters
 from snapshotd.capture.builder import TreeBuilder, open_repo
 from snapshotd.capture.fallback import build_git_only, build_with_git
 from snapshotd.capture.gitlinks import note_changes
+from snapshotd.capture.linked import other_names
 from snapshotd.capture.resident import Resident
 from snapshotd.capture.scan import (
     LS_FILES,
@@ -148,11 +149,13 @@ def _build(
             builder.apply(path.rstrip("/") if nested else path, untracked=True)
         tree = builder.finish()
         note_changes(loaded.gitlinks, recording.changes)
+        if builder.linked:  # their other names too, each re-checked by stat at every warm capture
+            builder.linked |= other_names(index, builder.linked_files, builder.walker)
     finally:
         builder.close()
     return CaptureResult(
         tree=tree, stats=stats, index=index, flagged=flagged, user=user, settings=settings,
-        gitlinks=loaded.gitlinks,
+        gitlinks=loaded.gitlinks, linked=builder.linked,
     )
 
 

@@ -185,6 +185,7 @@ class CaptureResult:
     user: UserIndex | None = None  # the user's index as it was read (what the capture changed of it)
     settings: Settings | None = None
     gitlinks: set[str] | None = None  # the gitlink paths of the index the tree was written from
+    linked: set[str] | None = None  # files met with several names (hard links)
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from snapshotd.capture.checkin import is_attributes
 from snapshotd.capture.eol import AttributeOracle, LineEndings
 from snapshotd.capture.gitlinks import note_changes
 from snapshotd.capture.ignores import IgnoreOracle, Ignores
+from snapshotd.capture.linked import other_names
 from snapshotd.capture.newpaths import apply_new_paths, holds_tracked
 from snapshotd.capture.scan import git_target
 from snapshotd.capture.state import (
@@ -41,10 +42,9 @@ from snapshotd.capture.state import (
 )
 from snapshotd.capture.treeedit import RecordingIndex
 from snapshotd.capture.userindex import UserIndex, entries_under, entry_at
-from snapshotd.capture.walker import Walker
 from snapshotd.capture.watchpaths import is_ignore_rules
 from snapshotd.git.config import config_value
-from snapshotd.git.modes import MODE_EXEC, MODE_FILE, MODE_LINK
+from snapshotd.git.modes import MODE_LINK
 from snapshotd.paths import folders_above
 from snapshotd.settings import git_config_home
 from snapshotd.store.identity import WorktreeInfo
@@ -138,6 +138,7 @@ class WarmState:
             rules=rules,
             skipped=dict(result.stats.skipped),
             gitlinks=set(result.gitlinks or ()),
+            linked=set(result.linked or ()),
         )
 
 
@@ -314,7 +315,7 @@ def capture_warm(
                 builder.apply(path, untracked=True)
             elif not warm.ignored.holds(path, folder=False):
                 unknown[path] = st
-        for path in sorted(_other_names(warm.index, linked_anew, builder.walker) - dirty) if linked_anew else ():
+        for path in sorted(other_names(warm.index, linked_anew, builder.walker) - dirty) if linked_anew else ():
             warm.linked.add(path)  # a write through one name of a file is told for that name only
             if builder.known(path):
                 builder.apply(path, untracked=not warm.user.has(path), keep_if_missing=path in warm.flagged)
@@ -327,23 +328,6 @@ def capture_warm(
     note_changes(warm.gitlinks, recording.changes)
     warm.skipped = {**_untouched(warm.skipped, dirty), **stats.skipped}
     return tree
-
-
-def _other_names(index: pygit2.Index, files: set[tuple[int, int]], walker: Walker) -> set[str]:
-    """The index's paths of the files ``(device, inode)``: those whose entries keep that inode (32 bits), and
-    of the entries that keep none (captured since the user's index was read), those whose lstat says so."""
-    get = pygit2.C.git_index_get_byindex
-    pointer = index._index
-    inodes = {ino & 0xFFFFFFFF for _, ino in files}
-    found = set()
-    for position in range(len(index)):
-        entry = get(pointer, position)
-        if (entry.ino in inodes or entry.ino == 0) and entry.mode in (MODE_FILE, MODE_EXEC):
-            path = os.fsdecode(pygit2.ffi.string(entry.path))
-            st = walker.lstat(path)
-            if st is not None and (st.st_dev, st.st_ino) in files:
-                found.add(path)
-    return found
 
 
 def _untouched(skipped: dict[str, Skip], dirty: set[str]) -> dict[str, Skip]:

@@ -198,8 +198,10 @@ class WorktreeCapture:
                 self._forget_failed_capture(hints)
                 raise
         old, self.warm = self.warm, None
-        if keep:
-            self.warm = WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature, basis.rules(epoch))
+        if keep and (warm := WarmState.from_cold(result, basis.index_mtime_ns, basis.sources, basis.signature,
+                                                  basis.rules(epoch))) is not None:
+            self.warm = warm
+            warm.linked |= old.linked if old is not None else set()  # re-checked until one name is left
         if self.warm is not None and self.warm.same_rules(old):
             self.resident.carry_children(old, self.warm, hints)  # what they answered holds for the new one
         else:
