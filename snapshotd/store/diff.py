@@ -106,6 +106,9 @@ def _patch_text(part: pygit2.Patch, abbrev: int | None = None) -> str:
     """The patch text of one file, with git's tab after ---/+++ names that hold a space, and its ids
     abbreviated to ``abbrev`` digits where git would not use libgit2's 7 (:mod:`snapshotd.git.abbrev`)."""
     text = _HUNK_HEADER_TAIL.sub(r"\1", part.text or "")
+    if not part.hunks and part.delta.status in (DeltaStatus.ADDED, DeltaStatus.DELETED) and not part.delta.is_binary:
+        # An empty file added or deleted: git prints no ---/+++ lines, having no hunk for them to head.
+        text = "\n".join(line for line in text.split("\n") if not line.startswith(("--- ", "+++ ")))
     if abbrev is not None and abbrev != FALLBACK_ABBREV:
         text = _abbreviated(text, part.delta, abbrev)
     old_spaced = b" " in part.delta.old_file.raw_path
