@@ -297,16 +297,17 @@ def test_a_function_name_cut_after_a_blank_ends_its_hunk_header_as_gits(tmp_path
 
 def test_an_empty_file_added_and_deleted_has_no_file_lines_as_in_git(tmp_path: Path) -> None:
     wt = new_repo(tmp_path)
-    (wt / "gone.txt").write_bytes(b"")
     (wt / "kept.txt").write_text("kept\n")
-    old = write_tree(wt)
-    (wt / "gone.txt").unlink()
+    first = write_tree(wt)
     (wt / "new empty").write_bytes(b"")
     (wt / "kept.txt").write_bytes(b"")  # emptied: a hunk, so its ---/+++ lines stay
-    new = write_tree(wt)
-    patch = ours(wt, old, new, patch=True)["patch"]
-    assert patch == git(wt, "diff-tree", "-r", "-M", "-p", "--no-color", old, new).decode()  # empty: no rename
-    assert "+++ /dev/null" not in patch and "--- a/kept.txt" in patch
+    second = write_tree(wt)
+    (wt / "new empty").unlink()
+    third = write_tree(wt)
+    for old, new in ((first, second), (second, third)):
+        patch = ours(wt, old, new, patch=True)["patch"]
+        assert patch == git(wt, "diff-tree", "-r", "-M", "-p", "--no-color", old, new).decode()
+        assert "new empty" in patch and "/dev/null" not in patch
 
 
 def test_binary_added_and_deleted(tmp_path: Path) -> None:
