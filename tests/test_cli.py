@@ -203,6 +203,7 @@ def test_diff_formats_and_paths(daemon: Daemon, env: dict[str, str], repo: Path)
     refused = cli("diff", cp1, cp2, "nonexist", cwd=repo, env=env, code=2)
     assert "'nonexist' is neither a checkpoint nor a path here; put a path that is not on disk after '--'." in refused.stderr
     assert cli("diff", cp1, cp2, "--", "nonexist", cwd=repo, env=env).stdout == "no changes\n"
+    assert cli("diff", cp1, cp2, "-U1", cwd=repo, env=env).stdout == git_bytes(repo, "diff", "-U1", cp1, cp2).decode()
     # Counts past what the wire carries mean all, as in git: not an error naming a wire parameter.
     whole = cli("diff", cp1, cp2, "-U", "99999999999", "-p", cwd=repo, env=env).stdout
     assert whole == git_bytes(repo, "diff", "-U99999999999", cp1, cp2).decode()
@@ -444,6 +445,10 @@ def test_delete_asksat_a_terminal(daemon: Daemon, env: dict[str, str], repo: Pat
 
 def test_a_bad_reference_is_told_before_the_missing_yes(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     checkpoint(repo, env, "--session", "s1")
+    checkpoint(repo, env, "--session", "s1")
+    for word in ("nosuchpath", "#99999999999999999999"):  # a path that matches nothing, a seq past any
+        refused = cli("revert", "#1", "#2", word, "--dry-run", cwd=repo, env=env, code=2)
+        assert f"{word!r} is neither a checkpoint nor a path here" in refused.stderr, refused
     refused = cli("restore", "nosuch@", cwd=repo, env=env, code=1)  # stdin is no terminal here
     assert refused.stderr.startswith("error: ") and "nosuch" in refused.stderr and "--yes" not in refused.stderr, refused
     asked = cli("restore", "s1@", cwd=repo, env=env, code=1)

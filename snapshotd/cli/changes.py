@@ -24,6 +24,7 @@ from snapshotd.cli.options import (
     ref_session_option,
     reference_argument,
     reference_params,
+    refuse_missing_paths,
     use_json,
     yes_option,
 )
@@ -143,6 +144,7 @@ def revert(
         raise click.UsageError("revert needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns.")
     elif paths and is_reference(paths[0]) and not os.path.exists(paths[0]):
         target = paths.pop(0)
+    refuse_missing_paths(paths)
     paths += paths_after_dash(ctx)
     params = {
         "from": source,

@@ -256,6 +256,7 @@ def diff(
         raise click.UsageError("diff needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns.")
     target = target or "worktree"
 
+    patch = patch or context is not None  # -U implies the patch, as in git
     if name_status:
         stat = patch = False
 
