@@ -89,6 +89,8 @@ def test_moved_deleted_and_renamed_worktrees_are_shown_as_such_and_the_daemon_st
         call(daemon.socket, "checkpoint", {"worktree": ids["deleted"]})
     human = cli("worktrees", cwd=bystander, env=env).stdout
     assert "gone: The worktree" in human and "moved: The worktree" in human
+    # repair finds none of them without its new path, and lists them all: moved away and deleted alike.
+    assert {item["worktree"] for item in call(daemon.socket, "repair", {})["gone"]} == set(ids.values())
     # Used at its new place, the moved worktree is itself again.
     again = call(daemon.socket, "checkpoint", {"path": str(tmp_path / "moved2")})["checkpoint"]
     assert again["worktree"] == ids["moved"] and again["tree"] == oracle_tree(tmp_path / "moved2")

@@ -197,10 +197,10 @@ class Registry:
         return list(self.worktrees.values())
 
     async def gone(self) -> list[WorktreeState]:
-        """The open worktrees found ``gone`` (deleted, or moved where no watcher saw): ``forget`` drops them.
-        Those ``removed`` with git are not among them: ``repair`` has nothing to find."""
+        """The open worktrees found ``gone`` or ``moved`` away, which ``repair NEW_PATH`` finds (or ``forget``
+        drops). Those ``removed`` with git are not among them: ``repair`` has nothing to find."""
         await self._look_again_at_gone()
-        return [s for s in self.worktrees.values() if s.capture.vanished is not None and s.capture.vanished.how == GONE]
+        return [s for s in self.worktrees.values() if s.capture.vanished is not None and s.capture.vanished.how != REMOVED]
 
     async def _look_again_at_gone(self) -> None:
         """Each worktree found ``gone`` that git has since removed is ``removed`` (:func:`looked_at_again`)."""
