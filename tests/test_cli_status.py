@@ -108,3 +108,19 @@ def test_status_says_when_background_packing_failed() -> None:
 
 def test_the_health_line_of_a_daemon_with_no_worktree_claims_nothing_of_them() -> None:
     assert click.unstyle(health_line({"worktrees": []})) == "ok: 0 worktrees"
+
+
+def test_a_long_warning_is_cut_at_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    from snapshotd.cli import health
+
+    problem = "The worktree wt_1 is no longer at /some/long/path/of/a/worktree; 'snapshotd repair NEW_PATH' finds it."
+    worktree = {"id": "wt_1", "path": "/p", "kind": "git", "presence": "gone", "problem": problem}
+    result = {"version": "x", "pid": 1, "worktrees": [worktree], "counters": {}}
+    lines: list[str] = []
+    monkeypatch.setattr(health.click, "echo", lambda text="", **_: lines.append(str(text)))
+    for at_terminal in (False, True):
+        lines.clear()
+        monkeypatch.setattr(health.sys.stdout, "isatty", lambda at=at_terminal: at)
+        health.print_status(result, verbose=False)
+        [row] = [line for line in lines if line.startswith("wt_1")]
+        assert row.endswith(problem) is not at_terminal and (row.endswith("…") is at_terminal), row

@@ -10,6 +10,7 @@ the health line, once for the daemon. The counters are printed only with
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import click
@@ -18,7 +19,7 @@ from snapshotd.cli.turns import age
 from snapshotd.wording import one_line
 
 WARNING_CHARS = 60
-"""A warning longer than this is cut in the table; ``--json`` carries it whole."""
+"""A warning longer than this is cut in the table at a terminal; a pipe and ``--json`` carry it whole."""
 
 
 def _state(wt: dict[str, Any]) -> str:
@@ -28,9 +29,10 @@ def _state(wt: dict[str, Any]) -> str:
     return "watching" if wt.get("watching") else "cold"
 
 
-def _warning(wt: dict[str, Any]) -> str:
+def _warning(wt: dict[str, Any], cut: bool) -> str:
+    """The worktree's problem on one line, cut to :data:`WARNING_CHARS` at a terminal (a pipe gets it whole)."""
     text = one_line(str(wt.get("problem") or wt.get("watch_error") or ""))
-    return text if len(text) <= WARNING_CHARS else text[: WARNING_CHARS - 1] + "…"
+    return text if not cut or len(text) <= WARNING_CHARS else text[: WARNING_CHARS - 1] + "…"
 
 
 def _checkpoints(wt: dict[str, Any]) -> tuple[str, str]:
@@ -88,9 +90,10 @@ def print_status(result: dict[str, Any], verbose: bool, embedded: bool = False) 
     click.echo(f"snapshotd {result.get('version')}  pid {result.get('pid')}"
                + (f"  log {result['log']}" if result.get("log") and not embedded else ""))
     rows = [("ID", "PATH", "KIND", "STATE", "CHECKPOINTS", "LAST CAPTURE", "WARNINGS")]
+    at_terminal = sys.stdout.isatty()
     for wt in result["worktrees"]:
         count, last = _checkpoints(wt)
-        rows.append((wt["id"], one_line(wt["path"]), wt["kind"], _state(wt), count, last, _warning(wt)))
+        rows.append((wt["id"], one_line(wt["path"]), wt["kind"], _state(wt), count, last, _warning(wt, at_terminal)))
     if len(rows) > 1:
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
         for row in rows:
