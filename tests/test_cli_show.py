@@ -177,3 +177,21 @@ def test_a_patch_keeps_carriage_returns_form_feeds_and_unicode_separators_in_the
     (repo / "b.txt").unlink()
     git(repo, "apply", str(patch))
     assert (repo / "a.c").read_bytes() == "one\nsec\x0ction\ntwo\r\nthree\nfour\u2028five\x1cend\x85\n".encode()
+
+
+def test_a_patch_longer_than_a_reply_is_fetched_page_by_page(
+    daemon: Daemon, env: dict[str, str], repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snapshotd.cli import options
+
+    monkeypatch.setattr(options, "MAX_PATCH_BYTES", 3_000)  # a reply's most, as 32 MiB is the daemon's
+    before = checkpoint(repo, env)["id"]
+    for n in range(5):
+        write(repo / f"f{n}.txt", f"line {n}\n" * 200)  # about 1,700 bytes of patch each
+    after = checkpoint(repo, env)["id"]
+    paged = cli("diff", "--patch", before, after, cwd=repo, env=env).stdout
+    assert paged == git_bytes(repo, "diff", before, after).decode()
+    write(repo / "huge.txt", "h" * 4_000 + "\n")
+    largest = checkpoint(repo, env)["id"]
+    refused = cli("diff", "-p", after, largest, cwd=repo, env=env, code=1)
+    assert f"git shows it: git diff {after} {largest} -- huge.txt." in refused.stderr, refused

@@ -291,4 +291,4 @@ def diff(
         found = call_or_fail(ctx, "resolve", {"checkpoint": named[0]})["checkpoint"]
         if "remote" not in found:  # a fetched one's worktree is on another machine: it compares with this one
             params = {**params, "path": None, "worktree": found["worktree"]}
-    invoke(ctx, "diff", params, human, progress="comparing")
+    invoke(ctx, "diff", params, human, progress="comparing", paged=patch)

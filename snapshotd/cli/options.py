@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from collections.abc import Callable, Iterable
 from contextlib import nullcontext
@@ -21,9 +22,9 @@ from snapshotd.cli.completion import complete_reference, complete_session
 from snapshotd.cli.interrupt import INTERRUPTED_STATUS, finish_on_interrupt
 from snapshotd.cli.output import show_progress, to_json
 from snapshotd.client.launcher import Runner
-from snapshotd.contract.params import INT_PARAM_MAX, validate_session
+from snapshotd.contract.params import INT_PARAM_MAX, MAX_PATCH_BYTES, validate_session
 from snapshotd.contract.refs import is_relative
-from snapshotd.errors import NeedsForce, SnapshotdError
+from snapshotd.errors import NeedsForce, SnapshotdError, TooLarge
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 _DASH_PATHS = "snapshotd.paths_after_dash"
@@ -138,8 +139,9 @@ def invoke(
     progress: str | None = None,
     ask_force: bool = True,
     finishes: Finishes | None = None,
+    paged: bool = False,
 ) -> dict[str, Any]:
-    """Call ``method`` and print its result.
+    """Call ``method`` and print its result; with ``paged``, every page of it (:func:`whole_result`).
 
     With ``ask_force`` (all but ``revert``, whose ``force`` means more), a
     refusal that needs ``force`` (a broad folder such as ``$HOME``) is asked
@@ -154,7 +156,7 @@ def invoke(
         try:
             try:
                 with show_progress(progress if not runner.json else None):
-                    result = runner.call(method, params)
+                    result = whole_result(runner, method, params) if paged else runner.call(method, params)
             except NeedsForce as error:
                 if not (ask_force and sys.stdin.isatty()):
                     raise
@@ -177,6 +179,30 @@ class Finishes:
 
     what: str
     folder: str | None = None
+
+
+def whole_result(runner: Runner, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    """A ``diff`` with its patch, every page of it (``next_offset``) asked for and joined into one result.
+
+    One file whose patch alone is over what a reply carries is ``too_large``,
+    told with the git command that shows it (a checkpoint is a commit).
+    """
+    params = {**params, "max_patch_bytes": MAX_PATCH_BYTES}
+    try:
+        result = runner.call(method, params)
+        while result.get("next_offset") is not None:
+            page = runner.call(method, {**params, "offset": result["next_offset"]})
+            result = {**page, "files": result["files"] + page["files"], "patch": result["patch"] + page["patch"]}
+    except TooLarge as error:
+        refs = [ref for ref in (params.get("from"), params.get("to")) if ref and ref != "worktree"]
+        named = " (each checkpoint by the id `snapshotd resolve` gives)" if any(map(is_relative, refs)) else ""
+        raise TooLarge(
+            f"The patch of {error.data.get('path')} has {error.data.get('bytes')} bytes, more than one reply "
+            f"carries ({MAX_PATCH_BYTES}); git shows it: git diff {' '.join(refs)} -- "
+            f"{shlex.quote(str(error.data.get('path')))}{named}.",
+            **error.data,
+        ) from error
+    return result
 
 
 class PathsAfterDashDash(click.Command):

@@ -18,7 +18,13 @@ PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
 
 INT_PARAM_MAX = 2**31 - 1
 MAX_CONTEXT = 100_000
-"""The most lines of context a patch is asked for (``context``)."""
+"""The most context lines a patch may ask for (``context``; libgit2 takes a 32-bit count)."""
+
+DEFAULT_MAX_PATCH_BYTES = 8 * 1024 * 1024
+"""Patch text one ``diff`` reply carries unless ``max_patch_bytes`` says otherwise."""
+
+MAX_PATCH_BYTES = 32 * 1024 * 1024
+"""The most ``max_patch_bytes`` may ask for, so that one reply stays within the daemon's budgets."""
 """Largest integer any param takes unless its validator allows less."""
 
 

@@ -29,7 +29,7 @@ from typing import cast
 import pygit2
 from pygit2.enums import DeltaStatus, DiffFind, DiffOption
 
-from snapshotd.contract.params import MAX_CONTEXT
+from snapshotd.contract.params import DEFAULT_MAX_PATCH_BYTES, MAX_CONTEXT, MAX_PATCH_BYTES
 from snapshotd.errors import GitError, InvalidParams, NotFound, TooLarge
 from snapshotd.git.abbrev import FALLBACK_ABBREV, auto_abbrev
 from snapshotd.git.attrindex import patch_repository
@@ -44,14 +44,6 @@ from snapshotd.store.gitdiff import entries_by_git
 from snapshotd.store.renames import exact_rename_patch, exact_renames
 
 __all__ = ["DEFAULT_MAX_PATCH_BYTES", "MAX_CONTEXT", "MAX_PATCH_BYTES", "diff_trees", "load_tree"]
-
-DEFAULT_MAX_PATCH_BYTES = 8 * 1024 * 1024
-"""Patch text one ``diff`` reply carries unless ``max_patch_bytes`` says otherwise."""
-
-MAX_PATCH_BYTES = 32 * 1024 * 1024
-"""The most ``max_patch_bytes`` may ask for, so that one reply stays within the daemon's budgets."""
-
-"""The most context lines a patch may ask for (libgit2 takes a 32-bit count)."""
 
 IN_PROCESS_BLOB_BYTES = 256 * 1024
 """A diff with a file bigger than this is made by git: libgit2 holds Python's GIL (and so the daemon's
