@@ -203,6 +203,8 @@ def test_diff_formats_and_paths(daemon: Daemon, env: dict[str, str], repo: Path)
     refused = cli("diff", cp1, cp2, "nonexist", cwd=repo, env=env, code=2)
     assert "'nonexist' is neither a checkpoint nor a path here; put a path that is not on disk after '--'." in refused.stderr
     assert cli("diff", cp1, cp2, "--", "nonexist", cwd=repo, env=env).stdout == "no changes\n"
+    cli("diff", cp1, "nonexist.txt", cwd=repo, env=env, code=2)  # in TO's place too
+    assert cli("diff", cp1, "a.txt", cwd=repo, env=env).stdout == "M  a.txt\n"  # a path there: TO is the worktree
     assert cli("diff", cp1, cp2, "-U1", cwd=repo, env=env).stdout == git_bytes(repo, "diff", "-U1", cp1, cp2).decode()
     # Counts past what the wire carries mean all, as in git: not an error naming a wire parameter.
     whole = cli("diff", cp1, cp2, "-U", "99999999999", "-p", cwd=repo, env=env).stdout

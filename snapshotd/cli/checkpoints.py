@@ -35,7 +35,7 @@ from snapshotd.cli.output import (
 )
 from snapshotd.cli.turns import no_refs_with_turn, turn_option, turn_range
 from snapshotd.contract.params import MAX_CONTEXT
-from snapshotd.contract.refs import is_relative
+from snapshotd.contract.refs import is_reference, is_relative
 from snapshotd.errors import NotFound, SnapshotdError
 from snapshotd.paths import quote_path
 from snapshotd.wording import one_line, plural
@@ -254,6 +254,10 @@ def diff(
         source, target = found.start, found.end
     elif source is None:
         raise click.UsageError("diff needs FROM (a checkpoint) or --turn N; `snapshotd log` lists the turns.")
+    if target is not None and target != "worktree" and not is_reference(target):
+        refuse_missing_paths([target])  # TO is told from a path by its look, as revert tells it
+        paths = (target, *paths)
+        target = None
     target = target or "worktree"
 
     patch = patch or context is not None  # -U implies the patch, as in git
