@@ -170,8 +170,9 @@ class Registry:
             return Located(max(holders, key=len), None, None)
         if not first_sight:
             raise NotFound(
-                f"{root} is in no worktree: it is not in a git repository, and a folder outside one becomes a "
-                f"worktree at its first checkpoint ('snapshotd checkpoint {root}').", path=root,
+                f"{root} is in no worktree: it is not in a git repository, and no checkpoint was taken there; "
+                f"run the command in a worktree, or make this folder one with "
+                f"'snapshotd checkpoint {root}'.", path=root,
             )
         return located
 
