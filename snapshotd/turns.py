@@ -63,3 +63,20 @@ def find_turns(checkpoints: list[dict[str, Any]]) -> list[Turn]:
                 current.open = not ends_turn(label)
     turns.sort(key=lambda t: t.started_at, reverse=True)
     return turns
+
+
+def turn_end(session_checkpoints: list[dict[str, Any]], start: dict[str, Any]) -> dict[str, Any]:
+    """The last checkpoint of the turn that ``start`` opens, as :func:`find_turns` ends it: the next
+    ``after turn``, else the last before the next prompt (``start`` itself if nothing followed it).
+    ``session_checkpoints`` may come in any order."""
+    end = start
+    for cp in sorted(session_checkpoints, key=lambda c: c["seq"]):
+        if cp["seq"] <= start["seq"]:
+            continue
+        label = cp.get("label") or ""
+        if label.startswith(BEFORE_PROMPT):
+            break
+        end = cp
+        if ends_turn(label):
+            break
+    return end

@@ -139,3 +139,17 @@ def test_a_resumed_session_closes_the_turn_its_killed_agent_left(daemon: Daemon,
     assert [cp["label"] for cp in listed] == ["before: First", "after turn (interrupted)", "session start (resume)"]
     claude_hook(repo, env, "1-user-prompt-submit.json", prompt="Second")  # nothing left open: no second close
     assert len(cli("list", "--json", "--session", SESSION, str(repo), env=env).json()["checkpoints"]) == 4
+
+
+def test_a_turn_ends_at_its_after_turn_for_log_and_mcp_alike() -> None:
+    from snapshotd.turns import find_turns, turn_end
+
+    labels = ["before: one", "after Write", "after turn", "session start (resume)", "by hand", "before: two", "after Edit"]
+    cps = [{"id": f"c{seq}", "seq": seq, "session": "s", "label": label, "created_at": f"2026-12-07T00:00:0{seq}Z"}
+           for seq, label in enumerate(labels, start=1)]
+    first, second = cps[0], cps[5]
+    # The user's own edit after the turn (the resume's checkpoint, one by hand) is not the turn's.
+    assert turn_end(cps[::-1], first)["id"] == "c3"
+    assert turn_end(cps, second)["id"] == "c7"  # open: up to the last checkpoint there is
+    by_start = {turn.start: turn.end for turn in find_turns(cps)}
+    assert by_start == {"c1": "c3", "c6": "c7"}

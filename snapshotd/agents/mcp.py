@@ -38,12 +38,12 @@ from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, ValidationError
 
 from snapshotd.agents import hookstate
-from snapshotd.agents.hooks import BEFORE_PROMPT
 from snapshotd.agents.mcpstdio import AnsweringWriter, DrainingReader, Unanswered
 from snapshotd.client.launcher import Runner
 from snapshotd.contract.refs import is_relative, needs_session
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.settings import VERSION, resolve_socket_path
+from snapshotd.turns import turn_end
 from snapshotd.wording import plural, submodule_note
 
 PATCH_LIMIT_CHARS = 20_000
@@ -68,22 +68,6 @@ def _error(error: SnapshotdError) -> CallToolResult:
     return CallToolResult(
         content=[TextContent(type="text", text=message)], structured_content={"error": error.to_dict()}, is_error=True
     )
-
-
-def turn_end(session_checkpoints: list[dict[str, Any]], start: dict[str, Any]) -> dict[str, Any]:
-    """The last checkpoint of the turn that ``start`` opens (itself if nothing followed it).
-
-    A turn runs from one ``before: <prompt>`` checkpoint up to the next one of
-    the same session; ``session_checkpoints`` may come in any order.
-    """
-    end = start
-    for cp in sorted(session_checkpoints, key=lambda c: c["seq"]):
-        if cp["seq"] <= start["seq"]:
-            continue
-        if (cp.get("label") or "").startswith(BEFORE_PROMPT):
-            break
-        end = cp
-    return end
 
 
 def _changes_text(result: dict[str, Any], applied: bool) -> str:
