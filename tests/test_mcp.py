@@ -162,10 +162,19 @@ async def test_a_reference_that_names_its_session_needs_no_agent(daemon: Daemon,
         assert (repo / "a.txt").read_text() == "alpha\n"
         result = await client.call_tool("show_turn", {"checkpoint": "@~1"})
         assert result.is_error and "counts in the agent's session" in text_of(result)
+        write(repo / "a.txt", "changed again\n")
+    (repo / "sub").mkdir()
+    below = StdioServerParameters(command=sys.executable, args=["-m", "snapshotd", "mcp"], env=env, cwd=str(repo / "sub"))
+    async with Client(below) as client:  # started in a subfolder: paths are still the worktree's own
+        result = await client.call_tool("restore", {"checkpoint": first["id"], "paths": ["a.txt"], "confirm": True})
+        assert not result.is_error and result.structured_content["written"] == ["a.txt"], text_of(result)
+        assert (repo / "a.txt").read_text() == "alpha\n"
         listed = text_of(await client.call_tool("list_checkpoints", {"all_sessions": True})).splitlines()
         assert listed[0].endswith(", every session, newest first:")
         # Each seq counts in its own session: the line says which (the safety checkpoint is #1 too).
-        assert [line.split()[1:3] for line in listed[1:]] == [["snapshotd:safety", "#1"], ["t", "#2"], ["t", "#1"]]
+        assert [line.split()[1:3] for line in listed[1:]] == [
+            ["snapshotd:safety", "#2"], ["snapshotd:safety", "#1"], ["t", "#2"], ["t", "#1"]
+        ]
 
 
 def test_doctor_says_when_the_mcp_server_used_another_socket(daemon: Daemon, sock: Path, repo: Path, tmp_path: Path) -> None:

@@ -43,6 +43,7 @@ from snapshotd.client.launcher import Runner
 from snapshotd.contract.refs import is_relative, needs_session
 from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.settings import VERSION, resolve_socket_path
+from snapshotd.store.identity import locate
 from snapshotd.turns import turn_end
 from snapshotd.wording import plural, submodule_note
 
@@ -198,7 +199,15 @@ class Tools:
         return _result(_line(result["checkpoint"]), result)
 
     def _paths(self, paths: list[str] | None, path: str | None) -> list[str] | None:
-        return [os.path.join(self._worktree(path), p) for p in paths] if paths else None
+        """``paths`` as the schema takes them, relative to the worktree's top (a plain folder: its own)."""
+        if not paths:
+            return None
+        folder = self._worktree(path)
+        try:
+            top = locate(folder).root
+        except SnapshotdError:
+            top = folder
+        return [os.path.join(top, p) for p in paths]
 
     def restore(self, checkpoint: str, paths: list[str] | None, confirm: bool, path: str | None) -> CallToolResult:
         folder = self._worktree(path)
