@@ -23,6 +23,9 @@ export const DEFAULT_LINE_LIMIT = 256 * 1024 * 1024;
 export const SUBSCRIPTION_BUFFER = 1024;
 /** How long a call waits for its reply by default (ms); `callTimeoutMs: 0` waits without limit. */
 export const DEFAULT_CALL_TIMEOUT_MS = 120_000;
+/** How long close() waits for the daemon to close its side once nothing is in flight. */
+const CLOSE_GRACE_MS = 2_000;
+const CLOSE_POLL_MS = 100;
 
 /**
  * Connect to the daemon (see {@link Snapshotd.connect}).
@@ -136,6 +139,15 @@ export class Snapshotd {
       this.#closing = true;
       for (const subscription of this.#subscriptions.values()) subscription._end(null);
       this.#socket.end();
+      // A daemon that stopped answering (a `serve` stopped by Ctrl-Z) never closes its side: once
+      // every call is answered or timed out, it gets CLOSE_GRACE_MS more, then the socket is destroyed.
+      let lastBusy = Date.now();
+      const watch = setInterval(() => {
+        if (this.#pending.size > 0) lastBusy = Date.now();
+        else if (Date.now() - lastBusy >= CLOSE_GRACE_MS) this.#socket.destroy();
+      }, CLOSE_POLL_MS);
+      watch.unref();
+      this.#socket.once("close", () => clearInterval(watch));
     }
     await this.#closed;
   }

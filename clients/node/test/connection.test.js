@@ -129,6 +129,22 @@ describe("subscribe", () => {
     }
   });
 
+  test("close() returns once nothing is in flight, even when the daemon stopped answering", async () => {
+    const own = await startDaemon();
+    const sd = await connect({ socket: own.socket, callTimeoutMs: 500 });
+    process.kill(own.pid, "SIGSTOP"); // accepts nothing more, closes nothing
+    try {
+      const late = sd.ping().catch((caught) => caught);
+      const started = Date.now();
+      await sd.close();
+      assert.ok(Date.now() - started < 6_000, `close() took ${Date.now() - started} ms`);
+      assert.ok((await late) instanceof Error);
+    } finally {
+      process.kill(own.pid, "SIGKILL");
+      await own.exit;
+    }
+  });
+
   test("close() ends the iterators; a lost daemon rejects them and every call in flight", async () => {
     const own = await startDaemon();
     const sd = await connect({ socket: own.socket });
