@@ -205,6 +205,12 @@ def test_remove_deletes_the_file_and_folder_it_created_and_messages_say_what_cha
 
 def test_local_scope_writes_claude_codes_settings_local_json(tmp_path: Path) -> None:
     repo = init_repo(tmp_path / "repo", ("src/a.py", "x = 1\n"))
+    first = cli("integrate", "claude-code", "--local", cwd=repo / "src")
+    # Not ignored by git: checkpoints would hold it, and a restore from before it would remove it.
+    assert "warning: git does not ignore .claude/settings.local.json" in first.stderr, first
+    (repo / ".git" / "info" / "exclude").write_text("/.claude/settings.local.json\n")
+    again = cli("integrate", "claude-code", "--local", "--events", "tools", cwd=repo / "src")
+    assert "warning" not in again.stderr, again
     cli("integrate", "claude-code", "--local", cwd=repo / "src")
     settings = json.loads((repo / ".claude" / "settings.local.json").read_text())
     assert set(ours(settings, "claude-code")) == {"SessionStart", "UserPromptSubmit", "Stop", "StopFailure"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -67,11 +68,27 @@ def _opencode_message(change: Any, remove: bool) -> str:
     return f"rewrote snapshotd's OpenCode plug-in at {change.path} (new paths to the Node client or to snapshotd); {what}"
 
 
+def _tracked_local_settings(path: Path) -> list[str]:
+    """A warning when git does not ignore the local settings file: checkpoints then hold it, and a restore to
+    one from before it deletes it (Claude Code ignores it only when it made the file itself)."""
+    from snapshotd.git.process import GitTarget, run_git_sync
+    from snapshotd.store.identity import locate
+
+    located = locate(str(path.parent.parent))
+    if located.git_dir is None:
+        return []
+    name = os.path.relpath(path, located.root)
+    if run_git_sync(GitTarget(located.git_dir, located.root), ["check-ignore", "--", name], ok_codes=(0, 1)).strip():
+        return []
+    return [f"git does not ignore {name}, so checkpoints hold it and restoring one from before it removes it; "
+            f"add '/{name}' to .git/info/exclude (or .gitignore) to keep it out of git."]
+
+
 @click.command(context_settings=CONTEXT)
 @click.argument("tool", type=click.Choice(INTEGRATIONS), metavar="claude-code|codex|opencode")
 @click.option("--project", "scope", flag_value="project", help="The worktree's settings (.claude/settings.json, .codex/hooks.json, .opencode/plugins/).")
 @click.option("--user", "scope", flag_value="user", default=True, help="Your own settings in your home folder (default; OpenCode: ~/.config/opencode/plugins/).")
-@click.option("--local", "scope", flag_value="local", help="Claude Code only: your own settings for the worktree (.claude/settings.local.json, kept out of git).")
+@click.option("--local", "scope", flag_value="local", help="Claude Code only: your own settings for the worktree (.claude/settings.local.json; a warning unless git ignores it).")
 @click.option("--events", type=click.Choice(EVENT_SETS), default="turns", show_default=True, help="turns: before each prompt and after each turn; tools: also after each edit or shell tool (OpenCode: before and after).")
 @click.option("--remove", is_flag=True, help="Take snapshotd's hook entries (OpenCode: its plug-in file) out again.")
 @click.option("--dry-run", is_flag=True, help="Show the change as a diff; write nothing.")
@@ -93,6 +110,8 @@ def integrate(ctx: click.Context, tool: str, scope: str, events: str, remove: bo
         change = integrate_mod.plan(tool, scope, remove=remove, events=events, cwd=os.getcwd())
         if not dry_run:
             integrate_mod.apply(change)
+        if scope == "local" and not remove:
+            change.warnings += _tracked_local_settings(change.path)
     except SnapshotdError as error:
         fail(runner, error)
     if runner.json:
