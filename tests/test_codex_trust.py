@@ -81,6 +81,21 @@ def test_integrate_trusts_exactly_its_entries_and_remove_forgets_them() -> None:
     assert config.read_bytes() == CONFIG.encode()
 
 
+def test_taking_ours_out_says_when_it_moves_a_hook_of_theirs_that_codex_trusted() -> None:
+    hooks, config = codex_files()
+    cli("integrate", "codex")  # ours is the Stop group at place 0
+    settings = json.loads(hooks.read_text())
+    theirs = {"type": "command", "command": "touch /tmp/their-stop-ran"}
+    settings["hooks"]["Stop"].append({"hooks": [theirs]})  # theirs at place 1, trusted there
+    hooks.write_text(json.dumps(settings, indent=2) + "\n")
+    with open(config, "a") as out:
+        out.write(f'\n[hooks.state."{hooks}:stop:1:0"]\ntrusted_hash = "{codextrust.hook_hash("Stop", None, theirs)}"\n')
+    removed = cli("integrate", "codex", "--remove")
+    assert "this moves 1 of yours it trusted (Stop); trust them again in Codex's /hooks." in removed.stderr, removed
+    assert json.loads(hooks.read_text())["hooks"]["Stop"] == [{"hooks": [theirs]}]  # now at place 0
+    assert "already as wanted" not in removed.stdout and "warning" not in cli("integrate", "codex", "--remove").stderr
+
+
 def test_a_state_written_by_someone_else_is_left_to_codex() -> None:
     hooks, config = codex_files()
     other = f'[hooks.state."{hooks}:user_prompt_submit:0:0"]\nenabled = false\n'

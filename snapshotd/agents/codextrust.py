@@ -157,6 +157,19 @@ def retrusted(config_text: str, old: list[Entry], new: list[Entry]) -> str | Non
     return text
 
 
+def moved_warnings(hooks_path: Path, old: str | None, new: str | None, config_text: str, is_theirs: Any) -> list[str]:
+    """A warning when an edit of the hooks file (``old`` to ``new``) moves handlers of others that Codex
+    trusted: it trusts one by its place in the file, so a handler moved no longer runs until trusted again."""
+    before, after = (entries(hooks_path, text or "", is_theirs) for text in (old, new))
+    trusted = trusted_hashes(config_text)
+    now = {entry.key for entry in after}
+    moved = [entry for entry in before if trusted.get(entry.key) == entry.hash and entry.key not in now]
+    if not moved:
+        return []
+    return [f"Codex trusts a hook by its place in {hooks_path}, and this moves {len(moved)} of yours it trusted "
+            f"({', '.join(entry.event for entry in moved)}); trust them again in Codex's /hooks."]
+
+
 def _states(config_text: str) -> dict[str, Any]:
     try:
         state = tomllib.loads(config_text).get("hooks", {}).get("state", {})

@@ -350,6 +350,7 @@ def _plan_trust(change: Change) -> None:
         change.warnings.append(codextrust.manual_step(change.path))
         return
     before, after = (codextrust.entries(change.path, text or "", lambda h: _is_ours(h, "codex")) for text in (change.old, change.new))
+    change.warnings += codextrust.moved_warnings(change.path, change.old, change.new, old or "", lambda h: not _is_ours(h, "codex"))
     new = codextrust.retrusted(old or "", before, after)
     if new is None:
         change.warnings.append(codextrust.manual_step(change.path))
