@@ -522,3 +522,17 @@ def test_systemd_user_units() -> None:
             check=False,
         )
         assert proc.returncode == 0, proc.stderr
+
+
+def test_stop_of_a_daemon_that_stopped_answering_says_so_in_bounded_time(daemon: Daemon, sock: Path) -> None:
+    os.kill(daemon.pid, signal.SIGSTOP)  # a `snapshotd serve` stopped by Ctrl-Z: it accepts, and answers nothing
+    try:
+        started = time.monotonic()
+        result = cli_process("--socket", sock, "stop", env=child_env(sock, SNAPSHOTD_CONNECT_TIMEOUT="2"), code=1)
+        assert time.monotonic() - started < 15
+        assert "accepts connections but did not answer within 2 s" in result.stderr, result
+        # With SO_PEERCRED the listener is named, and how to let it go on.
+        assert f"kill -CONT {daemon.pid}" in result.stderr or "(pid" not in result.stderr, result
+    finally:
+        os.kill(daemon.pid, signal.SIGCONT)
+    assert cli_process("--socket", sock, "stop", "--json").json()["stopped"] is True

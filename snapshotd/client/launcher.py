@@ -27,7 +27,7 @@ from snapshotd.client.dialing import daemon_starting
 from snapshotd.contract.peers import peer_credentials
 from snapshotd.errors import InternalError, InvalidParams, SnapshotdError, Untrusted
 from snapshotd.fsutil import check_private_home, pid_alive
-from snapshotd.settings import data_home, disabled_facilities, resolve_socket_path
+from snapshotd.settings import connect_timeout, data_home, disabled_facilities, resolve_socket_path
 from snapshotd.socketfolder import check_socket_folder
 
 if TYPE_CHECKING:
@@ -99,7 +99,16 @@ def _shutdown(client: Client, path: str) -> dict[str, Any]:
     systemd, which keeps the socket) or across pid namespaces, wait only for
     the daemon to close this connection.
     """
-    daemon_pid = client.call("ping")["pid"]
+    wait = connect_timeout()
+    try:
+        with client.time_limit(wait):
+            daemon_pid = client.call("ping")["pid"]
+    except TimeoutError:
+        listener = _listener_pid(path)
+        hint = f" (pid {listener}; one stopped by Ctrl-Z goes on with `kill -CONT {listener}`)" if listener else ""
+        raise InternalError(
+            f"The daemon at {path} accepts connections but did not answer within {wait:g} s{hint}.", socket=path
+        ) from None
     own_listener = _listener_pid(path) == daemon_pid
     result = client.call("shutdown")
     deadline = time.monotonic() + DAEMON_STOP_TIMEOUT_S

@@ -28,8 +28,8 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -114,6 +114,20 @@ class Client:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+    @contextmanager
+    def time_limit(self, seconds: float) -> Iterator[None]:
+        """Bound each socket operation of the calls in the block to ``seconds`` (:class:`TimeoutError`)."""
+        previous = self._timeout
+        self._timeout = seconds
+        if self._sock is not None:
+            self._sock.settimeout(seconds)
+        try:
+            yield
+        finally:
+            self._timeout = previous
+            if self._sock is not None:
+                self._sock.settimeout(previous)
 
     def close(self) -> None:
         """Close the connection; further calls raise :class:`ConnectionError`."""
