@@ -131,6 +131,7 @@ def test_labels_quote_the_first_line_briefly() -> None:
     assert event.label.startswith("before: word word")
     assert event.label.endswith("…") and len(event.label) == len("before: ") + LABEL_DETAIL_CHARS
     assert describe("claude-code", _prompt_payload(prompt="")).label == "before: "
+    assert describe("claude-code", _prompt_payload(prompt="nul\0here")).label == "before: nul\ufffdhere"  # no label holds NUL
 
     as_list = {"hook_event_name": "PostToolUse", "cwd": "/w", "tool_name": "Bash", "tool_input": {"command": ["rm", "a b"]}}
     assert describe("codex", _json(as_list)).label == "after Bash: rm 'a b'"

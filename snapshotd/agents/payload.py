@@ -112,8 +112,9 @@ class HookEvent:
 
 
 def _shorten(text: str) -> str:
-    """The first non-empty line of ``text``, cut to :data:`LABEL_DETAIL_CHARS`."""
-    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    """The first non-empty line of ``text``, cut to :data:`LABEL_DETAIL_CHARS`; a NUL, which no label may hold
+    (a commit message ends there), becomes U+FFFD."""
+    line = next((part.strip() for part in text.replace("\0", "\ufffd").splitlines() if part.strip()), "")
     if len(line) > LABEL_DETAIL_CHARS:
         line = line[: LABEL_DETAIL_CHARS - 1].rstrip() + "…"
     return line
