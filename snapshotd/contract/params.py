@@ -17,6 +17,8 @@ PATH_MAX = os.pathconf("/", "PC_PATH_MAX")
 """Longest path the system takes, in bytes with its NUL; longer path params are refused."""
 
 INT_PARAM_MAX = 2**31 - 1
+"""Largest integer any param takes unless its validator allows less."""
+
 MAX_CONTEXT = 100_000
 """The most context lines a patch may ask for (``context``; libgit2 takes a 32-bit count)."""
 
@@ -25,7 +27,6 @@ DEFAULT_MAX_PATCH_BYTES = 8 * 1024 * 1024
 
 MAX_PATCH_BYTES = 32 * 1024 * 1024
 """The most ``max_patch_bytes`` may ask for, so that one reply stays within the daemon's budgets."""
-"""Largest integer any param takes unless its validator allows less."""
 
 
 def json_type(value: Any) -> str:
