@@ -21,7 +21,7 @@ from snapshotd.capture.watchpaths import is_ignore_rules
 from snapshotd.git.modes import MODE_TREE, is_file_mode
 from snapshotd.git.process import GitTarget, run_git_sync
 from snapshotd.git.repository import Repository
-from snapshotd.paths import path_matches
+from snapshotd.paths import folders_above, path_matches
 from snapshotd.store.diff import load_tree
 
 __all__ = ["REASON_IGNORED", "REASON_IGNORED_THERE", "REASON_LEFT_OUT", "IgnoredFiles", "empty_index_path", "ignored_there",
@@ -88,7 +88,8 @@ def ignored_there(repo: Repository, tree: str, paths: Sequence[str], target: Git
     """
     if not paths:
         return set()
-    rules = list(_rules_above(repo, load_tree(repo, tree), _ancestors(paths), ""))
+    above = {"", *(folder for path in paths for folder in folders_above(path))}
+    rules = list(_rules_above(repo, load_tree(repo, tree), above, ""))
     if not rules:
         return set()
     with tempfile.TemporaryDirectory(prefix="rules-", dir=tmp_dir) as scratch:
@@ -103,16 +104,6 @@ def ignored_there(repo: Repository, tree: str, paths: Sequence[str], target: Git
             ok_codes=(0, 1),
         )
     return {os.fsdecode(raw) for raw in listing.split(b"\0") if raw}
-
-
-def _ancestors(paths: Iterable[str]) -> set[str]:
-    """Every folder above one of ``paths`` ("" for the top)."""
-    folders = {""}
-    for path in paths:
-        parts = path.split("/")[:-1]
-        for depth in range(1, len(parts) + 1):
-            folders.add("/".join(parts[:depth]))
-    return folders
 
 
 def _rules_above(
