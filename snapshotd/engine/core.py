@@ -25,7 +25,6 @@ from snapshotd.capture.state import CaptureResult, Then
 from snapshotd.contract.params import optional_bool, optional_path, optional_path_list, optional_str
 from snapshotd.contract.refs import CheckpointRef, ref_param, worktree_param
 from snapshotd.engine import collect, reads, transfer
-from snapshotd.engine.away import recorded_away
 from snapshotd.engine.batch import take_checkpoint
 from snapshotd.engine.belonging import refuse_restore_elsewhere, refuse_revert_elsewhere
 from snapshotd.engine.disk import disk_refusals
@@ -346,10 +345,7 @@ class Engine:
         result = await repair(self.registry, path)
         await self.registry.revisit_vanished()
         gone = [{"worktree": state.info.id, "path": state.info.path} for state in await self.registry.gone()]
-        away = await trio.to_thread.run_sync(
-            recorded_away, self.registry.records, dict(self.registry.worktrees), limiter=thread_limiter
-        )
-        gone += [{"worktree": wire["id"], "path": wire["path"]} for wire in away if wire["presence"] == GONE]
+        gone += [{"worktree": wire["id"], "path": wire["path"]} for wire in await self.registry.away() if wire["presence"] == GONE]
         return {**result.to_wire(), "gone": gone}
 
     async def _forget(self, params: dict[str, Any], _session: Any) -> dict[str, Any]:
@@ -377,9 +373,7 @@ class Engine:
         for state in states:
             for name, count in watch_counts(state.capture).items():
                 counters[name] = counters.get(name, 0) + count
-        away = await trio.to_thread.run_sync(
-            recorded_away, self.registry.records, dict(self.registry.worktrees), limiter=thread_limiter
-        )
+        away = await self.registry.away()
         return {
             "worktrees": [await self.registry.wire_worktree(state, summary=True) for state in states] + away,
             "counters": counters,

@@ -31,7 +31,7 @@ from snapshotd.capture.presence import GONE, REMOVED, looked_at_again
 from snapshotd.capture.state import StatCache
 from snapshotd.capture.worktree import WorktreeCapture
 from snapshotd.contract.refs import WorktreeRef
-from snapshotd.engine.away import recorded_wire
+from snapshotd.engine.away import recorded_away, recorded_wire
 from snapshotd.engine.batch import Ticket
 from snapshotd.engine.reads import checkpoint_summary
 from snapshotd.errors import InvalidParams, NotFound, SnapshotdError, WorktreeMismatch
@@ -202,6 +202,11 @@ class Registry:
         drops). Those ``removed`` with git are not among them: ``repair`` has nothing to find."""
         await self._look_again_at_gone()
         return [s for s in self.worktrees.values() if s.capture.vanished is not None and s.capture.vanished.how != REMOVED]
+
+    async def away(self) -> list[dict[str, Any]]:
+        """The recorded worktrees not open whose folder is not there, from their records (:func:`recorded_away`):
+        after a restart nothing open tells of them."""
+        return await trio.to_thread.run_sync(recorded_away, self.records, dict(self.worktrees), limiter=thread_limiter)
 
     async def _look_again_at_gone(self) -> None:
         """Each worktree found ``gone`` that git has since removed is ``removed`` (:func:`looked_at_again`)."""
