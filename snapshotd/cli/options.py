@@ -82,6 +82,7 @@ class Duration(click.ParamType[int]):
 
 DURATION = Duration()
 
+
 class AtMost(click.IntRange):
     """A count of at least ``least``; one past ``most`` (what the wire carries) means all and is taken as
     ``most``, as git takes ``-U999999999``."""
