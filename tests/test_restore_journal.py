@@ -84,6 +84,8 @@ elif step == "written-unsynced":
 elif step == "durable":
     from snapshotd.restore import barrier
     after(barrier, "make_durable")
+elif step == "synced":
+    after(Applier, "sync")
 
 repo = open_repository(os.path.join(args["workdir"], ".git"))
 plan = plan_restore(repo, args["current"], args["target"], None, args["workdir"])
@@ -101,6 +103,7 @@ STEPS = {
     "deleted": ({"apply-", "backup-", "stage-"}, []),
     "backup-kept": ({"apply-", "backup-", "stage-"}, ["", "", "", "", "d"]),  # d/g.txt's kept, not yet replaced
     "renamed": ({"apply-", "backup-", "stage-"}, ["", "", ""]),  # d/g.txt and f0.txt in place
+    "synced": ({"apply-", "backup-", "stage-"}, []),  # every path in place and durable, nothing yet removed
 }
 
 
@@ -230,3 +233,60 @@ async def test_a_daemons_restore_leaves_its_backups_and_journal_to_after_the_ans
         while any(journal_dir.iterdir()):
             await trio.sleep(0.01)
     assert temps_left(wt) == []
+
+
+def _prepared_scene(tmp_path: Path, scene: tuple[Path, str, str]):
+    from snapshotd.git.repository import open_repository
+    from snapshotd.restore.plan import plan_restore
+
+    wt, target, current = scene
+    repo = open_repository(str(wt / ".git"))
+    return wt, target, repo, plan_restore(repo, current, target, None, str(wt))
+
+
+def test_an_applys_renames_are_synced_after_the_answer_and_before_its_journal_goes(
+    tmp_path: Path, scene: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snapshotd.restore.apply import Applier
+    from snapshotd.restore.prepared import prepared_plan
+
+    wt, target, repo, plan = _prepared_scene(tmp_path, scene)
+    journal = tmp_path / "journal"
+    events: list[str] = []
+    real_sync = Applier.sync
+    monkeypatch.setattr(Applier, "sync", lambda self: (events.append(f"sync {sorted(os.listdir(journal))}"), real_sync(self))[1])
+    deferred: list = []
+    with prepared_plan(repo, str(wt), plan, str(journal), defer=deferred.append) as prepared:
+        outcome = prepared.apply()
+    assert sorted(outcome.written) == sorted(NEW) and capture(wt) == target  # the answer: every path in place
+    assert events == [] and len(deferred) == 1  # not yet synced: that waits until after the answer
+    deferred[0]()
+    assert len(events) == 1 and "apply-" in events[0]  # synced while the journal still named the apply
+    assert os.listdir(journal) == [] and temps_left(wt) == []
+
+
+def test_a_sync_that_fails_after_the_answer_keeps_the_journal_for_recovery(
+    tmp_path: Path, scene: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+
+    from snapshotd.restore.apply import Applier
+    from snapshotd.restore.prepared import prepared_plan
+
+    wt, target, repo, plan = _prepared_scene(tmp_path, scene)
+    journal = tmp_path / "journal"
+
+    def failing(self: Applier) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(Applier, "sync", failing)
+    deferred: list = []
+    with prepared_plan(repo, str(wt), plan, str(journal), defer=deferred.append) as prepared:
+        prepared.apply()
+    with pytest.raises(OSError):
+        deferred[0]()
+    assert {name.split("-")[0] + "-" for name in os.listdir(journal)} == {"apply-", "backup-"}  # (nothing staged)
+    assert _open_paths(tmp_path) == []  # every folder, and the journal's lock, let go
+    assert recover(str(journal), str(wt)) == []  # every copy was renamed into place: no temporary name to remove
+    assert os.listdir(journal) == [] and capture(wt) == target
+

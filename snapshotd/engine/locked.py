@@ -9,10 +9,10 @@ The store it opens is the worktree's resident one (:mod:`snapshotd.capture.resid
 its back-end decided once, its object cache and pack windows kept, and the
 safety checkpoint recorded with the sessions' heads the captures keep.
 
-What a finished restore leaves to remove (its backups, staged content and
-journal) is removed after the answer, in a task of the engine's nursery that
-takes the lock again: the next operation on the worktree waits for it, the
-answer does not. A daemon stopped first leaves them to the next start's
+What a finished restore leaves to do (its renames made durable, its backups,
+staged content and journal removed) is done after the answer, in a task of
+the engine's nursery that takes the lock again: the next operation on the
+worktree waits for it, the answer does not. A daemon stopped first leaves it to the next start's
 recovery (:func:`snapshotd.restore.journal.recover`).
 """
 

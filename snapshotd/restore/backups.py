@@ -88,11 +88,16 @@ class Backups:
             folder = self._fd
             for child in os.listdir(folder):
                 _unlink(child, folder)
-            os.close(self._fd)
-            self._fd = None
             assert self._parent_fd is not None
             with contextlib.suppress(OSError):
                 os.rmdir(self.name, dir_fd=self._parent_fd)
+        self.let_go()
+
+    def let_go(self) -> None:
+        """Close the backup folder, leaving it and what it holds (to the journal's recovery)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         if self._parent_fd is not None:
             os.close(self._parent_fd)
             self._parent_fd = None

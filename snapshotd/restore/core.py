@@ -5,8 +5,8 @@ lock and calls :func:`run_restore` or :func:`run_revert` with the worktree
 as a :class:`LockedWorktree`. Those capture the worktree (the safety
 checkpoint's tree), plan from trees, prepare the plan, record the safety
 checkpoint and apply, all through that one object: the stage never sees the
-engine. What a finished restore leaves to remove (its backups, its journal)
-is handed to the worktree to remove after the answer.
+engine. What a finished restore leaves to do (its renames made durable, its
+backups and journal removed) is handed to the worktree to do after the answer.
 
 Throughout the stage, ``repo`` is a ``pygit2.Repository`` or, for a
 repository libgit2 cannot open (SHA-256), a

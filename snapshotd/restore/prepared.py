@@ -105,7 +105,6 @@ class PreparedPlan:
                     keep.add(path)
             applier.prune_folders(self.plan.deletes, keep)
             write_planned(applier, self.plan.writes, self._temps, self._links)
-            applier.sync()
         except SnapshotdError as exc:
             unrestored = applier.roll_back()
             if unrestored:
@@ -141,11 +140,12 @@ def prepared_plan(
     failing filter raises GitError). So a caller can check the disk and record
     a safety checkpoint inside the block, knowing the plan is ready, and then
     apply. See :func:`apply_plan` for what applying does. Temporary files,
-    backups, staged content and the journal are gone on exit, whatever happened;
-    after a block that ended without an error, ``defer`` (when given) is handed
-    the removal of the backups, the staged content and the journal instead, to
-    run once the caller has answered. The journal stays locked until then, and
-    a crash meanwhile leaves it for :func:`~snapshotd.restore.journal.recover`.
+    backups, staged content and the journal are gone on exit, whatever happened,
+    and the folders an apply changed are synced first (:func:`_finish`); after a
+    block that ended without an error, ``defer`` (when given) is handed that
+    sync and removal instead, to run once the caller has answered. The journal
+    stays locked until then, and a crash meanwhile leaves it for
+    :func:`~snapshotd.restore.journal.recover`.
     """
     links = _validate(repo, plan)
     try:
@@ -190,24 +190,42 @@ def prepared_plan(
         for path, temp in temps.items():
             if path not in applier.placed:  # (a name renamed into place is gone: no walk to look for it)
                 remove_temp(root_fd, temp)
-        applier.close()
-        os.close(root_fd)
-        leftovers = functools.partial(_remove_leftovers, applier.backups, stage.directory, journal, journal_fd)
+        leftovers = functools.partial(_finish, applier, root_fd, stage.directory, journal, journal_fd, succeeded)
         if succeeded and defer is not None:
             defer(leftovers)
         else:
             leftovers()
 
 
-def _remove_leftovers(backups: Backups, stage_dir: str, journal: str | None, journal_fd: int | None) -> None:
-    """Remove a finished restore's backups and staged content, then its journal, and let go of the journal's lock."""
-    backups.close()
-    shutil.rmtree(stage_dir, ignore_errors=True)
-    if journal is not None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(journal)
-    if journal_fd is not None:
-        os.close(journal_fd)
+def _finish(
+    applier: Applier, root_fd: int, stage_dir: str, journal: str | None, journal_fd: int | None, finished: bool
+) -> None:
+    """After the block: the renames of its apply made durable (unless it failed), then its backups, staged content
+    and journal removed, the journal last, and its lock let go.
+
+    The folders are synced here, not before the answer: until the journal is
+    removed, a crash that loses a rename leaves a temporary file the journal
+    names, for :func:`~snapshotd.restore.journal.recover`. A sync that fails
+    keeps the journal and the backups for it.
+    """
+    for_recovery = True
+    try:
+        if finished:
+            applier.sync()
+        for_recovery = False
+    finally:
+        applier.close()
+        os.close(root_fd)
+        if for_recovery:
+            applier.backups.let_go()
+        else:
+            applier.backups.close()
+            shutil.rmtree(stage_dir, ignore_errors=True)
+            if journal is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(journal)
+        if journal_fd is not None:
+            os.close(journal_fd)
 
 
 def apply_plan(
