@@ -62,6 +62,9 @@ def after(cls, name, calls=1):
 
 if step == "journal-unnamed":
     os.replace = lambda *a, **k: die()
+elif step == "journal-not-yet-durable":
+    from snapshotd.restore import prepared
+    prepared.make_journal_durable = lambda *a: die()
 elif step == "staged":
     after(Stage, "prepare")
 elif step == "temp-half-written":
@@ -99,6 +102,7 @@ apply_plan(repo, args["workdir"], plan, args["journal"], GitCheckout(git_dir=rep
 STEPS = {
     "journal-unnamed": ({".journal-"}, []),  # .journal-tmp-<token>, never renamed
     "staged": ({"apply-", "stage-"}, []),
+    "journal-not-yet-durable": ({"apply-", "stage-"}, []),  # the safety checkpoint's moment: nothing made yet
     "temp-half-written": ({"apply-", "backup-", "stage-"}, ["d"]),
     "deleted": ({"apply-", "backup-", "stage-"}, []),
     "backup-kept": ({"apply-", "backup-", "stage-"}, ["", "", "", "", "d"]),  # d/g.txt's kept, not yet replaced
@@ -290,3 +294,25 @@ def test_a_sync_that_fails_after_the_answer_keeps_the_journal_for_recovery(
     assert recover(str(journal), str(wt)) == []  # every copy was renamed into place: no temporary name to remove
     assert os.listdir(journal) == [] and capture(wt) == target
 
+
+def test_the_journal_is_durable_before_the_apply_makes_or_removes_anything(
+    tmp_path: Path, scene: tuple[Path, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snapshotd.restore import fileops, prepared
+    from snapshotd.restore.apply import Applier
+
+    wt, target, repo, plan = _prepared_scene(tmp_path, scene)
+    journal = tmp_path / "journal"
+    events: list[str] = []
+
+    def logged(name: str, real):
+        return lambda *a, **k: (events.append(name), real(*a, **k))[1]
+
+    monkeypatch.setattr(prepared, "make_journal_durable", logged("journal durable", prepared.make_journal_durable))
+    monkeypatch.setattr(fileops, "write_temp", logged("copy", fileops.write_temp))
+    monkeypatch.setattr(Applier, "delete", logged("delete", Applier.delete))
+    with prepared.prepared_plan(repo, str(wt), plan, str(journal)) as ready:
+        assert events == []  # written, not waited for: the safety checkpoint is recorded here, and its flush carries it
+        ready.apply()
+    assert events[0] == "journal durable" and events.count("journal durable") == 1
+    assert {"copy", "delete"} <= set(events) and capture(wt) == target

@@ -1,8 +1,8 @@
 """The restore journal: the temporary names an apply is about to create, and recovery after a crash.
 
 Before a plan touches the worktree, every temporary name it will use, its
-backup folder and its stage folder are written to a journal, atomically and
-synced. The journal stays locked (``flock``) while its writer lives, so
+backup folder and its stage folder are written to a journal, atomically, and
+made durable before the first of them is made. The journal stays locked (``flock``) while its writer lives, so
 :func:`recover` never touches a restore in progress, and the kernel drops the
 lock when the writer dies, so it never goes stale. Targets never need
 repair: they are only ever replaced whole by a rename.
@@ -21,6 +21,7 @@ from typing import Any
 
 from snapshotd.errors import Untrusted
 from snapshotd.fsutil import checked_private_folder, open_private_folder, write_all
+from snapshotd.git.flush import start_writeback
 from snapshotd.restore.backups import remove_left_behind
 from snapshotd.restore.fileops import remove_temp
 
@@ -31,12 +32,14 @@ STAGE_PREFIX = "stage-"
 def write_journal(
     journal_dir: str, token: str, workdir: str, temps: dict[str, str], stage: str | None, backups: str
 ) -> tuple[str, int]:
-    """Record the temporary names about to be created; written atomically and synced.
+    """Record the temporary names about to be created, atomically; :func:`make_journal_durable` before the first is.
 
     Returns the journal's path and an open descriptor holding an exclusive
     ``flock`` on it: while the writer lives, :func:`recover` leaves the journal
     alone, and the kernel drops the lock when the writer dies, so it never goes
-    stale. The lock is taken before the journal gets its final name.
+    stale. The lock is taken before the journal gets its final name. Its
+    writeback is started here and waited for later: the safety checkpoint's
+    flush in between, on a journaled file system, carries it along.
     """
     checked_private_folder(journal_dir)
     body = json.dumps(
@@ -55,19 +58,28 @@ def write_journal(
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         write_all(fd, body)
-        os.fsync(fd)
+        start_writeback(fd)
         os.replace(temp, final)
-        dir_fd = os.open(journal_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(temp)
         os.close(fd)
         raise
     return final, fd
+
+
+def make_journal_durable(journal_dir: str, fd: int) -> None:
+    """Make the journal open as ``fd`` durable, under its final name: before the apply makes the first name it lists.
+
+    Until then a crash leaves no temporary file of the apply's, so a journal
+    lost with it names nothing left behind.
+    """
+    os.fsync(fd)
+    dir_fd = os.open(journal_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def _journals(journal_dir: str) -> list[str]:

@@ -30,7 +30,7 @@ from snapshotd.git.repository import Repository
 from snapshotd.restore.apply import Applier
 from snapshotd.restore.backups import BACKUP_PREFIX, Backups
 from snapshotd.restore.fileops import TEMP_PREFIX, remove_temp, split_path
-from snapshotd.restore.journal import STAGE_PREFIX, write_journal
+from snapshotd.restore.journal import STAGE_PREFIX, make_journal_durable, write_journal
 from snapshotd.restore.outcome import RestoreOutcome
 from snapshotd.restore.plan import Plan
 from snapshotd.restore.stage import GitCheckout, Stage
@@ -76,11 +76,19 @@ def _validate(repo: Repository, plan: Plan) -> dict[str, bytes]:
 class PreparedPlan:
     """A plan ready to apply: :meth:`stale` checks the disk against the safety checkpoint, :meth:`apply` applies."""
 
-    def __init__(self, plan: Plan, applier: Applier, temps: dict[str, str], links: dict[str, bytes]) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        applier: Applier,
+        temps: dict[str, str],
+        links: dict[str, bytes],
+        journal_durable: Callable[[], None],
+    ) -> None:
         self.plan = plan
         self._applier = applier
         self._temps = temps
         self._links = links
+        self._journal_durable = journal_durable
 
     def stale(self, fence_ns: int | None = None) -> list[str]:
         """The paths to touch that no longer hold what the safety checkpoint recorded; ``fence_ns``, the
@@ -90,10 +98,17 @@ class PreparedPlan:
     def apply(self) -> RestoreOutcome:
         """Carry out the plan and say what was done; on a failure put back everything done so far and re-raise.
 
-        The error then says that nothing was changed, or names exactly the
-        paths that could not be put back.
+        The journal is made durable first (on a journaled file system the
+        safety checkpoint's flush just before has carried it: one flush, not
+        two). The error then says that nothing was changed, or names exactly
+        the paths that could not be put back.
         """
         applier = self._applier
+        try:
+            self._journal_durable()
+        except OSError as exc:
+            error = filesystem_error(exc, applier.backups.journal_dir, "prepare the restore in")
+            raise type(error)(f"{error.message} Nothing was changed.", **error.data) from exc
         try:
             for path in self.plan.deletes:
                 applier.delete(path)
@@ -184,7 +199,8 @@ def prepared_plan(
             except OSError as exc:
                 error = filesystem_error(exc, journal_dir, "prepare the restore in")
                 raise type(error)(f"{error.message} Nothing was changed.", **error.data) from exc
-        yield PreparedPlan(plan, applier, temps, links)
+        durable = functools.partial(make_journal_durable, journal_dir, journal_fd) if journal_fd is not None else _nothing
+        yield PreparedPlan(plan, applier, temps, links, durable)
         succeeded = True
     finally:
         for path, temp in temps.items():
@@ -195,6 +211,10 @@ def prepared_plan(
             defer(leftovers)
         else:
             leftovers()
+
+
+def _nothing() -> None:
+    """No journal to make durable: a plan with nothing to write or delete."""
 
 
 def _finish(
