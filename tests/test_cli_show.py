@@ -195,3 +195,31 @@ def test_a_patch_longer_than_a_reply_is_fetched_page_by_page(
     largest = checkpoint(repo, env)["id"]
     refused = cli("diff", "-p", after, largest, cwd=repo, env=env, code=1)
     assert f"git shows it: git diff {after} {largest} -- huge.txt." in refused.stderr, refused
+
+
+def test_a_paged_patch_of_the_worktree_is_one_capture_though_a_file_changes_between_pages(
+    daemon: Daemon, env: dict[str, str], repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from snapshotd.cli import options
+    from snapshotd.client.launcher import Runner
+
+    monkeypatch.setattr(options, "MAX_PATCH_BYTES", 3_000)
+    before = checkpoint(repo, env)["id"]
+    for n in range(5):
+        write(repo / f"f{n}.txt", f"line {n}\n" * 200)
+    expected = git_bytes(repo, "diff", before, checkpoint(repo, env)["id"]).decode()  # the worktree now, as git shows it
+    real_call = Runner.call
+    pages: list[dict[str, Any]] = []
+
+    def a_writer_between_pages(self: Runner, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        if method != "diff":
+            return real_call(self, method, params)
+        pages.append(params)
+        if len(pages) == 2:  # another process writes the worktree after the first page was answered
+            write(repo / "f4.txt", "rewritten between the pages\n")
+        return real_call(self, method, params)
+
+    monkeypatch.setattr(Runner, "call", a_writer_between_pages)
+    paged = cli("diff", "--patch", before, cwd=repo, env=env).stdout
+    assert paged == expected  # every page of the first capture: f4.txt as it was, not half of each
+    assert len(pages) > 2 and all(page.get("worktree_tree") == pages[1]["worktree_tree"] for page in pages[1:])

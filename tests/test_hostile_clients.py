@@ -27,7 +27,7 @@ from repo_helpers import init_repo, write
 
 from snapshotd.client.rpc import Client
 from snapshotd.contract.framing import encode_message
-from snapshotd.errors import InvalidParams, SnapshotdError
+from snapshotd.errors import InvalidParams, NotFound, SnapshotdError
 
 RSS_BOUND_KIB = 300 * 1024
 SWAPPER = """
@@ -223,7 +223,30 @@ def test_diff_patch_over_the_limit_is_too_large_and_pages_by_offset(daemon: Daem
             offset = page["next_offset"]
         everything = client.call("diff", {"from": before, "to": after, "patch": True, "paths": small})
         assert files == everything["files"] and patch == everything["patch"]
-        assert len(files) == 5
+        assert len(files) == 5 and "worktree_tree" not in everything  # neither side is the worktree
+
+
+def test_pages_of_a_worktree_diff_read_the_tree_the_first_page_captured(daemon: Daemon, sock: Path, tmp_path: Path) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    with Client(str(sock), timeout=60) as client:
+        before = client.call("checkpoint", {"path": str(repo)})["checkpoint"]["id"]
+        for n in range(3):
+            write(repo / f"f{n}.txt", f"file {n}\n" * 200)
+        params = {"from": before, "path": str(repo), "patch": True, "max_patch_bytes": 2_000}
+        first = client.call("diff", params)
+        captured = client.call("checkpoint", {"path": str(repo)})["checkpoint"]["tree"]
+        assert first["worktree_tree"] == captured and first["next_offset"] == 1
+        write(repo / "f2.txt", "written between the pages\n")
+        rest = client.call("diff", {**params, "offset": 2, "worktree_tree": first["worktree_tree"]})
+        assert rest["files"][0]["path"] == "f2.txt" and "+file 2" in rest["patch"] and "written between" not in rest["patch"]
+        assert rest["worktree_tree"] == captured
+        gone = "0" * len(captured)
+        with pytest.raises(NotFound) as refused:
+            client.call("diff", {**params, "offset": 1, "worktree_tree": gone})
+        assert refused.value.message == (
+            f"The worktree's tree {gone} that an earlier page of this diff captured is not in its store; "
+            "ask for the diff again from its first page."
+        )
 
 
 # --------------------------------------------------------------------------
@@ -302,6 +325,8 @@ def _pings(sock: Path) -> bool:
         ("diff", {"from": "worktree", "path": "{repo}", "paths": ["p" * 5000]}),
         ("diff", {"from": "worktree", "path": "{repo}", "patch": True, "context": 2**40}),
         ("diff", {"from": "worktree", "path": "{repo}", "patch": True, "max_patch_bytes": 0}),
+        ("diff", {"from": "worktree", "path": "{repo}", "worktree_tree": "HEAD"}),
+        ("diff", {"from": "worktree", "path": "{repo}", "worktree_tree": 7}),
     ],
 )
 def test_odd_params_are_invalid_params(daemon: Daemon, sock: Path, tmp_path: Path, method: str, params: dict) -> None:

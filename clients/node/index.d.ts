@@ -166,6 +166,8 @@ export interface DiffParams extends OptionalWorktree {
   offset?: number;
   /** With `patch: true`: the most bytes of patch one answer holds (a page ends before it). */
   max_patch_bytes?: number;
+  /** A later page of a diff of the worktree: the `worktree_tree` its first page gave, read instead of the disk. */
+  worktree_tree?: string;
 }
 
 export interface RestoreParams extends OptionalWorktree {
@@ -275,6 +277,8 @@ export interface DiffResult {
   cross_worktree?: boolean;
   /** With `patch: true`: the `offset` of the next page, or null when this one is the last. */
   next_offset?: number | null;
+  /** When a side is the worktree: the tree captured, for the later pages' `worktree_tree`. */
+  worktree_tree?: string;
 }
 
 export interface RestoreResult {

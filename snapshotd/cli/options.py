@@ -185,12 +185,16 @@ class Finishes:
 def whole_result(runner: Runner, method: str, params: dict[str, Any]) -> dict[str, Any]:
     """A ``diff`` with its patch, every page of it (``next_offset``) asked for and joined into one result.
 
+    Pages after the first read the worktree's tree the first captured
+    (``worktree_tree``), so a file written meanwhile cannot mix two states.
     One file whose patch alone is over what a reply carries is ``too_large``,
     told with the git command that shows it (a checkpoint is a commit).
     """
     params = {**params, "max_patch_bytes": MAX_PATCH_BYTES}
     try:
         result = runner.call(method, params)
+        if result.get("worktree_tree") is not None:
+            params["worktree_tree"] = result["worktree_tree"]
         while result.get("next_offset") is not None:
             page = runner.call(method, {**params, "offset": result["next_offset"]})
             result = {**page, "files": result["files"] + page["files"], "patch": result["patch"] + page["patch"]}

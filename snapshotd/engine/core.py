@@ -199,11 +199,17 @@ class Engine:
 
     # --- diff --------------------------------------------------------------------
 
-    async def _tree_of(self, ref: CheckpointRef | str, preferred: WorktreeState | None, name: str) -> reads.DiffSide:
-        """One side of a diff: the worktree captured now (under its lock), or a checkpoint's tree."""
+    async def _tree_of(
+        self, ref: CheckpointRef | str, preferred: WorktreeState | None, name: str, captured: str | None = None
+    ) -> reads.DiffSide:
+        """A diff's side: the worktree captured now (under its lock) or by an earlier page, or a checkpoint's tree."""
         if isinstance(ref, str):
             if preferred is None:
                 raise InvalidParams(f"'{name}' is 'worktree' but no worktree was given; add 'path' or a checkpoint.")
+            if captured is not None:
+                store_dir = preferred.info.store_dir
+                tree = await trio.to_thread.run_sync(reads.captured_tree, store_dir, captured, limiter=thread_limiter)
+                return reads.DiffSide(tree, store_dir, None)
             async with preferred.lock:
                 result = await self.capture(preferred)
             return reads.DiffSide(result.tree, preferred.info.store_dir, None)
@@ -216,8 +222,8 @@ class Engine:
         if preferred is None and options.checkpoint_sides:
             store, checkpoint = await trio.to_thread.run_sync(self._find, options.checkpoint_sides[0], None, limiter=thread_limiter)
             preferred = await trio.to_thread.run_sync(self.transfers.owner, store, checkpoint, limiter=thread_limiter)
-        old = await self._tree_of(options.source, preferred, "from")
-        new = await self._tree_of(options.target, preferred, "to")
+        old = await self._tree_of(options.source, preferred, "from", options.worktree_tree)
+        new = await self._tree_of(options.target, preferred, "to", options.worktree_tree)
         worktree = preferred.info if preferred is not None else None
         return await trio.to_thread.run_sync(  # the wire shape of 20,000 files too: off the loop
             lambda: reads.diff_sides(old, new, options, worktree).to_wire(), limiter=thread_limiter

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -42,6 +43,7 @@ from snapshotd.store.refnames import session_key
 from snapshotd.store.remotes import back_from_remote_head, iter_remote, remote_key
 
 WORKTREE = "worktree"  # the side of a diff that means the worktree as it is now
+_TREE_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # sha1 or sha256, as the stores write them
 DEFAULT_CONTEXT = 3
 
 
@@ -272,6 +274,7 @@ class DiffOptions:
     context: int
     offset: int
     max_patch_bytes: int
+    worktree_tree: str | None = None  # the worktree's tree an earlier page captured: later pages read it, not the disk
 
     @classmethod
     def from_params(cls, params: Mapping[str, Any]) -> DiffOptions:
@@ -287,6 +290,9 @@ class DiffOptions:
         )
         assert offset is not None and max_patch_bytes is not None
         session = session_choice(params)
+        worktree_tree = params.get("worktree_tree")
+        if worktree_tree is not None and not (isinstance(worktree_tree, str) and _TREE_ID.fullmatch(worktree_tree)):
+            raise InvalidParams("'worktree_tree' must be the tree id an earlier page of this diff gave, or left out.")
 
         def side(name: str, value: object) -> CheckpointRef | str:
             return WORKTREE if value == WORKTREE else parse_ref(value, name, session)
@@ -299,6 +305,7 @@ class DiffOptions:
             context=DEFAULT_CONTEXT if context is None else context,
             offset=offset,
             max_patch_bytes=max_patch_bytes,
+            worktree_tree=worktree_tree,
         )
 
     @property
@@ -322,16 +329,36 @@ class DiffSide:
 
 @dataclass(frozen=True)
 class DiffResult:
-    """The listing (and patch page) of a diff, and whether its sides are of different worktrees."""
+    """The listing (and patch page) of a diff, whether its sides are of different worktrees, and the worktree's
+    tree it captured (None when neither side is the worktree), which later pages ask for as ``worktree_tree``."""
 
     listing: TreeDiff
     cross_worktree: bool
+    worktree_tree: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
         wire = self.listing.to_wire()
         if self.cross_worktree:
             wire["cross_worktree"] = True
+        if self.worktree_tree is not None:
+            wire["worktree_tree"] = self.worktree_tree
         return wire
+
+
+def captured_tree(store_dir: str, tree: str) -> str:
+    """``tree``, the worktree's tree an earlier page of a diff captured, checked to be a tree in ``store_dir``."""
+    with repository(store_dir) as repo:
+        try:
+            found = repo.get(tree)
+        except (ValueError, TypeError):
+            found = None
+        if found is None or getattr(found, "type_str", None) != "tree":
+            raise NotFound(
+                f"The worktree's tree {tree} that an earlier page of this diff captured is not in its store; "
+                "ask for the diff again from its first page.",
+                oid=tree,
+            )
+    return tree
 
 
 def diff_sides(old: DiffSide, new: DiffSide, options: DiffOptions, worktree: WorktreeInfo | None) -> DiffResult:
@@ -355,4 +382,5 @@ def diff_sides(old: DiffSide, new: DiffSide, options: DiffOptions, worktree: Wor
     worktrees = {side.checkpoint.worktree for side in (old, new) if side.checkpoint is not None}
     if worktree is not None and options.names_worktree:
         worktrees.add(worktree.id)
-    return DiffResult(listing, cross_worktree=len(worktrees) > 1)
+    captured = next((side.tree for side in (old, new) if side.checkpoint is None), None)
+    return DiffResult(listing, cross_worktree=len(worktrees) > 1, worktree_tree=captured)

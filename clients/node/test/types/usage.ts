@@ -54,6 +54,9 @@ export async function turn(worktree: string): Promise<void> {
   }
   const page = await sd.diff({ from: "@", patch: true, offset: 25, max_patch_bytes: 1 << 20 });
   const nextPage: number | null | undefined = page.next_offset;
+  if (nextPage != null && page.worktree_tree !== undefined) {
+    await sd.diff({ from: "@", patch: true, offset: nextPage, worktree_tree: page.worktree_tree });
+  }
   const raw = await sd.call<{ anything: number }>("future_method", { x: 1 });
   try {
     await sd.show("0000000");
