@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from repo_helpers import init_repo, write
+from repo_helpers import git, init_repo, write
 from restore_helpers import capture, temps_left
 
 from snapshotd.restore.journal import recover
@@ -316,3 +316,28 @@ def test_the_journal_is_durable_before_the_apply_makes_or_removes_anything(
         ready.apply()
     assert events[0] == "journal durable" and events.count("journal durable") == 1
     assert {"copy", "delete"} <= set(events) and capture(wt) == target
+
+
+async def test_a_restores_safety_ref_is_durable_before_the_apply_begins(watched_engine, tmp_path, monkeypatch) -> None:
+    from snapshotd.engine import locked
+    from snapshotd.restore import prepared
+
+    wt = init_repo(tmp_path / "wt", *OLD.items())
+    params = {"path": str(wt), "session": "s"}
+    at_a = (await watched_engine.call("checkpoint", params))["checkpoint"]
+    for path, text in NEW.items():
+        write(wt / path, text)
+    events: list[tuple[str, str]] = []
+    real_fsync_ref, real_durable = locked.fsync_ref, prepared.make_journal_durable
+
+    def ref_synced(git_dir: str, name: str) -> None:
+        real_fsync_ref(git_dir, name)
+        events.append(("ref", os.path.join(git_dir, name)))
+
+    monkeypatch.setattr(locked, "fsync_ref", ref_synced)
+    monkeypatch.setattr(prepared, "make_journal_durable", lambda *a: (events.append(("apply", "")), real_durable(*a))[1])
+    done = await watched_engine.call("restore", {"checkpoint": at_a["id"], "path": str(wt)})
+    assert [kind for kind, _ in events] == ["ref", "apply"]
+    ref = events[0][1].split("/.git/", 1)[1]  # the safety session's, which holds the safety checkpoint
+    safety = done["safety_checkpoint"]["id"]
+    assert safety in git(wt, "rev-list", ref).split()

@@ -29,10 +29,12 @@ from snapshotd.capture.state import CaptureResult
 from snapshotd.engine.recording import record_one
 from snapshotd.engine.registry import WorktreeState
 from snapshotd.errors import InternalError
+from snapshotd.git.flush import fsync_ref
 from snapshotd.git.repository import Repository
 from snapshotd.settings import SAFETY_SESSION
 from snapshotd.store.checkpoints import Checkpoint
 from snapshotd.store.identity import WorktreeInfo
+from snapshotd.store.refnames import ref_name
 from snapshotd.threads import thread_limiter
 
 __all__ = ["Locked", "locked"]
@@ -77,9 +79,12 @@ class Locked:
         return self._state.capture.resident.opened(self.info)
 
     def record(self, repo: Repository, tree: str, label: str) -> Checkpoint:
-        """Record ``tree`` as the safety checkpoint labelled ``label``, in ``repo`` (from :meth:`store`)."""
+        """Record ``tree`` as the safety checkpoint labelled ``label``, in ``repo`` (from :meth:`store`), its ref
+        durable before the restore changes anything."""
         self._check()
-        return record_one(self.info, SAFETY_SESSION, label, tree, repo, resident=self._state.capture.resident)
+        checkpoint = record_one(self.info, SAFETY_SESSION, label, tree, repo, resident=self._state.capture.resident)
+        fsync_ref(repo.path, ref_name(self.info.id, SAFETY_SESSION))
+        return checkpoint
 
     def forget(self, path: str) -> None:
         """Drop ``path`` from the capture's stat cache: the apply wrote or removed it."""

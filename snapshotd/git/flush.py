@@ -50,6 +50,31 @@ def start_writeback(fd: int) -> None:
         call(fd, ctypes.c_longlong(0), ctypes.c_longlong(0), _SYNC_FILE_RANGE_WRITE)
 
 
+def fsync_ref(git_dir: str, name: str) -> None:
+    """Make the reference ``name`` of ``git_dir`` durable as it stands: its file (``packed-refs`` when it is not
+    loose), then its folder, so the rename that put it there is durable too.
+
+    A checkpoint's ref is otherwise left to the file system, as git leaves
+    its own; a restore's safety checkpoint must be on disk before the
+    restore changes anything.
+    """
+    path = os.path.join(git_dir, name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        path = os.path.join(git_dir, "packed-refs")
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    folder = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
 FDS_AT_ONCE = 256
 """Descriptors a caller of :func:`fsync_together` holds open at once."""
 
