@@ -62,6 +62,17 @@ def test_log_lists_turns_from_real_hook_payloads(daemon: Daemon, env: dict[str, 
     assert cli("log", "--session", "other", str(repo), env=env).stdout.startswith("no agent turns")
 
 
+def test_log_of_several_sessions_names_each_session_whole(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
+    other = "9c0d1e2f-3a4b-4c5d-8e6f-7a8b9c0d1e2f"
+    recorded_claude_turn(repo, env)
+    claude_hook(repo, env, "1-user-prompt-submit.json", prompt="Another agent's turn", session_id=other)
+    lines = cli("log", str(repo), env=env).stdout.splitlines()
+    assert [line.split()[0] for line in lines] == [other, SESSION]  # each whole, as --session takes it
+    assert lines[0].index("turn") == lines[1].index("turn")  # in one column
+    assert cli("log", "--session", lines[0].split()[0], "--json", str(repo), env=env).json()["turns"][0]["prompt"] == (
+        "Another agent's turn"
+    )
+
 def test_diff_and_revert_of_a_turn_by_number(daemon: Daemon, env: dict[str, str], repo: Path) -> None:
     two_turns_and_an_open_one(repo, env)
     first = cli("log", "--json", str(repo), env=env).json()["turns"][2]

@@ -104,14 +104,15 @@ def log(ctx: click.Context, path: str, session: str | None, limit: int, json_out
     turns = find_turns(_list_all(ctx, folder, session))[:limit]
     for turn in turns:
         count_changes(ctx, turn)
-    sessions = {turn.session for turn in turns}
+    names = {turn.session: one_line(turn.session or "-") for turn in turns}
+    width = max(map(len, names.values()), default=0)
 
     def human(result: dict[str, Any]) -> None:
         if not turns and limit != 0:
             click.echo("no agent turns (checkpoints from `snapshotd integrate`'s hooks make them)")
         for turn in turns:
-            if len(sessions) > 1:
-                click.echo(click.style(f"{one_line(turn.session or '-')[:12]:<12} ", dim=True), nl=False)
+            if len(names) > 1:  # each session whole: it is what --session takes
+                click.echo(click.style(f"{names[turn.session]:<{width}} ", dim=True), nl=False)
             click.echo(turn_line(turn))
 
     emit(use_json(ctx), {"turns": [asdict(turn) for turn in turns]}, human)
