@@ -87,7 +87,7 @@ def test_diff_and_revert_of_a_turn_by_number(daemon: Daemon, env: dict[str, str]
     assert (repo / "a.txt").read_text() == "hello\n" and (repo / "CHANGES").exists()
     # Errors: one sentence each, exit 1, nothing changed.
     missing = cli("diff", "--turn", "9", cwd=repo, env=env, code=1)
-    assert "There is no turn 9" in missing.stderr
+    assert f"There is no turn 9 in the session {SESSION} (it has 3); `snapshotd log` lists the turns." in missing.stderr
     both = cli("diff", "--turn", "1", "@", cwd=repo, env=env, code=2)  # arguments that do not go together
     assert "--turn names both checkpoints" in both.stderr
     assert "needs FROM" in cli("diff", cwd=repo, env=env, code=2).stderr

@@ -58,7 +58,12 @@ def turn_range(ctx: click.Context, path: str, session: str | None, number: int) 
     runner = use_json(ctx)
     if not turns:
         fail(runner, NotFound(f"There are no agent turns in the worktree holding {path}; `snapshotd integrate` records them."))
-    fail(runner, NotFound(f"There is no turn {number} in that session; `snapshotd log` lists the turns."))
+    last = max((turn.turn for turn in turns if turn.session == session), default=0)
+    fail(runner, NotFound(
+        f"There is no turn {number} in the session {one_line(session or '-')} (it has {last}); "
+        "`snapshotd log` lists the turns.",
+        session=session, turns=last,
+    ))
 
 
 def age(stamp: str, now: float | None = None) -> str:
