@@ -145,6 +145,15 @@ async def test_the_session_is_the_calling_agents_and_the_schemas_say_everything(
         result = await client.call_tool("list_checkpoints", {"limit": "ten"})
         assert result.is_error and len(text_of(result).splitlines()) == 1, text_of(result)
         assert text_of(result).startswith("The arguments of list_checkpoints are wrong: 'limit' input should be a valid integer")
+        before = (repo / "a.txt").read_bytes()
+        for wrong, said in [
+            ({"confirm": "yes"}, "'confirm' input should be a valid boolean"),  # an apply is asked for by true alone
+            ({"confrm": True}, "'confrm' is not one of them (checkpoint, paths, confirm, path)"),  # not dropped
+        ]:
+            result = await client.call_tool("restore", {"checkpoint": "@~1", **wrong})
+            assert result.is_error and len(text_of(result).splitlines()) == 1, text_of(result)
+            assert text_of(result).startswith("The arguments of restore are wrong: " + said), text_of(result)
+        assert (repo / "a.txt").read_bytes() == before
 
 
 async def test_a_reference_that_names_its_session_needs_no_agent(daemon: Daemon, sock: Path, repo: Path) -> None:

@@ -261,6 +261,14 @@ class _Server(MCPServer):
             await server.run(reader, writer, server.create_initialization_options())
 
     async def call_tool(self, name: str, arguments: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        known = tool.parameters.get("properties", {}) if tool is not None else {}
+        unknown = sorted(set(arguments or {}) - set(known)) if tool is not None else []
+        if unknown:  # a misspelt argument would otherwise be dropped, and its tool run without it
+            raise ToolError(
+                f"The arguments of {name} are wrong: {unknown[0]!r} is not one of them ({', '.join(known)}); "
+                "see the tool's input schema."
+            )
         try:
             return await super().call_tool(name, arguments, *args, **kwargs)
         except ToolError as exc:
@@ -301,7 +309,7 @@ class ChangeOutput(TypedDict, total=False):
 
 _PATH = Field(description="A folder of the worktree to act on; default: the folder the server started in.")
 _REF = "an id (7+ hex digits), '@' (the session's newest), '@~N' (N before it) or '#N' (its seq N)"
-_CONFIRM = Field(description="true: apply. false (default): only preview what would change.")
+_CONFIRM = Field(description="true: apply. false (default): only preview what would change.", strict=True)
 _PATHS = Field(description="Only these files or folders, relative to the worktree (default: all).")
 
 
@@ -368,7 +376,7 @@ def build_server(runner: Runner, *, any_worktree: bool = False) -> MCPServer:
         checkpoint: Annotated[str, Field(description=f"The turn's 'before:' checkpoint: {_REF}.")],
         to: Annotated[str | None, Field(description=f"Undo up to this checkpoint instead of the turn's end: {_REF}.")] = None,
         paths: Annotated[list[str] | None, _PATHS] = None,
-        force: Annotated[bool, Field(description="true: also overwrite files changed since the turn.")] = False,
+        force: Annotated[bool, Field(description="true: also overwrite files changed since the turn.", strict=True)] = False,
         confirm: Annotated[bool, _CONFIRM] = False,
         path: Annotated[str | None, _PATH] = None,
     ) -> Annotated[CallToolResult, ChangeOutput]:
