@@ -156,6 +156,10 @@ def test_a_file_that_is_not_json_is_left_alone() -> None:
     line = assert_one_error_line(cli_process("integrate", "claude-code", code=1), str(path), "not valid JSON")
     assert "fix or move it" in line
     assert path.read_text() == '{"model": "opus",}\n'
+    # doctor says the same, not "run integrate", which would refuse
+    [hooks] = [c for c in cli("doctor", "--json", code=None).json()["checks"] if c["check"] == "claude-code hooks"]
+    assert not hooks["ok"] and hooks["detail"].startswith(f"{path} is not valid JSON (")
+    assert hooks["fix"] == "fix it or move it away, then run `snapshotd doctor` again"
     path.write_text('{"hooks": []}\n')
     assert_one_error_line(cli_process("integrate", "claude-code", code=1), "'hooks'", "not an object")
 

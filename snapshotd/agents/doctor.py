@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from snapshotd.agents import codextrust, hookstate, integrate
+from snapshotd.agents import codextrust, hookstate, integrate, jsonedit
 from snapshotd.agents.hooks import TOOLS
 from snapshotd.agents.hookserve import NATIVE_PROGRAM
-from snapshotd.errors import SnapshotdError
+from snapshotd.errors import InvalidParams, SnapshotdError
 from snapshotd.settings import HOOK_TIMEOUT_S
 
 
@@ -47,6 +47,7 @@ class Installed:
     path: Path
     text: str
     handlers: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (event, handler)
+    unreadable: str | None = None  # why the file is not JSON: the agent ignores it, and integrate will not edit it
 
 
 def check_daemon(ping: Callable[[], dict[str, Any]], socket_path: str) -> Check:
@@ -74,6 +75,12 @@ def _installed(tool: str, cwd: str) -> list[Installed]:
         if text is None:
             continue
         entry = Installed(path, text)
+        try:
+            jsonedit.parse(text, str(path))
+        except InvalidParams as exc:
+            entry.unreadable = exc.message
+            found.append(entry)
+            continue
         for event, _group, handler in integrate.our_handlers(text, tool):
             entry.handlers.append((event, handler))
         if entry.handlers:
@@ -111,6 +118,10 @@ def check_hooks(tool: str, files: list[Installed]) -> list[Check]:
         return [Check(f"{tool} hooks", False, f"no settings of {tool} run snapshotd's hook", fix)]
     checks = []
     for entry in files:
+        if entry.unreadable is not None:
+            checks.append(Check(f"{tool} hooks", False, entry.unreadable.split("; fix or move it")[0],
+                                "fix it or move it away, then run `snapshotd doctor` again"))
+            continue
         events = sorted({event for event, _ in entry.handlers})
         problems = sorted({p for _, handler in entry.handlers if (p := _command_problem(str(handler.get("command", ""))))})
         short = sorted({event for event, h in entry.handlers if isinstance(h.get("timeout"), int) and h["timeout"] < HOOK_TIMEOUT_S})
@@ -229,8 +240,9 @@ def run_checks(tool: str | None, cwd: str, ping: Callable[[], dict[str, Any]], s
             checks += [*check_opencode(cwd), check_last_run(name)]
             continue
         checks += check_hooks(name, installed[name])
-        if name == "codex" and installed[name]:
-            checks += check_codex_trust(installed[name])
+        readable = [entry for entry in installed[name] if entry.unreadable is None]
+        if name == "codex" and readable:
+            checks += check_codex_trust(readable)
         checks.append(check_last_run(name))
     checks.append(check_mcp(socket_path))
     return checks
