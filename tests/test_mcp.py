@@ -141,6 +141,9 @@ async def test_the_session_is_the_calling_agents_and_the_schemas_say_everything(
         assert result.structured_content["session"] == SESSION, text_of(result)  # its own agent's, not the newest
         result = await client.call_tool("checkpoint", {"label": "by the model"})
         assert result.structured_content["checkpoint"]["session"] == SESSION  # checkpoint keeps the session
+        result = await client.call_tool("checkpoint", {"label": "red\x1b[31m\nsecond line"})
+        assert text_of(result).endswith("  red\\x1b[31m\\nsecond line (unchanged)")  # one line, controls as escapes
+        assert result.structured_content["checkpoint"]["label"] == "red\x1b[31m\nsecond line"  # the data as given
 
         result = await client.call_tool("list_checkpoints", {"limit": "ten"})
         assert result.is_error and len(text_of(result).splitlines()) == 1, text_of(result)

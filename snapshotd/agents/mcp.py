@@ -45,7 +45,7 @@ from snapshotd.errors import InvalidParams, SnapshotdError, Untrusted
 from snapshotd.settings import VERSION, resolve_socket_path
 from snapshotd.store.identity import locate
 from snapshotd.turns import turn_end
-from snapshotd.wording import plural, submodule_note
+from snapshotd.wording import one_line, plural, submodule_note
 
 PATCH_LIMIT_CHARS = 20_000
 """The default bound on a patch returned to the model; longer ones are cut and say so."""
@@ -56,8 +56,8 @@ _LIST_LIMIT = 20
 def _line(cp: dict[str, Any], with_session: bool = False) -> str:
     """One checkpoint as a line of plain text; ``with_session`` names its session (a seq counts in its own)."""
     unchanged = "" if cp.get("changed", True) else " (unchanged)"
-    seq = f"{cp.get('session') or '(default)'} #{cp['seq']}" if with_session else f"#{cp['seq']:<4}"
-    return f"{cp['id'][:12]}  {seq} {cp['created_at'][:19].replace('T', ' ')}  {cp.get('label') or '-'}{unchanged}"
+    seq = f"{one_line(cp.get('session') or '(default)')} #{cp['seq']}" if with_session else f"#{cp['seq']:<4}"
+    return f"{cp['id'][:12]}  {seq} {cp['created_at'][:19].replace('T', ' ')}  {one_line(cp.get('label') or '-')}{unchanged}"
 
 
 def _result(text: str, structured: dict[str, Any]) -> CallToolResult:
@@ -75,9 +75,9 @@ def _changes_text(result: dict[str, Any], applied: bool) -> str:
     """What a restore or revert wrote and deleted (or would), with the way back."""
     verb = "" if applied else "would "
     submodules = set(result.get("submodules") or [])
-    lines = [f"S  {submodule_note(p, not applied)}" if p in submodules else f"W  {p}" for p in result.get("written", [])]
-    lines += [f"D  {p}" for p in result.get("deleted", [])]
-    lines += [f"!  {c['path']}: {c['reason']}" for c in result.get("conflicts", []) + result.get("skipped", [])]
+    lines = [f"S  {submodule_note(one_line(p), not applied)}" if p in submodules else f"W  {one_line(p)}" for p in result.get("written", [])]
+    lines += [f"D  {one_line(p)}" for p in result.get("deleted", [])]
+    lines += [f"!  {one_line(c['path'])}: {c['reason']}" for c in result.get("conflicts", []) + result.get("skipped", [])]
     lines.append(f"{verb}write {len(result.get('written', []))}, {verb}delete {len(result.get('deleted', []))}")
     safety = result.get("safety_checkpoint")
     if applied and safety:
@@ -159,7 +159,7 @@ class Tools:
         chosen = None if all_sessions else self._session(folder, session)
         params = {"path": folder, "limit": limit, **({"session": chosen} if chosen else {})}
         checkpoints = self.runner.call("list", params)["checkpoints"]
-        heading = f"{plural(len(checkpoints), 'checkpoint')} of {folder}" + (f", session {chosen}" if chosen else ", every session")
+        heading = f"{plural(len(checkpoints), 'checkpoint')} of {one_line(folder)}" + (f", session {one_line(chosen)}" if chosen else ", every session")
         text = "\n".join([heading + ", newest first:", *(_line(cp, chosen is None) for cp in checkpoints)])
         return _result(text, {"worktree": folder, "session": chosen, "checkpoints": checkpoints})
 
@@ -176,10 +176,11 @@ class Tools:
         start, end = self._turn(checkpoint, to, path)
         result = self.runner.call("diff", {"from": start["id"], "to": end["id"], "patch": patch or None})
         files = result["files"]
-        width = max((len(f["path"]) for f in files), default=0)
+        names = {f["path"]: one_line(f["path"]) for f in files}
+        width = max(map(len, names.values()), default=0)
         lines = [f"{_line(start)}\n..{_line(end)}", f"{plural(len(files), 'file')} changed"]
         lines += [
-            f"{f['path'].ljust(width)}  {'bin' if f['binary'] else '+{} -{}'.format(f['additions'], f['deletions'])}  {f['status']}"
+            f"{names[f['path']].ljust(width)}  {'bin' if f['binary'] else '+{} -{}'.format(f['additions'], f['deletions'])}  {f['status']}"
             for f in files
         ]
         structured: dict[str, Any] = {"from": start, "to": end, "files": files}
