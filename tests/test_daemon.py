@@ -530,9 +530,31 @@ def test_stop_of_a_daemon_that_stopped_answering_says_so_in_bounded_time(daemon:
         started = time.monotonic()
         result = cli_process("--socket", sock, "stop", env=child_env(sock, SNAPSHOTD_CONNECT_TIMEOUT="2"), code=1)
         assert time.monotonic() - started < 15
-        assert "accepts connections but did not answer within 2 s" in result.stderr, result
-        # With SO_PEERCRED the listener is named, and how to let it go on.
+        # With SO_PEERCRED and /proc the listener is named, found stopped, and how to let it go on is said.
+        found_stopped = f"(pid {daemon.pid}) is stopped (Ctrl-Z or SIGSTOP) and cannot answer" in result.stderr
+        assert found_stopped or "accepts connections but did not answer within 2 s" in result.stderr, result
         assert f"kill -CONT {daemon.pid}" in result.stderr or "(pid" not in result.stderr, result
     finally:
         os.kill(daemon.pid, signal.SIGCONT)
     assert cli_process("--socket", sock, "stop", "--json").json()["stopped"] is True
+
+
+@pytest.mark.needs("peercred", "proc")
+def test_a_command_waiting_on_a_daemon_stopped_by_ctrl_z_says_so_and_how_to_resume_it(
+    daemon: Daemon, sock: Path, tmp_path: Path
+) -> None:
+    repo = init_repo(tmp_path / "repo", ("a.txt", "a\n"))
+    cli_process("--socket", sock, "checkpoint", repo)
+    os.kill(daemon.pid, signal.SIGSTOP)
+    try:
+        for command in (("status",), ("list", repo), ("checkpoint", repo)):
+            started = time.monotonic()
+            result = cli_process("--socket", sock, *command, code=1)
+            assert time.monotonic() - started < 15, command  # not the 30 s of a busy daemon's connect, nor forever
+            assert result.stderr.strip() == (
+                f"error: The daemon on {sock} (pid {daemon.pid}) is stopped (Ctrl-Z or SIGSTOP) and cannot answer; "
+                f"resume it with `kill -CONT {daemon.pid}`."
+            ), result
+    finally:
+        os.kill(daemon.pid, signal.SIGCONT)
+    assert len(cli_process("--socket", sock, "list", "--json", repo).json()["checkpoints"]) == 1  # nothing was recorded

@@ -167,6 +167,37 @@ class RoomWait:
         )
 
 
+STOPPED_CHECK_S = 2.0
+"""How long a reply is waited for before the daemon is looked at: a stopped one (Ctrl-Z, SIGSTOP) never answers."""
+
+
+def listener_pid(sock: socket.socket) -> int | None:
+    """The pid of the daemon at the other end of ``sock`` (SO_PEERCRED), None where it cannot be had."""
+    peer = peer_credentials(sock, switched_off="peercred" in disabled_facilities())
+    return peer[0] if peer is not None and peer[0] > 0 else None
+
+
+def stopped_daemon(pid: int | None, socket_path: str) -> Busy | None:
+    """The error for a daemon ``pid`` that is stopped (Ctrl-Z, SIGSTOP, a debugger), None when it runs or is not known.
+
+    Read from ``/proc/<pid>/stat``'s state (``T``, ``t``); without ``/proc`` nothing is known.
+    """
+    if pid is None or "proc" in disabled_facilities():
+        return None
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+    if state not in (b"T", b"t"):
+        return None
+    return Busy(
+        f"The daemon on {socket_path} (pid {pid}) is stopped (Ctrl-Z or SIGSTOP) and cannot answer; "
+        f"resume it with `kill -CONT {pid}`.",
+        pid=pid,
+    )
+
+
 def connect_blocking(path: str, wait: RoomWait, timeout: float | None) -> socket.socket:
     """A checked socket connected to ``path`` (``timeout`` set), retrying while the daemon is busy."""
     check_folder(path)

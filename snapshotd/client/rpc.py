@@ -34,11 +34,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from snapshotd.client.dialing import (
+    STOPPED_CHECK_S,
     RoomWait,
     closed_error,
     connect_blocking,
     dial_async,
     is_refusal,
+    listener_pid,
+    stopped_daemon,
 )
 from snapshotd.contract.framing import (
     LineBuffer,
@@ -102,7 +105,9 @@ class Client:
         self._sock: socket.socket | None = self._dial(self._wait)
 
     def _dial(self, wait: RoomWait) -> socket.socket:
-        return connect_blocking(self.socket_path, wait, self._timeout)
+        sock = connect_blocking(self.socket_path, wait, self._timeout)
+        self._daemon_pid = listener_pid(sock)
+        return sock
 
     def __enter__(self) -> Client:
         return self
@@ -181,15 +186,30 @@ class Client:
             if self._buffer.overflow is not None:
                 self.close()
                 raise self._buffer.overflow
-            try:
-                data = sock.recv(_READ_CHUNK)
-            except TimeoutError:
-                raise TimeoutError(f"snapshotd at {self.socket_path} did not answer within {self._timeout:g} s.") from None
+            data = self._recv(sock)
             if not data:
                 self.close()
                 raise closed_error(self.socket_path)
             self._lines.extend(self._buffer.feed(data))
         return self._lines.pop(0)
+
+
+    def _recv(self, sock: socket.socket) -> bytes:
+        """What the daemon sends next, within the timeout; a daemon found stopped while waiting is :class:`Busy`."""
+        deadline = None if self._timeout is None else time.monotonic() + self._timeout
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise TimeoutError(f"snapshotd at {self.socket_path} did not answer within {self._timeout:g} s.")
+            sock.settimeout(STOPPED_CHECK_S if left is None else min(left, STOPPED_CHECK_S))
+            try:
+                return sock.recv(_READ_CHUNK)
+            except TimeoutError:
+                stopped = stopped_daemon(self._daemon_pid, self.socket_path)
+                if stopped is not None:
+                    raise stopped from None
+            finally:
+                sock.settimeout(self._timeout)
 
 
 def _unwrap(response: Response) -> dict[str, Any]:
