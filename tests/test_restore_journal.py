@@ -89,6 +89,8 @@ elif step == "durable":
     after(barrier, "make_durable")
 elif step == "synced":
     after(Applier, "sync")
+elif step == "deleted-all":
+    Applier.prune_folders = lambda self, *a: die()
 
 repo = open_repository(os.path.join(args["workdir"], ".git"))
 plan = plan_restore(repo, args["current"], args["target"], None, args["workdir"])
@@ -341,3 +343,24 @@ async def test_a_restores_safety_ref_is_durable_before_the_apply_begins(watched_
     ref = events[0][1].split("/.git/", 1)[1]  # the safety session's, which holds the safety checkpoint
     safety = done["safety_checkpoint"]["id"]
     assert safety in git(wt, "rev-list", ref).split()
+
+
+def test_recovery_removes_the_folders_a_crashed_apply_emptied_and_nothing_else(tmp_path: Path) -> None:
+    wt = init_repo(tmp_path / "wt", ("a.txt", "a\n"), ("kept/b.txt", "b\n"), commit=False)
+    (wt / ".gitignore").write_text("*.log\n")
+    target = capture(wt)
+    for path in ("new/deep/x.txt", "new/deep/y.txt", "new/z.txt", "other/w.txt", "withlog/v.txt"):
+        write(wt / path, "added after the checkpoint\n")
+    write(wt / "withlog" / "run.log", "ignored, so in no checkpoint\n")
+    (wt / "empty-before").mkdir()  # the user's own empty folder: no delete is under it
+    journal = tmp_path / "journal"
+    args = {"step": "deleted-all", "workdir": str(wt), "current": capture(wt), "target": target, "journal": str(journal)}
+    child = run_child(args)
+    assert child.wait(timeout=120) == -signal.SIGKILL  # every delete done, no folder pruned yet
+    assert sorted(p.name for p in (wt / "new").rglob("*")) == ["deep"] and not any((wt / "other").iterdir())
+
+    assert recover(str(journal), str(wt)) == []
+    assert not (wt / "new").exists() and not (wt / "other").exists()  # emptied by the deletes: gone
+    assert sorted(os.listdir(wt / "withlog")) == ["run.log"]  # an ignored file keeps its folder
+    assert (wt / "empty-before").is_dir() and (wt / "kept" / "b.txt").exists()
+    assert os.listdir(journal) == [] and capture(wt) == target

@@ -20,6 +20,7 @@ from typing import Any
 from snapshotd.errors import PathBlocked, SnapshotdError, filesystem_error
 from snapshotd.git.modes import MODE_GITLINK, MODE_LINK
 from snapshotd.git.repository import Repository
+from snapshotd.paths import folders_above
 from snapshotd.restore import fileops
 from snapshotd.restore.backups import Backups
 from snapshotd.restore.fileops import (
@@ -39,6 +40,22 @@ from snapshotd.restore.plan import (
 from snapshotd.restore.recorded import Recorded
 from snapshotd.restore.stage import Stage
 from snapshotd.restore.trees import Entry
+
+
+def folders_to_prune(plan: Plan) -> list[str]:
+    """The folders ``plan``'s deletes may leave empty and that it then removes, deepest first: those above a
+    delete, except the folders above a write and a gitlink's own (still needed).
+
+    The apply removes those it finds empty; so does the journal's recovery
+    after a crash between the deletes and the pruning.
+    """
+    keep: set[str] = set()
+    for path, entry in plan.writes:
+        keep.update(folders_above(path))
+        if entry.mode == MODE_GITLINK:
+            keep.add(path)
+    folders = {folder for path in plan.deletes for folder in folders_above(path)} - keep
+    return sorted(folders, key=lambda folder: (-folder.count("/"), folder))
 
 
 def _fail(path: str, exc: OSError) -> SnapshotdError:
@@ -195,29 +212,12 @@ class Applier:
         finally:
             os.close(fd)
 
-    def prune_folders(self, deleted: Iterable[str], keep: set[str]) -> None:
-        """Remove folders the deletes left empty, deepest first, except those still needed."""
-        folders: set[str] = set()
-        for path in deleted:
-            parts = path.split("/")
-            for depth in range(1, len(parts)):
-                folders.add("/".join(parts[:depth]))
-        for folder in sorted(folders, key=lambda p: (-p.count("/"), p)):
-            if folder in keep:
-                continue
-            parts = folder.split("/")
-            try:
-                fd = open_dir(self.root_fd, parts[:-1], create=False)
-            except (OSError, PathBlocked):
-                continue
-            try:
-                os.rmdir(parts[-1], dir_fd=fd)
+    def prune_folders(self, folders: Iterable[str]) -> None:
+        """Remove ``folders`` (:func:`folders_to_prune`) that the deletes left empty, deepest first."""
+        for folder in folders:
+            if fileops.remove_empty_folder(self.root_fd, folder):
                 self.undo.append(("mkdir", folder, None))
-                self.synced.add(tuple(parts[:-1]))
-            except OSError:
-                pass  # not empty, not a folder, or gone: left as it is
-            finally:
-                os.close(fd)
+                self.synced.add(tuple(folder.split("/")[:-1]))
 
     # writes --------------------------------------------------------------
 

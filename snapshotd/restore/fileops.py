@@ -54,6 +54,23 @@ def split_path(path: str) -> list[str]:
     return parts
 
 
+def remove_empty_folder(root_fd: int, folder: str) -> bool:
+    """Remove the folder ``folder`` under ``root_fd`` if it is empty (reached without following a symlink);
+    whether it was removed. One that holds anything, is gone, or is not a real folder is left as it is."""
+    parts = folder.split("/")
+    try:
+        fd = open_dir(root_fd, parts[:-1], create=False)
+    except (OSError, PathBlocked):
+        return False
+    try:
+        os.rmdir(parts[-1], dir_fd=fd)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return True
+
+
 def open_dir(root_fd: int, parts: Sequence[str], *, create: bool, created: list[str] | None = None) -> int:
     """Open the folder ``parts`` under ``root_fd``, never following a symlink.
 

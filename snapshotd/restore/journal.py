@@ -23,14 +23,20 @@ from snapshotd.errors import Untrusted
 from snapshotd.fsutil import checked_private_folder, open_private_folder, write_all
 from snapshotd.git.flush import start_writeback
 from snapshotd.restore.backups import remove_left_behind
-from snapshotd.restore.fileops import remove_temp
+from snapshotd.restore.fileops import remove_empty_folder, remove_temp, safe_name
 
 _JOURNAL_SUFFIX = ".journal"
 _JOURNAL_TEMP_PREFIX = ".journal-tmp-"
 STAGE_PREFIX = "stage-"
 
 def write_journal(
-    journal_dir: str, token: str, workdir: str, temps: dict[str, str], stage: str | None, backups: str
+    journal_dir: str,
+    token: str,
+    workdir: str,
+    temps: dict[str, str],
+    stage: str | None,
+    backups: str,
+    prune: list[str],
 ) -> tuple[str, int]:
     """Record the temporary names about to be created, atomically; :func:`make_journal_durable` before the first is.
 
@@ -50,6 +56,7 @@ def write_journal(
             "stage": stage,
             "backups": backups,
             "entries": [{"target": target, "temp": temp} for target, temp in temps.items()],
+            "prune": prune,  # the folders its deletes may empty, deepest first (apply.folders_to_prune)
         }
     ).encode("ascii")
     final = os.path.join(journal_dir, f"apply-{token}{_JOURNAL_SUFFIX}")
@@ -140,7 +147,8 @@ def recover(journal_dir: str, workdir: str) -> list[str]:
 
     Reads every journal in ``journal_dir`` that names ``workdir``, removes the
     temporary files it lists (never a folder, never through a symlink, only
-    names carrying the temporary prefix), the folder of backups it kept of
+    names carrying the temporary prefix), then the folders its deletes may
+    have emptied, where they are empty (as the apply would have), the folder of backups it kept of
     what it replaced in the journal folder (the safety checkpoint holds
     those), its staged content,
     and then the journal. A journal whose writer is still alive (it holds the journal's
@@ -191,6 +199,9 @@ def recover(journal_dir: str, workdir: str) -> list[str]:
                     temp = item.get("temp") if isinstance(item, dict) else None
                     if isinstance(temp, str) and remove_temp(root_fd, temp):
                         cleaned.append(temp)
+                for folder in record.get("prune", []):  # as the apply would have, had it got there
+                    if isinstance(folder, str) and all(map(safe_name, folder.split("/"))):
+                        remove_empty_folder(root_fd, folder)
                 _remove_stage(journal_dir, record.get("stage"))
                 remove_left_behind(journal_dir, record.get("backups"))
                 with contextlib.suppress(FileNotFoundError):

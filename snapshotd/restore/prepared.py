@@ -27,7 +27,7 @@ from snapshotd.errors import (
 )
 from snapshotd.git.modes import MODE_GITLINK, MODE_LINK, is_file_mode
 from snapshotd.git.repository import Repository
-from snapshotd.restore.apply import Applier
+from snapshotd.restore.apply import Applier, folders_to_prune
 from snapshotd.restore.backups import BACKUP_PREFIX, Backups
 from snapshotd.restore.fileops import TEMP_PREFIX, remove_temp, split_path
 from snapshotd.restore.journal import STAGE_PREFIX, make_journal_durable, write_journal
@@ -112,13 +112,7 @@ class PreparedPlan:
         try:
             for path in self.plan.deletes:
                 applier.delete(path)
-            keep: set[str] = set()
-            for path, entry in self.plan.writes:
-                parts = path.split("/")
-                keep.update("/".join(parts[:depth]) for depth in range(1, len(parts)))
-                if entry.mode == MODE_GITLINK:
-                    keep.add(path)
-            applier.prune_folders(self.plan.deletes, keep)
+            applier.prune_folders(folders_to_prune(self.plan))
             write_planned(applier, self.plan.writes, self._temps, self._links)
         except SnapshotdError as exc:
             unrestored = applier.roll_back()
@@ -193,6 +187,7 @@ def prepared_plan(
                     temps,
                     os.path.basename(stage.directory) if checkout is not None else None,
                     applier.backups.name,
+                    folders_to_prune(plan),
                 )
                 stage.keep_attributes(root_fd, plan)
                 stage.prepare(root_fd, plan)
