@@ -101,12 +101,17 @@ def _journals(journal_dir: str) -> list[str]:
         os.close(fd)
 
 
-def _same_folder(a: str, b: str) -> bool:
-    """Whether two paths name the same folder (by identity, or by name when one is gone)."""
+def _ours(recorded: str, workdir: str) -> bool:
+    """Whether a journal that names ``recorded`` is ``workdir``'s: the same folder, or a folder that is gone
+    (the worktree moved since: the journal folder is the worktree's own, wherever it went)."""
+    if not recorded:
+        return False
     try:
-        return os.path.samefile(a, b)
+        return os.path.samefile(recorded, workdir)
+    except FileNotFoundError:
+        return not os.path.lexists(recorded) or os.path.abspath(recorded) == os.path.abspath(workdir)
     except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
+        return os.path.abspath(recorded) == os.path.abspath(workdir)
 
 
 @contextlib.contextmanager
@@ -191,9 +196,7 @@ def recover(journal_dir: str, workdir: str) -> list[str]:
                         record: Any = json.loads(handle.read().decode("ascii"))
                 except (OSError, ValueError):
                     continue
-                if not isinstance(record, dict) or not _same_folder(
-                    str(record.get("workdir", "")), workdir
-                ):
+                if not isinstance(record, dict) or not _ours(str(record.get("workdir", "")), workdir):
                     continue
                 for item in record.get("entries", []):
                     temp = item.get("temp") if isinstance(item, dict) else None
