@@ -364,3 +364,32 @@ def test_recovery_removes_the_folders_a_crashed_apply_emptied_and_nothing_else(t
     assert sorted(os.listdir(wt / "withlog")) == ["run.log"]  # an ignored file keeps its folder
     assert (wt / "empty-before").is_dir() and (wt / "kept" / "b.txt").exists()
     assert os.listdir(journal) == [] and capture(wt) == target
+
+
+def test_a_worktree_moved_after_a_crash_is_recovered_where_it_went(tmp_path: Path, scene: tuple[Path, str, str]) -> None:
+    wt, target, current = scene
+    journal = tmp_path / "journal"
+    args = {"step": "renamed", "workdir": str(wt), "current": current, "target": target, "journal": str(journal)}
+    assert run_child(args).wait(timeout=120) == -signal.SIGKILL
+    moved = wt.rename(tmp_path / "moved")
+    left = temps_left(moved)
+    assert left and recover(str(journal), str(moved)) == left  # the journal names the old place, gone since
+    assert temps_left(moved) == [] and os.listdir(journal) == []
+
+
+@pytest.mark.needs("inotify")
+async def test_a_restore_another_process_left_unfinished_is_recovered_before_the_daemons_next_capture(
+    watched_engine, tmp_path
+) -> None:
+    wt = init_repo(tmp_path / "wt", *OLD.items())
+    target = capture(wt)
+    first = (await watched_engine.call("checkpoint", {"path": str(wt)}))["checkpoint"]  # the daemon has it open
+    for path, text in {**NEW, **ADDED}.items():
+        write(wt / path, text)
+    journal = wt / ".git" / "snapshotd" / "journal"  # the worktree's own, as `--embedded restore` uses it
+    args = {"step": "renamed", "workdir": str(wt), "current": capture(wt), "target": target, "journal": str(journal)}
+    assert run_child(args).wait(timeout=120) == -signal.SIGKILL  # killed midway, its temporary names left
+    assert temps_left(wt)
+    after = (await watched_engine.call("checkpoint", {"path": str(wt)}))["checkpoint"]
+    assert temps_left(wt) == [] and os.listdir(journal) == []
+    assert after["tree"] == capture(wt) != first["tree"]  # git's tree of the worktree, with no temporary name in it

@@ -24,7 +24,7 @@ from snapshotd.capture.presence import GONE, naming_the_path_asked
 from snapshotd.capture.state import CaptureResult, Then
 from snapshotd.contract.params import optional_bool, optional_path, optional_path_list, optional_str
 from snapshotd.contract.refs import CheckpointRef, ref_param, worktree_param
-from snapshotd.engine import collect, reads, transfer
+from snapshotd.engine import collect, leftovers, reads, transfer
 from snapshotd.engine.batch import take_checkpoint
 from snapshotd.engine.belonging import refuse_restore_elsewhere, refuse_revert_elsewhere
 from snapshotd.engine.disk import disk_refusals
@@ -60,13 +60,12 @@ class Engine:
         self.records = Records(self.home)
         self.counters: Counter[str] = Counter()
         self.subscriptions = Subscriptions()
-        self.registry = Registry(
-            self.records, self.counters, self.size_cap, nursery=nursery, watch=self.watch,
-            on_change=self.subscriptions.changed,
-        )
+        self.registry = Registry(self.records, self.counters, self.size_cap, nursery=nursery, watch=self.watch,
+                                 on_change=self.subscriptions.changed)
         self.worktrees = self.registry.worktrees
         self.started = time.monotonic()
         self.transfers = transfer.Transfers(self.registry, self.subscriptions, nursery)
+        self.leftovers = leftovers.Leftovers()
         self.packing = BackgroundPacking(self.registry, self.subscriptions, nursery)
         self._on_shutdown: Callable[[], None] | None = None
         self._handlers: dict[str, Callable[[dict[str, Any], Any], Awaitable[dict[str, Any]]]] = {
@@ -122,6 +121,7 @@ class Engine:
 
     async def capture(self, state: WorktreeState, *, exact: bool = False, then: Then | None = None) -> CaptureResult:
         """The worktree's tree now, warm or cold; callers hold ``state.lock``. A disk's refusal is one sentence."""
+        await self.leftovers.recover(state.info)  # a restore another process left unfinished: not to be captured
         with disk_refusals(state.info.store_dir, "capture the worktree into"):
             return await state.capture.take(exact=exact, then=then)
 
@@ -199,9 +199,8 @@ class Engine:
 
     # --- diff --------------------------------------------------------------------
 
-    async def _tree_of(
-        self, ref: CheckpointRef | str, preferred: WorktreeState | None, name: str, captured: str | None = None
-    ) -> reads.DiffSide:
+    async def _tree_of(self, ref: CheckpointRef | str, preferred: WorktreeState | None, name: str,
+                       captured: str | None = None) -> reads.DiffSide:
         """A diff's side: the worktree captured now (under its lock) or by an earlier page, or a checkpoint's tree."""
         if isinstance(ref, str):
             if preferred is None:
