@@ -774,6 +774,7 @@ def test_recover_removes_leftovers_from_a_journal(tmp_path: Path) -> None:
         ],
     }
     (journal / "apply-1.journal").write_text(json.dumps(record))
+    (tmp_path / "other").mkdir()  # another worktree, there: its journal is left alone (one whose folder is gone moved)
     (journal / "apply-2.journal").write_text(
         json.dumps({**record, "workdir": str(tmp_path / "other")})
     )
