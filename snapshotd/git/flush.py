@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 from snapshotd import facilities
+from snapshotd.fsutil import fsync_dir
 
 
 @functools.cache
@@ -68,11 +69,7 @@ def fsync_ref(git_dir: str, name: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-    folder = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    fsync_dir(os.path.dirname(path))
 
 
 FDS_AT_ONCE = 256

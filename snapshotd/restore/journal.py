@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from snapshotd.errors import Untrusted
-from snapshotd.fsutil import checked_private_folder, open_private_folder, write_all
+from snapshotd.fsutil import checked_private_folder, fsync_dir, open_private_folder, write_all
 from snapshotd.git.flush import start_writeback
 from snapshotd.restore.backups import remove_left_behind
 from snapshotd.restore.fileops import remove_empty_folder, remove_temp, safe_name
@@ -82,11 +82,7 @@ def make_journal_durable(journal_dir: str, fd: int) -> None:
     lost with it names nothing left behind.
     """
     os.fsync(fd)
-    dir_fd = os.open(journal_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(journal_dir)
 
 
 def _journals(journal_dir: str) -> list[str]:
